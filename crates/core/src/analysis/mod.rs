@@ -1,0 +1,510 @@
+//! Pure analysis of a load sweep: where throughput saturates, the highest load
+//! that still meets the objectives, and which bottleneck the evidence names.
+//!
+//! The I/O side (running the steps, scraping the servers and GPUs) fills one
+//! [`StepResult`] per step; everything here is a function of those tables, so
+//! a sweep stored months ago can be re-judged with new thresholds.
+//!
+//! Method (DESIGN.md, "Method: why sweeps, and how to read them"): the lowest
+//! load — normally concurrency 1 — is the *floor*, the best latency this
+//! system can give. Each rising step is read against the floor and against
+//! the objectives, together with the server's own state during that step's
+//! window.
+//!
+//! Validity: a step labelled `client_bound` measured the load generator, not
+//! the server, so it never feeds a latency or throughput verdict. Server
+//! configuration facts that do not depend on the client (an unbalanced
+//! memory split, the prefix-cache hit rate) are still read from it.
+//!
+//! Invariant: no function here returns NaN or an infinity, and no rendered
+//! text contains "NaN" or "inf": non-finite inputs are treated as missing.
+
+mod card;
+mod diagnosis;
+mod fmt;
+mod saturation;
+
+pub use card::{card_from_info, compare_cards, CardDiff, ExperimentCard, DERIVED_CARD_FIELDS};
+pub use diagnosis::{diagnose, Confidence, Finding, Verdict};
+pub use saturation::{
+    check_objectives, max_sustainable, saturation_point, ExcludedStep, ObjectiveMiss, Saturation,
+    StepMisses, Sustainable, ThroughputMetric,
+};
+
+use std::fmt as stdfmt;
+
+/// Default minimum throughput gain per doubling of load; below it the curve
+/// counts as flat (DESIGN.md: "gain per doubling < 10 %").
+pub const DEFAULT_SATURATION_GAIN: f64 = 0.10;
+/// A latency "rises" between two steps when it grows by at least this
+/// fraction. Past saturation a closed-loop sweep roughly doubles latency per
+/// doubling of concurrency (Little's law), so 10 % is far above noise yet far
+/// below the real effect.
+pub const DEFAULT_LATENCY_RISE: f64 = 0.10;
+/// Without an objective, a latency is "high" when it is at least this many
+/// times the floor (the lowest-load step's value).
+pub const DEFAULT_HIGH_VS_FLOOR: f64 = 3.0;
+/// Without an ITL objective, the p95 ITL above which decode counts as slow at
+/// the floor (the floor cannot be judged against itself). 50 ms is the chat
+/// objective of DESIGN.md (≈ 20 tokens/s, about reading speed).
+pub const DEFAULT_FALLBACK_ITL_P95_S: f64 = 0.050;
+/// p95 TTFT growing by at least this factor from one step to the next counts
+/// as a jump, even when it is not yet "high".
+pub const DEFAULT_TTFT_JUMP_RATIO: f64 = 2.0;
+/// KV-cache usage (0..1) above which the cache counts as full (DESIGN.md:
+/// "> 90 %").
+pub const DEFAULT_KV_USAGE_HIGH: f64 = 0.90;
+/// GPU utilisation (0..1) below which the GPU counts as idle. DCGM's
+/// `GPU_UTIL` reports "a kernel was running", which overstates real work, so
+/// a value under one half is idle beyond doubt.
+pub const DEFAULT_GPU_UTIL_LOW: f64 = 0.50;
+/// Memory (KV-cache usage, else GPU memory used ratio) below this has room.
+/// KV-cache usage is preferred because vLLM pre-allocates
+/// `gpu_memory_utilization` (0.9 by default) of GPU memory at start, so GPU
+/// memory looks full even when the cache is empty.
+pub const DEFAULT_MEMORY_ROOM_BELOW: f64 = 0.90;
+/// A GPU whose peak memory used ratio reaches this is full.
+pub const DEFAULT_GPU_MEM_FULL: f64 = 0.95;
+/// For an unbalanced split, the least-used GPU must be at least this far
+/// (in used ratio) below the fullest.
+pub const DEFAULT_GPU_MEM_SPLIT_GAP: f64 = 0.15;
+/// Prefix-cache hit rate under which a shared-prefix workload counts as not
+/// hitting, when the expected share is unknown.
+pub const DEFAULT_PREFIX_HIT_LOW: f64 = 0.20;
+/// When the expected shared fraction is known, a hit rate under this
+/// fraction of it counts as low.
+pub const DEFAULT_PREFIX_HIT_FRACTION_OF_EXPECTED: f64 = 0.5;
+/// Default error-rate objective (1 %).
+pub const DEFAULT_MAX_ERROR_RATE: f64 = 0.01;
+
+/// The load of one step: closed-loop concurrency or open-loop request rate.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Load {
+    /// Requests kept in flight at once (closed loop).
+    Concurrency(u32),
+    /// Requests started per second (open loop, e.g. Poisson arrivals).
+    RequestRate(f64),
+}
+
+impl Load {
+    /// The load as a number, for ratios between steps.
+    pub fn value(&self) -> f64 {
+        match *self {
+            Load::Concurrency(c) => f64::from(c),
+            Load::RequestRate(r) => r,
+        }
+    }
+
+    /// Whether two loads are of the same kind (only those can be compared).
+    pub fn same_kind(&self, other: &Load) -> bool {
+        matches!(
+            (self, other),
+            (Load::Concurrency(_), Load::Concurrency(_))
+                | (Load::RequestRate(_), Load::RequestRate(_))
+        )
+    }
+
+    /// A usable load is finite and positive: log2 of a ratio needs that.
+    pub(crate) fn is_valid(&self) -> bool {
+        let v = self.value();
+        v.is_finite() && v > 0.0
+    }
+}
+
+impl stdfmt::Display for Load {
+    fn fmt(&self, f: &mut stdfmt::Formatter<'_>) -> stdfmt::Result {
+        match *self {
+            Load::Concurrency(c) => write!(f, "concurrency {c}"),
+            Load::RequestRate(r) => write!(f, "rate {} req/s", fmt::num(r)),
+        }
+    }
+}
+
+/// Client-side latency quantiles of one step, in seconds. `None` where no
+/// request produced the value (e.g. TPOT of one-token outputs).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Quantiles {
+    pub p50: Option<f64>,
+    pub p95: Option<f64>,
+    pub p99: Option<f64>,
+}
+
+impl Quantiles {
+    /// Convenience constructor for three known values.
+    pub fn new(p50: f64, p95: f64, p99: f64) -> Self {
+        Quantiles {
+            p50: Some(p50),
+            p95: Some(p95),
+            p99: Some(p99),
+        }
+    }
+}
+
+/// What the server and its GPUs reported during one step's window. Every
+/// field is optional: engines expose different metrics, and GPU counters may
+/// be absent (no dcgm-exporter, no NVML).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct ServerEvidence {
+    /// Mean KV-cache usage over the window, 0..1.
+    pub kv_cache_usage_mean: Option<f64>,
+    /// Max KV-cache usage over the window, 0..1.
+    pub kv_cache_usage_max: Option<f64>,
+    pub requests_waiting_mean: Option<f64>,
+    pub requests_waiting_max: Option<f64>,
+    pub requests_running_mean: Option<f64>,
+    pub requests_running_max: Option<f64>,
+    /// Preemptions during the step (counter delta over the window).
+    pub preemptions: Option<u64>,
+    /// Prefix-cache hits / queries over the window, 0..1.
+    pub prefix_cache_hit_rate: Option<f64>,
+    /// Server-side TTFT / ITL quantiles from histogram bucket deltas over the
+    /// window, in seconds. These are interpolated inside coarse buckets
+    /// (vLLM's TTFT buckets jump 1.0 → 2.5 s), so they are guesses within a
+    /// bucket; the client's values in [`StepResult`] are exact.
+    pub server_ttft_p50: Option<f64>,
+    pub server_ttft_p95: Option<f64>,
+    pub server_itl_p50: Option<f64>,
+    pub server_itl_p95: Option<f64>,
+    /// GPU memory used / total, averaged over GPUs and the window, 0..1.
+    pub gpu_mem_used_ratio_mean: Option<f64>,
+    /// GPU memory used / total, max over GPUs and the window, 0..1.
+    pub gpu_mem_used_ratio_max: Option<f64>,
+    /// Each GPU's peak memory used ratio over the window; the lowest of those
+    /// peaks. Together with [`Self::per_gpu_peak_mem_ratio_max`] it shows an
+    /// unbalanced split (one GPU full, another with room).
+    pub per_gpu_peak_mem_ratio_min: Option<f64>,
+    /// Each GPU's peak memory used ratio over the window; the highest.
+    pub per_gpu_peak_mem_ratio_max: Option<f64>,
+    /// GPU utilisation, mean over GPUs and the window, 0..1.
+    pub gpu_util_mean: Option<f64>,
+    /// Memory-bandwidth utilisation (DCGM `DRAM_ACTIVE`), mean, 0..1.
+    pub gpu_mem_bw_util_mean: Option<f64>,
+    /// GPUs seen in the window.
+    pub gpu_count: Option<u32>,
+}
+
+/// One step of a sweep: one load level, its client measurements and the
+/// server evidence of its window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StepResult {
+    pub load: Load,
+    /// Window start, unix milliseconds.
+    pub start_unix_ms: i64,
+    /// Window end, unix milliseconds.
+    pub end_unix_ms: i64,
+    pub requests_ok: u64,
+    pub requests_failed: u64,
+    /// Wall time of the step, seconds.
+    pub wall_time_s: f64,
+    /// Completed requests per second over the wall time.
+    pub request_throughput: f64,
+    /// Output tokens per second over the wall time.
+    pub output_token_throughput: f64,
+    pub ttft: Quantiles,
+    pub itl: Quantiles,
+    pub tpot: Quantiles,
+    pub e2e: Quantiles,
+    /// failed / (ok + failed), 0..1.
+    pub error_rate: f64,
+    /// Why the client was the bottleneck (CPU, scheduler lag, dispatch lag),
+    /// or `None` when the client self-check passed. A client-bound step is
+    /// never used for a saturation or latency verdict.
+    pub client_bound: Option<String>,
+    pub server: ServerEvidence,
+}
+
+impl StepResult {
+    /// A step at `load` with no measurements yet; the I/O side and tests fill
+    /// in the fields they have.
+    pub fn at(load: Load) -> Self {
+        StepResult {
+            load,
+            start_unix_ms: 0,
+            end_unix_ms: 0,
+            requests_ok: 0,
+            requests_failed: 0,
+            wall_time_s: 0.0,
+            request_throughput: 0.0,
+            output_token_throughput: 0.0,
+            ttft: Quantiles::default(),
+            itl: Quantiles::default(),
+            tpot: Quantiles::default(),
+            e2e: Quantiles::default(),
+            error_rate: 0.0,
+            client_bound: None,
+            server: ServerEvidence::default(),
+        }
+    }
+
+    /// The error rate, from the field when it is a valid fraction, else from
+    /// the request counts (so a NaN upstream does not hide failures).
+    pub fn effective_error_rate(&self) -> f64 {
+        if self.error_rate.is_finite() && (0.0..=1.0).contains(&self.error_rate) {
+            return self.error_rate;
+        }
+        let total = self.requests_ok.saturating_add(self.requests_failed);
+        if total == 0 {
+            0.0
+        } else {
+            self.requests_failed as f64 / total as f64
+        }
+    }
+}
+
+/// Service-level objectives a step must meet to count as sustainable.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Objectives {
+    /// p95 TTFT ceiling, seconds.
+    pub ttft_p95: Option<f64>,
+    /// p95 ITL ceiling, seconds.
+    pub itl_p95: Option<f64>,
+    /// Highest acceptable error rate, 0..1.
+    pub max_error_rate: f64,
+}
+
+impl Default for Objectives {
+    fn default() -> Self {
+        Objectives {
+            ttft_p95: None,
+            itl_p95: None,
+            max_error_rate: DEFAULT_MAX_ERROR_RATE,
+        }
+    }
+}
+
+/// What the sweep's workload was, as far as the diagnosis needs it.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct WorkloadHints {
+    /// Prompts share a common prefix on purpose (shared-prefix workload).
+    pub shared_prefix: bool,
+    /// The expected prefix-cache hit rate of that workload (the fraction of
+    /// prompt tokens shared), where the load generator knows it.
+    pub expected_prefix_hit_rate: Option<f64>,
+    pub input_tokens: Option<u64>,
+    pub output_tokens: Option<u64>,
+}
+
+/// Thresholds of the analysis; [`Default`] gives the documented constants.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AnalysisConfig {
+    /// See [`DEFAULT_SATURATION_GAIN`].
+    pub saturation_gain_threshold: f64,
+    /// See [`DEFAULT_LATENCY_RISE`].
+    pub latency_rise: f64,
+    /// See [`DEFAULT_HIGH_VS_FLOOR`].
+    pub high_vs_floor: f64,
+    /// See [`DEFAULT_FALLBACK_ITL_P95_S`].
+    pub fallback_itl_p95_s: f64,
+    /// See [`DEFAULT_TTFT_JUMP_RATIO`].
+    pub ttft_jump_ratio: f64,
+    /// See [`DEFAULT_KV_USAGE_HIGH`].
+    pub kv_usage_high: f64,
+    /// See [`DEFAULT_GPU_UTIL_LOW`].
+    pub gpu_util_low: f64,
+    /// See [`DEFAULT_MEMORY_ROOM_BELOW`].
+    pub memory_room_below: f64,
+    /// See [`DEFAULT_GPU_MEM_FULL`].
+    pub gpu_mem_full: f64,
+    /// See [`DEFAULT_GPU_MEM_SPLIT_GAP`].
+    pub gpu_mem_split_gap: f64,
+    /// See [`DEFAULT_PREFIX_HIT_LOW`].
+    pub prefix_hit_low: f64,
+    /// See [`DEFAULT_PREFIX_HIT_FRACTION_OF_EXPECTED`].
+    pub prefix_hit_fraction_of_expected: f64,
+}
+
+impl Default for AnalysisConfig {
+    fn default() -> Self {
+        AnalysisConfig {
+            saturation_gain_threshold: DEFAULT_SATURATION_GAIN,
+            latency_rise: DEFAULT_LATENCY_RISE,
+            high_vs_floor: DEFAULT_HIGH_VS_FLOOR,
+            fallback_itl_p95_s: DEFAULT_FALLBACK_ITL_P95_S,
+            ttft_jump_ratio: DEFAULT_TTFT_JUMP_RATIO,
+            kv_usage_high: DEFAULT_KV_USAGE_HIGH,
+            gpu_util_low: DEFAULT_GPU_UTIL_LOW,
+            memory_room_below: DEFAULT_MEMORY_ROOM_BELOW,
+            gpu_mem_full: DEFAULT_GPU_MEM_FULL,
+            gpu_mem_split_gap: DEFAULT_GPU_MEM_SPLIT_GAP,
+            prefix_hit_low: DEFAULT_PREFIX_HIT_LOW,
+            prefix_hit_fraction_of_expected: DEFAULT_PREFIX_HIT_FRACTION_OF_EXPECTED,
+        }
+    }
+}
+
+/// Everything the analysis says about one sweep, ready to store or render.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepVerdict {
+    /// Number of steps in the sweep.
+    pub step_count: usize,
+    /// Indices of the steps used for latency and throughput verdicts.
+    pub usable_steps: Vec<usize>,
+    /// Steps left out of those verdicts, with the reason.
+    pub excluded_steps: Vec<ExcludedStep>,
+    /// The lowest and highest usable load.
+    pub load_range: Option<(Load, Load)>,
+    pub saturation: Option<Saturation>,
+    /// When there is no saturation point but usable steps exist: the highest
+    /// usable step and the gain per doubling into it (if it had a
+    /// predecessor), so the summary can say "still growing".
+    pub highest_step: Option<(usize, Load, f64, Option<f64>)>,
+    pub sustainable: Option<Sustainable>,
+    /// The lowest usable step that misses an objective, and how.
+    pub first_miss: Option<StepMisses>,
+    pub objectives: Objectives,
+    pub findings: Vec<Finding>,
+}
+
+/// Runs the whole analysis of one sweep: saturation, max sustainable load,
+/// diagnosis.
+pub fn analyze_sweep(
+    steps: &[StepResult],
+    objectives: &Objectives,
+    workload: &WorkloadHints,
+    config: &AnalysisConfig,
+) -> SweepVerdict {
+    let sel = saturation::select(steps);
+    let usable_steps: Vec<usize> = sel.usable.iter().map(|(i, _)| *i).collect();
+    let load_range = match (sel.usable.first(), sel.usable.last()) {
+        (Some((_, lo)), Some((_, hi))) => Some((lo.load, hi.load)),
+        _ => None,
+    };
+    let saturation = saturation_point(steps, config);
+    let highest_step = if saturation.is_none() {
+        saturation::highest_step(&sel)
+    } else {
+        None
+    };
+    let first_miss = sel.usable.iter().find_map(|(i, s)| {
+        let misses = check_objectives(s, objectives);
+        (!misses.is_empty()).then(|| StepMisses {
+            step: *i,
+            load: s.load,
+            misses,
+        })
+    });
+    SweepVerdict {
+        step_count: steps.len(),
+        usable_steps,
+        excluded_steps: sel.excluded.clone(),
+        load_range,
+        saturation,
+        highest_step,
+        sustainable: max_sustainable(steps, objectives),
+        first_miss,
+        objectives: *objectives,
+        findings: diagnose(steps, objectives, workload, config),
+    }
+}
+
+/// Renders a verdict in words, one line per statement: the range tested,
+/// saturation, max sustainable load, then each finding with what to try.
+pub fn summary_lines(verdict: &SweepVerdict) -> Vec<String> {
+    let mut lines = Vec::new();
+    if verdict.step_count == 0 {
+        lines.push("The sweep has no steps: nothing to judge.".to_string());
+        return lines;
+    }
+    let range = match verdict.load_range {
+        Some((lo, hi)) if lo == hi => format!(" at {lo}"),
+        Some((lo, hi)) => format!(" from {lo} to {hi}"),
+        None => String::new(),
+    };
+    lines.push(format!(
+        "{} step(s){}; {} usable, {} left out.",
+        verdict.step_count,
+        range,
+        verdict.usable_steps.len(),
+        verdict.excluded_steps.len()
+    ));
+    for ex in &verdict.excluded_steps {
+        lines.push(format!(
+            "Step {} ({}) left out of the verdicts: {}.",
+            ex.step, ex.load, ex.reason
+        ));
+    }
+
+    if verdict.usable_steps.is_empty() {
+        lines.push(
+            "No saturation verdict: no step is usable (a client-bound step measures the load \
+             generator, not the server)."
+                .to_string(),
+        );
+    } else if let Some(sat) = &verdict.saturation {
+        lines.push(sat.describe());
+    } else if let Some((_, load, tput, gain)) = verdict.highest_step {
+        let gain_txt = match gain {
+            Some(g) => format!(", still gaining {} per doubling", fmt::pct(g)),
+            None => String::new(),
+        };
+        lines.push(format!(
+            "No saturation point within the tested range: the highest step ({load}) reached {}{gain_txt}; \
+             extend the sweep to find the knee.",
+            fmt::num(tput)
+        ));
+    }
+
+    let objective_txt = describe_objectives(&verdict.objectives);
+    match (&verdict.sustainable, &verdict.first_miss) {
+        (Some(sus), miss) => {
+            let mut line = format!(
+                "Max sustainable load: {} ({} output tok/s, {} req/s) meets {objective_txt}",
+                sus.load,
+                fmt::num(sus.output_token_throughput),
+                fmt::num(sus.request_throughput)
+            );
+            if let Some(m) = miss {
+                line.push_str(&format!("; {} misses: {}", m.load, m.describe()));
+            } else {
+                line.push_str(" at every usable step");
+            }
+            line.push('.');
+            lines.push(line);
+        }
+        (None, Some(m)) => lines.push(format!(
+            "No step meets {objective_txt}: already at {} {}.",
+            m.load,
+            m.describe()
+        )),
+        (None, None) => {}
+    }
+
+    for f in &verdict.findings {
+        lines.push(f.describe());
+    }
+    if verdict
+        .findings
+        .iter()
+        .any(|f| f.evidence.contains("server p95"))
+    {
+        lines.push(
+            "Server-side quantiles are interpolated inside coarse histogram buckets: a guess \
+             within the bucket; the client's values are exact."
+                .to_string(),
+        );
+    }
+    lines
+}
+
+fn describe_objectives(o: &Objectives) -> String {
+    let mut parts = Vec::new();
+    if let Some(t) = o.ttft_p95.filter(|t| t.is_finite()) {
+        parts.push(format!("p95 TTFT ≤ {}", fmt::secs(t)));
+    }
+    if let Some(t) = o.itl_p95.filter(|t| t.is_finite()) {
+        parts.push(format!("p95 ITL ≤ {}", fmt::secs(t)));
+    }
+    let e = if o.max_error_rate.is_finite() {
+        o.max_error_rate
+    } else {
+        DEFAULT_MAX_ERROR_RATE
+    };
+    parts.push(format!("error rate ≤ {}", fmt::pct(e)));
+    format!("the objectives ({})", parts.join(", "))
+}
+
+/// A finite value, or `None`: the analysis treats NaN and infinities as
+/// missing evidence rather than letting them leak into verdicts.
+pub(crate) fn fin(x: Option<f64>) -> Option<f64> {
+    x.filter(|v| v.is_finite())
+}

@@ -1,0 +1,346 @@
+//! The engine catalog: which raw metric of which engine means which
+//! engine-neutral quantity, and how to normalise it (units, per-rank
+//! aggregation, renames across versions). See `shared/fixtures/METRIC_MAP.md`.
+//!
+//! CONTRACT (used by the store and the daemon; keep these signatures):
+//! - `Engine`, `Engine::as_str`, `Engine::from_str` (via `FromStr`)
+//! - `detect_engine(&Exposition) -> Engine`
+//! - `CatalogMetric`, `CatalogMetric::name`, `CatalogMetric::from_name`, `CatalogMetric::kind`
+//! - `Part`, `NormalizedSample`
+//! - `normalize(Engine, &Exposition) -> Vec<NormalizedSample>`
+//!
+//! Layout: this file holds the vocabulary and engine detection;
+//! `rules.rs` is the table (one row per engine metric, in METRIC_MAP's
+//! name-resolution order); `normalize.rs` applies it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use crate::exposition::Exposition;
+
+mod normalize;
+mod rules;
+
+pub use normalize::normalize;
+
+/// The server software of a target (or `Dcgm` for a GPU exporter page).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Engine {
+    Vllm,
+    Nim,
+    Sglang,
+    Tgi,
+    Llamacpp,
+    Trtllm,
+    Dynamo,
+    Dcgm,
+    Generic,
+}
+
+impl Engine {
+    /// Every engine, in the order of [`Engine::as_str`]'s documentation.
+    pub const ALL: [Engine; 9] = [
+        Engine::Vllm,
+        Engine::Nim,
+        Engine::Sglang,
+        Engine::Tgi,
+        Engine::Llamacpp,
+        Engine::Trtllm,
+        Engine::Dynamo,
+        Engine::Dcgm,
+        Engine::Generic,
+    ];
+
+    /// The config/API spelling: `vllm`, `nim`, `sglang`, `tgi`, `llamacpp`,
+    /// `trtllm`, `dynamo`, `dcgm`, `generic`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Engine::Vllm => "vllm",
+            Engine::Nim => "nim",
+            Engine::Sglang => "sglang",
+            Engine::Tgi => "tgi",
+            Engine::Llamacpp => "llamacpp",
+            Engine::Trtllm => "trtllm",
+            Engine::Dynamo => "dynamo",
+            Engine::Dcgm => "dcgm",
+            Engine::Generic => "generic",
+        }
+    }
+}
+
+impl fmt::Display for Engine {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An engine name that is not one of [`Engine::as_str`]'s spellings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown engine {value:?}: expected one of vllm, nim, sglang, tgi, llamacpp, trtllm, dynamo, dcgm, generic"
+)]
+pub struct ParseEngineError {
+    /// The value that was given.
+    pub value: String,
+}
+
+impl FromStr for Engine {
+    type Err = ParseEngineError;
+
+    /// Exact config spelling, ASCII case-insensitive (`vLLM` is what people
+    /// type). `auto` is not an engine: resolve it with [`detect_engine`].
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Engine::ALL
+            .into_iter()
+            .find(|engine| engine.as_str().eq_ignore_ascii_case(s.trim()))
+            .ok_or_else(|| ParseEngineError {
+                value: s.to_owned(),
+            })
+    }
+}
+
+/// Sample names that only NVIDIA NIM for LLMs exposes unprefixed (its vLLM
+/// core's metrics without the `vllm:` namespace).
+const NIM_MARKERS: &[&str] = &[
+    "num_requests_running",
+    "num_requests_waiting",
+    "gpu_cache_usage_perc",
+    "num_request_max",
+    "time_to_first_token_seconds_count",
+    "time_per_output_token_seconds_count",
+    "e2e_request_latency_seconds_count",
+];
+
+/// Guesses the engine from the sample names on one page (for `engine = "auto"`).
+///
+/// Order of the checks, and why:
+/// 1. any `dynamo_*` sample → `Dynamo`. A Dynamo worker's status server also
+///    carries its backend's own families (`vllm:*`, `sglang:*`, `trtllm_*`);
+///    the target is still a Dynamo deployment, and [`normalize`] for `Dynamo`
+///    reads those backend families too (they win where METRIC_MAP's
+///    resolution order puts them first), so nothing is lost.
+/// 2. `vllm:` → vLLM; `sglang:` → SGLang; `tgi_` → TGI; `llamacpp:` →
+///    llama.cpp; `nv_trt_llm_` / `nv_inference_` / `trtllm_` → TensorRT-LLM.
+/// 3. NIM's unprefixed names (`num_requests_running`, `gpu_cache_usage_perc`, …)
+///    → NIM. Checked after vLLM so that a page with `vllm:` names is vLLM.
+/// 4. `DCGM_FI_` → dcgm-exporter, checked last so an engine page that happens
+///    to re-export GPU fields is still read as the engine.
+/// 5. otherwise `Generic` (normalize then tries every known name).
+pub fn detect_engine(page: &Exposition) -> Engine {
+    let names = || {
+        page.families
+            .iter()
+            .flat_map(|family| family.samples.iter())
+            .map(|sample| sample.name.as_ref())
+    };
+    let any_prefix = |prefixes: &[&str]| {
+        names().any(|name| prefixes.iter().any(|prefix| name.starts_with(prefix)))
+    };
+    if any_prefix(&["dynamo_"]) {
+        Engine::Dynamo
+    } else if any_prefix(&["vllm:"]) {
+        Engine::Vllm
+    } else if any_prefix(&["sglang:"]) {
+        Engine::Sglang
+    } else if any_prefix(&["tgi_"]) {
+        Engine::Tgi
+    } else if any_prefix(&["llamacpp:"]) {
+        Engine::Llamacpp
+    } else if any_prefix(&["nv_trt_llm_", "nv_inference_", "trtllm_"]) {
+        Engine::Trtllm
+    } else if names().any(|name| NIM_MARKERS.contains(&name)) {
+        Engine::Nim
+    } else if any_prefix(&["DCGM_FI_"]) {
+        Engine::Dcgm
+    } else {
+        Engine::Generic
+    }
+}
+
+/// How a catalog metric behaves over time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetricKind {
+    Gauge,
+    Counter,
+    Histogram,
+}
+
+/// Engine-neutral metrics that llmwatch stores. Units are normalised:
+/// ratios are 0..1, memory in bytes, times in seconds, power in watts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum CatalogMetric {
+    KvCacheUsage,
+    RequestsRunning,
+    RequestsWaiting,
+    PreemptionsTotal,
+    PrefixCacheHitsTotal,
+    PrefixCacheQueriesTotal,
+    /// Engines that only expose a ready-made ratio (SGLang, Dynamo, vLLM V0).
+    PrefixCacheHitRate,
+    PromptTokensTotal,
+    GenerationTokensTotal,
+    RequestsSuccessTotal,
+    TtftSeconds,
+    ItlSeconds,
+    E2eSeconds,
+    QueueTimeSeconds,
+    GpuUtil,
+    GpuMemUsedBytes,
+    GpuMemTotalBytes,
+    GpuMemBwUtil,
+    GpuPowerWatts,
+    GpuTempCelsius,
+    GpuTensorActive,
+}
+
+impl CatalogMetric {
+    const ALL: [CatalogMetric; 21] = [
+        CatalogMetric::KvCacheUsage,
+        CatalogMetric::RequestsRunning,
+        CatalogMetric::RequestsWaiting,
+        CatalogMetric::PreemptionsTotal,
+        CatalogMetric::PrefixCacheHitsTotal,
+        CatalogMetric::PrefixCacheQueriesTotal,
+        CatalogMetric::PrefixCacheHitRate,
+        CatalogMetric::PromptTokensTotal,
+        CatalogMetric::GenerationTokensTotal,
+        CatalogMetric::RequestsSuccessTotal,
+        CatalogMetric::TtftSeconds,
+        CatalogMetric::ItlSeconds,
+        CatalogMetric::E2eSeconds,
+        CatalogMetric::QueueTimeSeconds,
+        CatalogMetric::GpuUtil,
+        CatalogMetric::GpuMemUsedBytes,
+        CatalogMetric::GpuMemTotalBytes,
+        CatalogMetric::GpuMemBwUtil,
+        CatalogMetric::GpuPowerWatts,
+        CatalogMetric::GpuTempCelsius,
+        CatalogMetric::GpuTensorActive,
+    ];
+
+    /// Every catalog metric, in declaration (= storage and output) order.
+    pub fn all() -> &'static [CatalogMetric] {
+        &Self::ALL
+    }
+
+    /// Stable snake_case name used in the store and the API; the unit is in
+    /// the name where it is not a ratio or a count.
+    pub fn name(&self) -> &'static str {
+        match self {
+            CatalogMetric::KvCacheUsage => "kv_cache_usage",
+            CatalogMetric::RequestsRunning => "requests_running",
+            CatalogMetric::RequestsWaiting => "requests_waiting",
+            CatalogMetric::PreemptionsTotal => "preemptions_total",
+            CatalogMetric::PrefixCacheHitsTotal => "prefix_cache_hits_total",
+            CatalogMetric::PrefixCacheQueriesTotal => "prefix_cache_queries_total",
+            CatalogMetric::PrefixCacheHitRate => "prefix_cache_hit_rate",
+            CatalogMetric::PromptTokensTotal => "prompt_tokens_total",
+            CatalogMetric::GenerationTokensTotal => "generation_tokens_total",
+            CatalogMetric::RequestsSuccessTotal => "requests_success_total",
+            CatalogMetric::TtftSeconds => "ttft_seconds",
+            CatalogMetric::ItlSeconds => "itl_seconds",
+            CatalogMetric::E2eSeconds => "e2e_seconds",
+            CatalogMetric::QueueTimeSeconds => "queue_time_seconds",
+            CatalogMetric::GpuUtil => "gpu_util",
+            CatalogMetric::GpuMemUsedBytes => "gpu_mem_used_bytes",
+            CatalogMetric::GpuMemTotalBytes => "gpu_mem_total_bytes",
+            CatalogMetric::GpuMemBwUtil => "gpu_mem_bw_util",
+            CatalogMetric::GpuPowerWatts => "gpu_power_watts",
+            CatalogMetric::GpuTempCelsius => "gpu_temp_celsius",
+            CatalogMetric::GpuTensorActive => "gpu_tensor_active",
+        }
+    }
+
+    /// Inverse of [`CatalogMetric::name`] (exact match).
+    pub fn from_name(name: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|metric| metric.name() == name)
+    }
+
+    /// Gauge, counter or histogram. `ItlSeconds`/`E2eSeconds`/`QueueTimeSeconds`
+    /// are histograms even where an engine only gives `Sum` and `Count`
+    /// (Triton's µs counters, llama.cpp's predicted seconds/tokens).
+    pub fn kind(&self) -> MetricKind {
+        match self {
+            CatalogMetric::PreemptionsTotal
+            | CatalogMetric::PrefixCacheHitsTotal
+            | CatalogMetric::PrefixCacheQueriesTotal
+            | CatalogMetric::PromptTokensTotal
+            | CatalogMetric::GenerationTokensTotal
+            | CatalogMetric::RequestsSuccessTotal => MetricKind::Counter,
+            CatalogMetric::TtftSeconds
+            | CatalogMetric::ItlSeconds
+            | CatalogMetric::E2eSeconds
+            | CatalogMetric::QueueTimeSeconds => MetricKind::Histogram,
+            _ => MetricKind::Gauge,
+        }
+    }
+
+    /// Per-GPU metrics keep GPU identity labels; engine metrics keep none.
+    pub fn is_gpu(&self) -> bool {
+        matches!(
+            self,
+            CatalogMetric::GpuUtil
+                | CatalogMetric::GpuMemUsedBytes
+                | CatalogMetric::GpuMemTotalBytes
+                | CatalogMetric::GpuMemBwUtil
+                | CatalogMetric::GpuPowerWatts
+                | CatalogMetric::GpuTempCelsius
+                | CatalogMetric::GpuTensorActive
+        )
+    }
+}
+
+impl fmt::Display for CatalogMetric {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Which part of a metric a sample is: a plain value, or one piece of a histogram.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Part {
+    Value,
+    /// Cumulative bucket with upper bound `le` (may be `f64::INFINITY`).
+    Bucket(f64),
+    Sum,
+    Count,
+}
+
+/// One sample after normalisation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NormalizedSample {
+    pub metric: CatalogMetric,
+    /// Labels that still distinguish series after aggregation, sorted by name
+    /// (e.g. `gpu`, `UUID`, `modelName` for GPUs; usually empty for engines).
+    pub labels: Vec<(String, String)>,
+    pub part: Part,
+    pub value: f64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_round_trips_and_error_names_value() {
+        for engine in Engine::ALL {
+            assert_eq!(engine.as_str().parse::<Engine>(), Ok(engine));
+        }
+        assert_eq!("vLLM".parse::<Engine>(), Ok(Engine::Vllm));
+        let err = "ollama".parse::<Engine>().unwrap_err();
+        let msg = err.to_string();
+        assert!(msg.contains("\"ollama\""), "{msg}");
+        assert!(msg.contains("llamacpp"), "{msg}");
+    }
+
+    #[test]
+    fn catalog_metric_names_round_trip() {
+        for metric in CatalogMetric::all() {
+            assert_eq!(CatalogMetric::from_name(metric.name()), Some(*metric));
+        }
+        assert_eq!(CatalogMetric::from_name("nope"), None);
+        assert_eq!(CatalogMetric::TtftSeconds.kind(), MetricKind::Histogram);
+        assert_eq!(CatalogMetric::PromptTokensTotal.kind(), MetricKind::Counter);
+        assert_eq!(CatalogMetric::KvCacheUsage.kind(), MetricKind::Gauge);
+    }
+}

@@ -1,0 +1,577 @@
+//! Applies the catalog table to one parsed page.
+
+use std::collections::{BTreeMap, HashMap};
+
+use super::rules::{Rule, Source, Src, MIB, RULES};
+use super::{CatalogMetric, Engine, NormalizedSample, Part};
+use crate::exposition::{Exposition, Label, Sample};
+
+/// Labels that only say *which replica of the same scheduler* reported a
+/// series (SGLang TP/PP/MoE-EP ranks, the reporting process): series that
+/// differ only in these duplicate one view and are deduplicated with `max`,
+/// never summed. `le` is the bucket bound, carried in [`Part::Bucket`].
+const REPLICA_LABELS: &[&str] = &["tp_rank", "pp_rank", "moe_ep_rank", "pid", "le"];
+
+/// Maps one page's raw samples to catalog metrics.
+///
+/// * **Name resolution**: for each [`CatalogMetric`], the first raw name of
+///   METRIC_MAP's resolution order that is present on the page (with a
+///   usable value) and that `engine` can emit is used, and only that one, so
+///   a vLLM 0.10 page that carries both `vllm:kv_cache_usage_perc` and
+///   `vllm:gpu_cache_usage_perc` is not counted twice. `Generic` tries every
+///   known name; `Dynamo` also reads the backend families a worker carries.
+/// * **Units**: ratios 0..1 (DCGM `*_UTIL` % ÷ 100; `PROF_*` and every
+///   `*_perc`/`*_percent` LLM metric already are), bytes (DCGM MiB × 2²⁰),
+///   seconds (Triton ms × 10⁻³, µs × 10⁻⁶), watts.
+/// * **Selectors**: Triton's discriminator labels (`request_type="active"`,
+///   `kv_cache_block_type="fraction"`, …) pick one series of a family.
+/// * **Aggregation** (engine metrics end with no labels at all): usage
+///   gauges (`KvCacheUsage`) → max over every series (the fullest rank or
+///   model is the one that stalls); ratio gauges (`PrefixCacheHitRate`) →
+///   mean; everything else (running/waiting gauges, counters, histogram
+///   parts) → `max` over series that differ only in [`REPLICA_LABELS`]
+///   (TP/PP ranks of one DP group report the same scheduler view), then
+///   `sum` over the rest (DP ranks such as vLLM's `engine="N"` or SGLang's
+///   `dp_rank`, finish reasons, and models). Summing across models is a
+///   decision: a target is one server, and its load is what sweeps and the
+///   diagnosis reason about; a per-model breakdown is not stored.
+/// * **GPU metrics** keep exactly `gpu`, `UUID` (from `UUID`, `uuid` or
+///   Triton's `gpu_uuid`), `modelName` and `hostname` (from `Hostname` or
+///   `hostname`); pod/container/driver labels are dropped. Two series that
+///   collapse onto the same GPU keep the larger value.
+/// * **Histograms** come out as `Part::Bucket(le)` (le parsed as a float,
+///   wherever the label sits), `Part::Sum`, `Part::Count`. Engines with only
+///   a sum and count (Triton µs counters, llama.cpp predicted seconds/tokens)
+///   produce no buckets.
+/// * **Dropped values**: NaN/±Inf samples, and DCGM "blank" sentinels
+///   (int64 ≥ 0x7ffffffffffffff0, int32 ≥ 0x7ffffff0, FP64 2⁴⁷…2⁴⁷+5), which
+///   an exporter leaks for fields a board does not support.
+///
+/// Output order is deterministic: [`CatalogMetric::all`] order, then labels,
+/// then part (value, buckets by ascending `le`, sum, count).
+pub fn normalize(engine: Engine, page: &Exposition) -> Vec<NormalizedSample> {
+    let mut index: HashMap<&str, Vec<&Sample>> = HashMap::new();
+    for sample in page
+        .families
+        .iter()
+        .flat_map(|family| family.samples.iter())
+    {
+        index.entry(sample.name.as_ref()).or_default().push(sample);
+    }
+    let mut out = Vec::new();
+    for &metric in CatalogMetric::all() {
+        let chosen = RULES.iter().find(|rule| {
+            rule.metric == metric && rule.src.allowed(engine) && present(rule, &index)
+        });
+        if let Some(rule) = chosen {
+            let raws = extract(rule, &index);
+            aggregate(metric, &raws, &mut out);
+        }
+    }
+    out
+}
+
+/// One raw contribution before aggregation.
+struct Raw<'p> {
+    /// Which of a rule's source names it came from (so two different counters
+    /// summed into one count are never deduplicated against each other).
+    series: usize,
+    labels: &'p [Label<'p>],
+    part: Part,
+    value: f64,
+}
+
+type Index<'p> = HashMap<&'p str, Vec<&'p Sample<'p>>>;
+
+fn is_dcgm_blank(value: f64) -> bool {
+    const INT64_BLANK: f64 = 9_223_372_036_854_775_792.0; // 0x7ffffffffffffff0
+    const INT32_BLANK: f64 = 2_147_483_632.0; // 0x7ffffff0
+    const FP64_BLANK: f64 = 140_737_488_355_328.0; // 2^47
+    value >= INT64_BLANK
+        || (INT32_BLANK..=2_147_483_647.0).contains(&value)
+        || (FP64_BLANK..=FP64_BLANK + 5.0).contains(&value)
+}
+
+fn usable(src: Src, value: f64) -> bool {
+    value.is_finite() && !(src == Src::Dcgm && is_dcgm_blank(value))
+}
+
+fn selected(sample: &Sample, selector: Option<(&str, &str)>) -> bool {
+    selector.is_none_or(|(name, value)| sample.label(name) == Some(value))
+}
+
+fn samples<'i, 'p>(index: &'i Index<'p>, name: &str) -> &'i [&'p Sample<'p>] {
+    index.get(name).map(Vec::as_slice).unwrap_or(&[])
+}
+
+fn present(rule: &Rule, index: &Index) -> bool {
+    match rule.source {
+        Source::Value { name, selector, .. } => samples(index, name)
+            .iter()
+            .any(|s| selected(s, selector) && usable(rule.src, s.value)),
+        Source::Histogram { base, .. } => ["_bucket", "_count", "_sum"]
+            .iter()
+            .any(|suffix| index.contains_key(format!("{base}{suffix}").as_str())),
+        Source::SumCount { sum, .. } => index.contains_key(sum),
+        Source::DcgmFbTotal => {
+            index.contains_key("DCGM_FI_DEV_FB_TOTAL")
+                || (index.contains_key("DCGM_FI_DEV_FB_USED")
+                    && index.contains_key("DCGM_FI_DEV_FB_FREE"))
+        }
+    }
+}
+
+/// `le` as written by any client library: `1`, `1.0`, `0.07500000000000001`, `+Inf`.
+fn parse_le(text: &str) -> Option<f64> {
+    let text = text.trim();
+    let value = match text {
+        "+Inf" | "Inf" | "+inf" | "inf" => f64::INFINITY,
+        "-Inf" | "-inf" => f64::NEG_INFINITY,
+        _ => text.parse::<f64>().ok()?,
+    };
+    (!value.is_nan()).then_some(value)
+}
+
+fn extract<'p>(rule: &Rule, index: &Index<'p>) -> Vec<Raw<'p>> {
+    let mut raws = Vec::new();
+    let mut push = |series: usize, sample: &'p Sample<'p>, part: Part, value: f64| {
+        if usable(rule.src, value) {
+            raws.push(Raw {
+                series,
+                labels: &sample.labels,
+                part,
+                value,
+            });
+        }
+    };
+    match rule.source {
+        Source::Value {
+            name,
+            selector,
+            scale,
+        } => {
+            for &sample in samples(index, name) {
+                if selected(sample, selector) && usable(rule.src, sample.value) {
+                    push(0, sample, Part::Value, sample.value * scale);
+                }
+            }
+        }
+        Source::Histogram { base, scale } => {
+            for &sample in samples(index, &format!("{base}_bucket")) {
+                if let Some(le) = sample.label("le").and_then(parse_le) {
+                    push(0, sample, Part::Bucket(le * scale), sample.value);
+                }
+            }
+            for &sample in samples(index, &format!("{base}_sum")) {
+                push(0, sample, Part::Sum, sample.value * scale);
+            }
+            for &sample in samples(index, &format!("{base}_count")) {
+                push(0, sample, Part::Count, sample.value);
+            }
+        }
+        Source::SumCount { sum, scale, count } => {
+            for &sample in samples(index, sum) {
+                push(0, sample, Part::Sum, sample.value * scale);
+            }
+            for (i, name) in count.iter().enumerate() {
+                for &sample in samples(index, name) {
+                    push(i + 1, sample, Part::Count, sample.value);
+                }
+            }
+        }
+        Source::DcgmFbTotal => return dcgm_fb_total(index),
+    }
+    raws
+}
+
+/// Per GPU: `FB_TOTAL` if exported, else `FB_USED + FB_FREE (+ FB_RESERVED)`
+/// when both used and free are known. MiB → bytes.
+fn dcgm_fb_total<'p>(index: &Index<'p>) -> Vec<Raw<'p>> {
+    #[derive(Default)]
+    struct Fb<'p> {
+        labels: Option<&'p [Label<'p>]>,
+        total: Option<f64>,
+        used: Option<f64>,
+        free: Option<f64>,
+        reserved: Option<f64>,
+    }
+    let mut gpus: BTreeMap<Vec<(String, String)>, Fb<'p>> = BTreeMap::new();
+    let fields = [
+        "DCGM_FI_DEV_FB_TOTAL",
+        "DCGM_FI_DEV_FB_USED",
+        "DCGM_FI_DEV_FB_FREE",
+        "DCGM_FI_DEV_FB_RESERVED",
+    ];
+    for (field, name) in fields.into_iter().enumerate() {
+        for &sample in samples(index, name) {
+            if !usable(Src::Dcgm, sample.value) {
+                continue;
+            }
+            let fb = gpus.entry(gpu_labels(&sample.labels)).or_default();
+            fb.labels.get_or_insert(&sample.labels);
+            let slot = match field {
+                0 => &mut fb.total,
+                1 => &mut fb.used,
+                2 => &mut fb.free,
+                _ => &mut fb.reserved,
+            };
+            *slot = Some(slot.map_or(sample.value, |old| old.max(sample.value)));
+        }
+    }
+    gpus.into_values()
+        .filter_map(|fb| {
+            let mib = match (fb.total, fb.used, fb.free) {
+                (Some(total), _, _) => total,
+                (None, Some(used), Some(free)) => used + free + fb.reserved.unwrap_or(0.0),
+                _ => return None,
+            };
+            Some(Raw {
+                series: 0,
+                labels: fb.labels?,
+                part: Part::Value,
+                value: mib * MIB,
+            })
+        })
+        .collect()
+}
+
+/// The GPU identity labels, renamed to one spelling and sorted by name.
+fn gpu_labels(labels: &[Label]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = Vec::new();
+    for label in labels {
+        let name = match label.name.as_ref() {
+            "gpu" => "gpu",
+            "UUID" | "uuid" | "gpu_uuid" => "UUID",
+            "modelName" => "modelName",
+            "Hostname" | "hostname" => "hostname",
+            _ => continue,
+        };
+        if !out.iter().any(|(existing, _)| existing == name) {
+            out.push((name.to_owned(), label.value.to_string()));
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A total order on parts for map keys: value, buckets by `le`, sum, count.
+fn part_key(part: Part) -> (u8, u64) {
+    match part {
+        Part::Value => (0, 0),
+        Part::Bucket(le) => {
+            // IEEE-754 bits reordered so that integer order = numeric order.
+            let bits = le.to_bits();
+            let ordered = if bits >> 63 == 1 {
+                !bits
+            } else {
+                bits | (1 << 63)
+            };
+            (1, ordered)
+        }
+        Part::Sum => (2, 0),
+        Part::Count => (3, 0),
+    }
+}
+
+fn replica_group(labels: &[Label]) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = labels
+        .iter()
+        .filter(|label| !REPLICA_LABELS.contains(&label.name.as_ref()))
+        .map(|label| (label.name.to_string(), label.value.to_string()))
+        .collect();
+    out.sort();
+    out
+}
+
+type OwnedLabels = Vec<(String, String)>;
+type PartKey = (u8, u64);
+
+fn aggregate(metric: CatalogMetric, raws: &[Raw], out: &mut Vec<NormalizedSample>) {
+    // (labels kept, part key) → (part, value)
+    let mut result: BTreeMap<(OwnedLabels, PartKey), (Part, f64)> = BTreeMap::new();
+    if metric.is_gpu() {
+        for raw in raws {
+            let key = (gpu_labels(raw.labels), part_key(raw.part));
+            let entry = result.entry(key).or_insert((raw.part, raw.value));
+            entry.1 = entry.1.max(raw.value);
+        }
+    } else if metric == CatalogMetric::KvCacheUsage {
+        for raw in raws {
+            let entry = result
+                .entry((Vec::new(), part_key(raw.part)))
+                .or_insert((raw.part, raw.value));
+            entry.1 = entry.1.max(raw.value);
+        }
+    } else if metric == CatalogMetric::PrefixCacheHitRate {
+        let mut sums: BTreeMap<(u8, u64), (Part, f64, f64)> = BTreeMap::new();
+        for raw in raws {
+            let entry = sums
+                .entry(part_key(raw.part))
+                .or_insert((raw.part, 0.0, 0.0));
+            entry.1 += raw.value;
+            entry.2 += 1.0;
+        }
+        for (key, (part, sum, n)) in sums {
+            result.insert((Vec::new(), key), (part, sum / n));
+        }
+    } else {
+        // max within a replica group, then sum across groups.
+        let mut groups: BTreeMap<(usize, OwnedLabels, PartKey), (Part, f64)> = BTreeMap::new();
+        for raw in raws {
+            let key = (raw.series, replica_group(raw.labels), part_key(raw.part));
+            let entry = groups.entry(key).or_insert((raw.part, raw.value));
+            entry.1 = entry.1.max(raw.value);
+        }
+        for ((_, _, key), (part, value)) in groups {
+            result.entry((Vec::new(), key)).or_insert((part, 0.0)).1 += value;
+        }
+    }
+    out.extend(
+        result
+            .into_iter()
+            .filter(|(_, (_, value))| value.is_finite())
+            .map(|((labels, _), (part, value))| NormalizedSample {
+                metric,
+                labels,
+                part,
+                value,
+            }),
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::{Format, MetricFamily, MetricType};
+    use std::borrow::Cow;
+
+    fn sample(
+        name: &'static str,
+        labels: &[(&'static str, &'static str)],
+        value: f64,
+    ) -> Sample<'static> {
+        Sample {
+            name: Cow::Borrowed(name),
+            labels: labels
+                .iter()
+                .map(|(n, v)| Label {
+                    name: Cow::Borrowed(n),
+                    value: Cow::Borrowed(v),
+                })
+                .collect(),
+            value,
+            timestamp: None,
+            exemplar: None,
+        }
+    }
+
+    fn page(samples: Vec<Sample<'static>>) -> Exposition<'static> {
+        Exposition {
+            format: Format::PrometheusText,
+            families: vec![MetricFamily {
+                name: Cow::Borrowed("all"),
+                metric_type: MetricType::Unknown,
+                help: None,
+                unit: None,
+                samples,
+            }],
+        }
+    }
+
+    fn values(out: &[NormalizedSample], metric: CatalogMetric) -> Vec<(Part, f64)> {
+        out.iter()
+            .filter(|s| s.metric == metric)
+            .map(|s| (s.part, s.value))
+            .collect()
+    }
+
+    #[test]
+    fn first_present_name_wins() {
+        let p = page(vec![
+            sample("vllm:gpu_cache_usage_perc", &[("engine", "0")], 0.2),
+            sample("vllm:kv_cache_usage_perc", &[("engine", "0")], 0.3),
+        ]);
+        let out = normalize(Engine::Vllm, &p);
+        assert_eq!(
+            values(&out, CatalogMetric::KvCacheUsage),
+            vec![(Part::Value, 0.3)]
+        );
+    }
+
+    #[test]
+    fn sglang_ranks_dedupe_tp_and_sum_dp() {
+        let p = page(vec![
+            sample(
+                "sglang:num_running_reqs",
+                &[("dp_rank", "0"), ("tp_rank", "0")],
+                5.0,
+            ),
+            sample(
+                "sglang:num_running_reqs",
+                &[("dp_rank", "0"), ("tp_rank", "1")],
+                5.0,
+            ),
+            sample(
+                "sglang:num_running_reqs",
+                &[("dp_rank", "1"), ("tp_rank", "0")],
+                3.0,
+            ),
+            sample(
+                "sglang:num_running_reqs",
+                &[("dp_rank", "1"), ("tp_rank", "1")],
+                3.0,
+            ),
+            sample(
+                "sglang:token_usage",
+                &[("dp_rank", "0"), ("tp_rank", "0")],
+                0.4,
+            ),
+            sample(
+                "sglang:token_usage",
+                &[("dp_rank", "1"), ("tp_rank", "0")],
+                0.9,
+            ),
+        ]);
+        let out = normalize(Engine::Sglang, &p);
+        assert_eq!(
+            values(&out, CatalogMetric::RequestsRunning),
+            vec![(Part::Value, 8.0)]
+        );
+        assert_eq!(
+            values(&out, CatalogMetric::KvCacheUsage),
+            vec![(Part::Value, 0.9)]
+        );
+        assert!(out.iter().all(|s| s.labels.is_empty()));
+    }
+
+    #[test]
+    fn vllm_dp_engines_sum_histogram_buckets_and_counters() {
+        let p = page(vec![
+            sample("vllm:prompt_tokens_total", &[("engine", "0")], 10.0),
+            sample("vllm:prompt_tokens_total", &[("engine", "1")], 5.0),
+            sample(
+                "vllm:e2e_request_latency_seconds_bucket",
+                &[("engine", "0"), ("le", "1.0")],
+                1.0,
+            ),
+            sample(
+                "vllm:e2e_request_latency_seconds_bucket",
+                &[("le", "+Inf"), ("engine", "0")],
+                2.0,
+            ),
+            sample(
+                "vllm:e2e_request_latency_seconds_bucket",
+                &[("engine", "1"), ("le", "1")],
+                3.0,
+            ),
+            sample(
+                "vllm:e2e_request_latency_seconds_bucket",
+                &[("engine", "1"), ("le", "+Inf")],
+                3.0,
+            ),
+            sample(
+                "vllm:e2e_request_latency_seconds_count",
+                &[("engine", "1")],
+                3.0,
+            ),
+        ]);
+        let out = normalize(Engine::Vllm, &p);
+        assert_eq!(
+            values(&out, CatalogMetric::PromptTokensTotal),
+            vec![(Part::Value, 15.0)]
+        );
+        assert_eq!(
+            values(&out, CatalogMetric::E2eSeconds),
+            vec![
+                (Part::Bucket(1.0), 4.0),
+                (Part::Bucket(f64::INFINITY), 5.0),
+                (Part::Count, 3.0)
+            ]
+        );
+    }
+
+    #[test]
+    fn dcgm_units_labels_sentinels_and_total() {
+        let gpu0: &[(&str, &str)] = &[
+            ("gpu", "0"),
+            ("UUID", "GPU-a"),
+            ("Hostname", "h"),
+            ("pod", "x"),
+        ];
+        let p = page(vec![
+            sample("DCGM_FI_DEV_GPU_UTIL", gpu0, 50.0),
+            sample("DCGM_FI_DEV_FB_USED", gpu0, 1.0),
+            sample("DCGM_FI_DEV_FB_FREE", gpu0, 2.0),
+            sample("DCGM_FI_DEV_FB_RESERVED", gpu0, 1.0),
+            sample("DCGM_FI_DEV_GPU_TEMP", gpu0, 9_223_372_036_854_775_794.0),
+        ]);
+        let out = normalize(Engine::Dcgm, &p);
+        assert_eq!(
+            values(&out, CatalogMetric::GpuUtil),
+            vec![(Part::Value, 0.5)]
+        );
+        assert_eq!(
+            values(&out, CatalogMetric::GpuMemUsedBytes),
+            vec![(Part::Value, MIB)]
+        );
+        assert_eq!(
+            values(&out, CatalogMetric::GpuMemTotalBytes),
+            vec![(Part::Value, 4.0 * MIB)]
+        );
+        assert!(values(&out, CatalogMetric::GpuTempCelsius).is_empty());
+        let labels = &out[0].labels;
+        assert_eq!(
+            labels,
+            &vec![
+                ("UUID".to_owned(), "GPU-a".to_owned()),
+                ("gpu".to_owned(), "0".to_owned()),
+                ("hostname".to_owned(), "h".to_owned()),
+            ]
+        );
+    }
+
+    #[test]
+    fn triton_selectors_and_microseconds() {
+        let m: &[(&str, &str)] = &[("model", "m"), ("version", "1")];
+        let p = page(vec![
+            sample(
+                "nv_trt_llm_request_metrics",
+                &[("request_type", "active"), ("model", "m")],
+                4.0,
+            ),
+            sample(
+                "nv_trt_llm_request_metrics",
+                &[("request_type", "max"), ("model", "m")],
+                512.0,
+            ),
+            sample("nv_inference_request_duration_us", m, 3_000_000.0),
+            sample("nv_inference_request_success", m, 2.0),
+            sample("nv_inference_request_failure", m, 1.0),
+        ]);
+        let out = normalize(Engine::Trtllm, &p);
+        assert_eq!(
+            values(&out, CatalogMetric::RequestsRunning),
+            vec![(Part::Value, 4.0)]
+        );
+        assert_eq!(
+            values(&out, CatalogMetric::E2eSeconds),
+            vec![(Part::Sum, 3.0), (Part::Count, 3.0)]
+        );
+    }
+
+    #[test]
+    fn engine_filter_ignores_foreign_names() {
+        let p = page(vec![sample("vllm:num_requests_running", &[], 2.0)]);
+        assert!(normalize(Engine::Sglang, &p).is_empty());
+        assert_eq!(normalize(Engine::Generic, &p).len(), 1);
+    }
+
+    #[test]
+    fn parse_le_variants() {
+        assert_eq!(parse_le("1"), Some(1.0));
+        assert_eq!(parse_le("0.07500000000000001"), Some(0.07500000000000001));
+        assert_eq!(parse_le("+Inf"), Some(f64::INFINITY));
+        assert_eq!(parse_le("NaN"), None);
+        assert_eq!(parse_le("x"), None);
+    }
+}

@@ -1,0 +1,8 @@
+//! llmwatch's pure domain logic. Invariant: nothing in this crate does I/O,
+//! spawns, sleeps or reads a clock; every function is a function of its inputs.
+
+pub mod analysis;
+pub mod catalog;
+pub mod exposition;
+pub mod signals;
+pub mod stats;

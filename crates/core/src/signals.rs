@@ -1,0 +1,517 @@
+//! Engine-neutral signals (DESIGN.md's vocabulary) derived from normalised
+//! samples of one scrape, or of two scrapes of the same target.
+//!
+//! Pure: the caller supplies the scrape times; nothing here reads a clock.
+//! No function returns NaN or an infinity: an undefined signal is omitted.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use crate::catalog::{CatalogMetric, NormalizedSample, Part};
+use crate::stats::{bucket_deltas, counter_delta, histogram_quantile};
+
+/// A signal name from DESIGN.md. `as_str` is the stable API/store spelling.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Signal {
+    /// KV-cache usage, 0..1 (max over ranks).
+    KvCacheUsage,
+    RequestsRunning,
+    RequestsWaiting,
+    /// Prefix-cache hit rate, 0..1: Δhits/Δqueries (tokens) where the engine
+    /// has the counters, else the engine's own ratio gauge.
+    PrefixCacheHitRate,
+    PreemptionsRate,
+    ServerTtftP50,
+    ServerTtftP95,
+    ServerTtftMean,
+    ServerItlP50,
+    ServerItlP95,
+    ServerItlMean,
+    ServerE2eP95,
+    ServerE2eMean,
+    ServerQueueTimeP95,
+    PromptTokensRate,
+    GenerationTokensRate,
+    /// Finished requests per second.
+    RequestRate,
+    /// Mean GPU utilisation over GPUs, 0..1.
+    GpuUtil,
+    /// Σ used / Σ total memory over GPUs.
+    GpuMemUsedRatio,
+    /// The fullest GPU's used/total (unbalanced-split diagnosis).
+    GpuMemUsedRatioMax,
+    /// The emptiest GPU's used/total.
+    GpuMemUsedRatioMin,
+    /// Σ used memory over GPUs.
+    GpuMemUsedBytes,
+    /// Mean memory-bandwidth utilisation over GPUs, 0..1.
+    GpuMemBwUtil,
+    /// Σ power over GPUs.
+    GpuPowerW,
+    /// Number of distinct GPUs on the page.
+    GpuCount,
+    /// Hottest GPU.
+    GpuTempMax,
+    /// Mean tensor-pipe activity over GPUs, 0..1.
+    GpuTensorActive,
+}
+
+impl Signal {
+    const ALL: [Signal; 27] = [
+        Signal::KvCacheUsage,
+        Signal::RequestsRunning,
+        Signal::RequestsWaiting,
+        Signal::PrefixCacheHitRate,
+        Signal::PreemptionsRate,
+        Signal::ServerTtftP50,
+        Signal::ServerTtftP95,
+        Signal::ServerTtftMean,
+        Signal::ServerItlP50,
+        Signal::ServerItlP95,
+        Signal::ServerItlMean,
+        Signal::ServerE2eP95,
+        Signal::ServerE2eMean,
+        Signal::ServerQueueTimeP95,
+        Signal::PromptTokensRate,
+        Signal::GenerationTokensRate,
+        Signal::RequestRate,
+        Signal::GpuUtil,
+        Signal::GpuMemUsedRatio,
+        Signal::GpuMemUsedRatioMax,
+        Signal::GpuMemUsedRatioMin,
+        Signal::GpuMemUsedBytes,
+        Signal::GpuMemBwUtil,
+        Signal::GpuPowerW,
+        Signal::GpuCount,
+        Signal::GpuTempMax,
+        Signal::GpuTensorActive,
+    ];
+
+    /// Every signal, in output order of [`signals_between`].
+    pub fn all() -> &'static [Signal] {
+        &Self::ALL
+    }
+
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Signal::KvCacheUsage => "kv_cache_usage",
+            Signal::RequestsRunning => "requests_running",
+            Signal::RequestsWaiting => "requests_waiting",
+            Signal::PrefixCacheHitRate => "prefix_cache_hit_rate",
+            Signal::PreemptionsRate => "preemptions_rate",
+            Signal::ServerTtftP50 => "server_ttft_p50",
+            Signal::ServerTtftP95 => "server_ttft_p95",
+            Signal::ServerTtftMean => "server_ttft_mean",
+            Signal::ServerItlP50 => "server_itl_p50",
+            Signal::ServerItlP95 => "server_itl_p95",
+            Signal::ServerItlMean => "server_itl_mean",
+            Signal::ServerE2eP95 => "server_e2e_p95",
+            Signal::ServerE2eMean => "server_e2e_mean",
+            Signal::ServerQueueTimeP95 => "server_queue_time_p95",
+            Signal::PromptTokensRate => "prompt_tokens_rate",
+            Signal::GenerationTokensRate => "generation_tokens_rate",
+            Signal::RequestRate => "request_rate",
+            Signal::GpuUtil => "gpu_util",
+            Signal::GpuMemUsedRatio => "gpu_mem_used_ratio",
+            Signal::GpuMemUsedRatioMax => "gpu_mem_used_ratio_max",
+            Signal::GpuMemUsedRatioMin => "gpu_mem_used_ratio_min",
+            Signal::GpuMemUsedBytes => "gpu_mem_used_bytes",
+            Signal::GpuMemBwUtil => "gpu_mem_bw_util",
+            Signal::GpuPowerW => "gpu_power_w",
+            Signal::GpuCount => "gpu_count",
+            Signal::GpuTempMax => "gpu_temp_max",
+            Signal::GpuTensorActive => "gpu_tensor_active",
+        }
+    }
+
+    /// Unit of the value: `ratio` (0..1), `requests`, `1/s` (tokens,
+    /// requests or preemptions per second), `s`, `W`, `bytes`, `count`,
+    /// `celsius`.
+    pub fn unit(&self) -> &'static str {
+        match self {
+            Signal::KvCacheUsage
+            | Signal::PrefixCacheHitRate
+            | Signal::GpuUtil
+            | Signal::GpuMemUsedRatio
+            | Signal::GpuMemUsedRatioMax
+            | Signal::GpuMemUsedRatioMin
+            | Signal::GpuMemBwUtil
+            | Signal::GpuTensorActive => "ratio",
+            Signal::RequestsRunning | Signal::RequestsWaiting => "requests",
+            Signal::PreemptionsRate
+            | Signal::PromptTokensRate
+            | Signal::GenerationTokensRate
+            | Signal::RequestRate => "1/s",
+            Signal::ServerTtftP50
+            | Signal::ServerTtftP95
+            | Signal::ServerTtftMean
+            | Signal::ServerItlP50
+            | Signal::ServerItlP95
+            | Signal::ServerItlMean
+            | Signal::ServerE2eP95
+            | Signal::ServerE2eMean
+            | Signal::ServerQueueTimeP95 => "s",
+            Signal::GpuMemUsedBytes => "bytes",
+            Signal::GpuPowerW => "W",
+            Signal::GpuCount => "count",
+            Signal::GpuTempMax => "celsius",
+        }
+    }
+}
+
+impl fmt::Display for Signal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A signal name that is not one of [`Signal::as_str`]'s spellings.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown signal {value:?}: expected one of {expected}")]
+pub struct ParseSignalError {
+    pub value: String,
+    /// The accepted names, comma-separated.
+    pub expected: String,
+}
+
+impl FromStr for Signal {
+    type Err = ParseSignalError;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Signal::ALL
+            .into_iter()
+            .find(|signal| signal.as_str() == s)
+            .ok_or_else(|| ParseSignalError {
+                value: s.to_owned(),
+                expected: Signal::ALL.map(|signal| signal.as_str()).join(", "),
+            })
+    }
+}
+
+/// The normalised samples of one scrape and when it was taken.
+#[derive(Debug, Clone, Copy)]
+pub struct Snapshot<'a> {
+    /// Scrape time, Unix seconds (only differences matter).
+    pub ts: f64,
+    pub samples: &'a [NormalizedSample],
+}
+
+/// Derives the signals of `cur`, over the window since `prev` when given.
+///
+/// Semantics:
+/// * **Gauges** (`kv_cache_usage`, running/waiting, GPU) always come from
+///   `cur`. GPU gauges are aggregated over GPUs: utilisation, bandwidth and
+///   tensor activity → mean; used bytes and power → sum; temperature → max;
+///   `gpu_mem_used_ratio` = Σused/Σtotal over GPUs that report both, with
+///   `_max`/`_min` the extreme per-GPU ratios; `gpu_count` = distinct GPU
+///   label sets.
+/// * **With `prev`** (a window): counter rates = Δ/Δt with reset handling (a
+///   decrease means restart: Δ = current value), omitted when Δt ≤ 0 or the
+///   counter is missing from either side. Prefix hit rate = Δhits/Δqueries,
+///   omitted when Δqueries = 0 (both re-baselined if either went down).
+///   Server quantiles come from the bucket-wise difference of the merged
+///   histograms ([`bucket_deltas`], reset-aware) and are omitted when the
+///   window holds no new observation; means are Δsum/Δcount likewise.
+/// * **Without `prev`** (one page, `llmwatch inspect`): rates are omitted;
+///   hit rate and quantiles/means are over the server's lifetime
+///   (cumulative values), omitted when nothing was observed yet.
+/// * Engines without hit/query counters but with a ratio gauge (SGLang,
+///   Dynamo, vLLM V0) report that gauge as the hit rate, in both modes.
+///
+/// Output follows [`Signal::all`] order; every value is finite.
+pub fn signals_between(prev: Option<Snapshot>, cur: Snapshot) -> Vec<(Signal, f64)> {
+    use CatalogMetric as M;
+    let mut out: Vec<(Signal, f64)> = Vec::new();
+    let mut put = |signal: Signal, value: Option<f64>| {
+        if let Some(value) = value.filter(|v| v.is_finite()) {
+            out.push((signal, value));
+        }
+    };
+    let c = cur.samples;
+    let p = prev.map(|snapshot| snapshot.samples);
+    let dt = prev
+        .map(|snapshot| cur.ts - snapshot.ts)
+        .filter(|dt| dt.is_finite() && *dt > 0.0);
+
+    put(
+        Signal::KvCacheUsage,
+        fold_values(c, M::KvCacheUsage, f64::max),
+    );
+    put(Signal::RequestsRunning, sum_values(c, M::RequestsRunning));
+    put(Signal::RequestsWaiting, sum_values(c, M::RequestsWaiting));
+    put(Signal::PrefixCacheHitRate, prefix_hit_rate(p, c));
+    let rate = |metric: CatalogMetric| -> Option<f64> {
+        let dt = dt?;
+        let before = sum_values(p?, metric)?;
+        let after = sum_values(c, metric)?;
+        Some(counter_delta(before, after) / dt)
+    };
+    put(Signal::PreemptionsRate, rate(M::PreemptionsTotal));
+    let ttft = Hist::window(p, c, M::TtftSeconds);
+    let itl = Hist::window(p, c, M::ItlSeconds);
+    let e2e = Hist::window(p, c, M::E2eSeconds);
+    let queue = Hist::window(p, c, M::QueueTimeSeconds);
+    put(Signal::ServerTtftP50, ttft.quantile(0.50));
+    put(Signal::ServerTtftP95, ttft.quantile(0.95));
+    put(Signal::ServerTtftMean, ttft.mean());
+    put(Signal::ServerItlP50, itl.quantile(0.50));
+    put(Signal::ServerItlP95, itl.quantile(0.95));
+    put(Signal::ServerItlMean, itl.mean());
+    put(Signal::ServerE2eP95, e2e.quantile(0.95));
+    put(Signal::ServerE2eMean, e2e.mean());
+    put(Signal::ServerQueueTimeP95, queue.quantile(0.95));
+    put(Signal::PromptTokensRate, rate(M::PromptTokensTotal));
+    put(Signal::GenerationTokensRate, rate(M::GenerationTokensTotal));
+    put(Signal::RequestRate, rate(M::RequestsSuccessTotal));
+
+    let gpus = Gpus::collect(c);
+    put(Signal::GpuUtil, gpus.mean(M::GpuUtil));
+    let ratios = gpus.memory_ratios();
+    put(Signal::GpuMemUsedRatio, ratios.map(|r| r.aggregate));
+    put(Signal::GpuMemUsedRatioMax, ratios.map(|r| r.max));
+    put(Signal::GpuMemUsedRatioMin, ratios.map(|r| r.min));
+    put(
+        Signal::GpuMemUsedBytes,
+        gpus.fold(M::GpuMemUsedBytes, |a, b| a + b),
+    );
+    put(Signal::GpuMemBwUtil, gpus.mean(M::GpuMemBwUtil));
+    put(Signal::GpuPowerW, gpus.fold(M::GpuPowerWatts, |a, b| a + b));
+    put(
+        Signal::GpuCount,
+        (!gpus.by_gpu.is_empty()).then_some(gpus.by_gpu.len() as f64),
+    );
+    put(Signal::GpuTempMax, gpus.fold(M::GpuTempCelsius, f64::max));
+    put(Signal::GpuTensorActive, gpus.mean(M::GpuTensorActive));
+    out
+}
+
+fn values(samples: &[NormalizedSample], metric: CatalogMetric) -> impl Iterator<Item = f64> + '_ {
+    samples
+        .iter()
+        .filter(move |s| s.metric == metric && s.part == Part::Value && s.value.is_finite())
+        .map(|s| s.value)
+}
+
+fn fold_values(
+    samples: &[NormalizedSample],
+    metric: CatalogMetric,
+    f: fn(f64, f64) -> f64,
+) -> Option<f64> {
+    values(samples, metric).reduce(f)
+}
+
+/// Sum over series (engine metrics have one series after normalisation).
+fn sum_values(samples: &[NormalizedSample], metric: CatalogMetric) -> Option<f64> {
+    fold_values(samples, metric, |a, b| a + b)
+}
+
+fn mean_values(samples: &[NormalizedSample], metric: CatalogMetric) -> Option<f64> {
+    let (sum, n) = values(samples, metric).fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+    (n > 0).then(|| sum / n as f64)
+}
+
+fn prefix_hit_rate(prev: Option<&[NormalizedSample]>, cur: &[NormalizedSample]) -> Option<f64> {
+    use CatalogMetric as M;
+    let counters = |samples: &[NormalizedSample]| {
+        Some((
+            sum_values(samples, M::PrefixCacheHitsTotal)?,
+            sum_values(samples, M::PrefixCacheQueriesTotal)?,
+        ))
+    };
+    let Some((hits, queries)) = counters(cur) else {
+        return mean_values(cur, M::PrefixCacheHitRate);
+    };
+    let (d_hits, d_queries) = match prev {
+        None => (hits, queries),
+        Some(prev) => {
+            let (hits0, queries0) = counters(prev)?;
+            if hits < hits0 || queries < queries0 {
+                (hits, queries)
+            } else {
+                (hits - hits0, queries - queries0)
+            }
+        }
+    };
+    (d_queries > 0.0).then(|| d_hits / d_queries)
+}
+
+/// One histogram merged over series (buckets summed by `le`), as observed in
+/// the window (or lifetime).
+struct Hist {
+    buckets: Vec<(f64, f64)>,
+    sum: Option<f64>,
+    count: Option<f64>,
+}
+
+impl Hist {
+    fn merged(samples: &[NormalizedSample], metric: CatalogMetric) -> Option<Hist> {
+        let mut buckets: Vec<(f64, f64)> = Vec::new();
+        let mut sum = None;
+        let mut count = None;
+        for s in samples
+            .iter()
+            .filter(|s| s.metric == metric && s.value.is_finite())
+        {
+            match s.part {
+                Part::Bucket(le) => {
+                    match buckets.iter_mut().find(|(b, _)| b.total_cmp(&le).is_eq()) {
+                        Some(bucket) => bucket.1 += s.value,
+                        None => buckets.push((le, s.value)),
+                    }
+                }
+                Part::Sum => *sum.get_or_insert(0.0) += s.value,
+                Part::Count => *count.get_or_insert(0.0) += s.value,
+                Part::Value => {}
+            }
+        }
+        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        (!buckets.is_empty() || sum.is_some() || count.is_some()).then_some(Hist {
+            buckets,
+            sum,
+            count,
+        })
+    }
+
+    /// `cur` minus `prev` (reset-aware), or `cur` alone without `prev`.
+    fn window(
+        prev: Option<&[NormalizedSample]>,
+        cur: &[NormalizedSample],
+        metric: CatalogMetric,
+    ) -> Option<Hist> {
+        let cur = Hist::merged(cur, metric)?;
+        let Some(prev) = prev else {
+            return Some(cur);
+        };
+        let prev = Hist::merged(prev, metric).unwrap_or(Hist {
+            buckets: Vec::new(),
+            sum: None,
+            count: None,
+        });
+        let (sum, count) = match (prev.sum, prev.count, cur.sum, cur.count) {
+            (Some(s0), Some(c0), Some(s1), Some(c1)) if s1 >= s0 && c1 >= c0 => {
+                (Some(s1 - s0), Some(c1 - c0))
+            }
+            // prev had none: everything in cur is new (as for buckets).
+            (None, None, s1, c1) => (s1, c1),
+            // A reset (either went down): cur counts from the restart.
+            (Some(_), Some(_), Some(s1), Some(c1)) => (Some(s1), Some(c1)),
+            _ => (None, None),
+        };
+        Some(Hist {
+            buckets: bucket_deltas(&prev.buckets, &cur.buckets),
+            sum,
+            count,
+        })
+    }
+}
+
+trait HistExt {
+    fn quantile(&self, q: f64) -> Option<f64>;
+    fn mean(&self) -> Option<f64>;
+}
+
+impl HistExt for Option<Hist> {
+    fn quantile(&self, q: f64) -> Option<f64> {
+        histogram_quantile(q, &self.as_ref()?.buckets)
+    }
+
+    fn mean(&self) -> Option<f64> {
+        let hist = self.as_ref()?;
+        let count = hist.count?;
+        (count > 0.0).then_some(hist.sum? / count)
+    }
+}
+
+/// GPU gauges of one page, per GPU label set.
+struct Gpus {
+    by_gpu: BTreeMap<Vec<(String, String)>, BTreeMap<CatalogMetric, f64>>,
+}
+
+#[derive(Clone, Copy)]
+struct MemoryRatios {
+    aggregate: f64,
+    max: f64,
+    min: f64,
+}
+
+impl Gpus {
+    fn collect(samples: &[NormalizedSample]) -> Gpus {
+        let mut by_gpu: BTreeMap<Vec<(String, String)>, BTreeMap<CatalogMetric, f64>> =
+            BTreeMap::new();
+        for s in samples {
+            if s.metric.is_gpu() && s.part == Part::Value && s.value.is_finite() {
+                by_gpu
+                    .entry(s.labels.clone())
+                    .or_default()
+                    .insert(s.metric, s.value);
+            }
+        }
+        Gpus { by_gpu }
+    }
+
+    fn each(&self, metric: CatalogMetric) -> impl Iterator<Item = f64> + '_ {
+        self.by_gpu
+            .values()
+            .filter_map(move |m| m.get(&metric).copied())
+    }
+
+    fn fold(&self, metric: CatalogMetric, f: fn(f64, f64) -> f64) -> Option<f64> {
+        self.each(metric).reduce(f)
+    }
+
+    fn mean(&self, metric: CatalogMetric) -> Option<f64> {
+        let (sum, n) = self
+            .each(metric)
+            .fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+        (n > 0).then(|| sum / n as f64)
+    }
+
+    fn memory_ratios(&self) -> Option<MemoryRatios> {
+        let pairs: Vec<(f64, f64)> = self
+            .by_gpu
+            .values()
+            .filter_map(|m| {
+                let used = *m.get(&CatalogMetric::GpuMemUsedBytes)?;
+                let total = *m.get(&CatalogMetric::GpuMemTotalBytes)?;
+                (total > 0.0).then_some((used, total))
+            })
+            .collect();
+        let used: f64 = pairs.iter().map(|(u, _)| u).sum();
+        let total: f64 = pairs.iter().map(|(_, t)| t).sum();
+        let per_gpu = pairs.iter().map(|(u, t)| u / t);
+        Some(MemoryRatios {
+            aggregate: (total > 0.0).then(|| used / total)?,
+            max: per_gpu.clone().reduce(f64::max)?,
+            min: per_gpu.reduce(f64::min)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signal_names_round_trip_and_error() {
+        for signal in Signal::all() {
+            assert_eq!(signal.as_str().parse::<Signal>(), Ok(*signal));
+            assert!(!signal.unit().is_empty());
+        }
+        let err = "ttft".parse::<Signal>().unwrap_err().to_string();
+        assert!(
+            err.contains("\"ttft\"") && err.contains("server_ttft_p95"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn empty_page_gives_nothing() {
+        let cur = Snapshot {
+            ts: 1.0,
+            samples: &[],
+        };
+        assert!(signals_between(None, cur).is_empty());
+        assert!(signals_between(Some(cur), cur).is_empty());
+    }
+}

@@ -1,0 +1,422 @@
+//! Table-driven: every real engine/exporter page under `shared/fixtures` →
+//! parse → detect engine → normalize → `signals_between(None, …)`, compared
+//! with values read off the fixture text by hand (lifetime semantics: no
+//! rates, cumulative hit rate and quantiles).
+//!
+//! Quantiles follow PromQL: rank = q · count(+Inf); find the first bucket
+//! whose cumulative count reaches the rank; interpolate linearly from the
+//! previous bound; a rank in the +Inf bucket gives the highest finite bound.
+
+use llmwatch_core::catalog::{detect_engine, normalize, Engine};
+use llmwatch_core::exposition::{parse_lenient, Format};
+use llmwatch_core::signals::{signals_between, Signal, Snapshot};
+
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures");
+const MIB: f64 = 1_048_576.0;
+
+use Signal::*;
+
+struct Case {
+    file: &'static str,
+    engine: Engine,
+    /// Exactly the signals expected (any other signal is a failure).
+    signals: &'static [(Signal, f64)],
+}
+
+const CASES: &[Case] = &[
+    Case {
+        // vLLM V1 (Qwen3-0.6B, 2 requests). prefix queries = 0 → hit rate undefined.
+        file: "vllm/metrics_example.txt",
+        engine: Engine::Vllm,
+        signals: &[
+            (KvCacheUsage, 0.0),
+            (RequestsRunning, 0.0),
+            (RequestsWaiting, 0.0),
+            // TTFT count 2: p50 rank 1 → (0.01, 0.02] holds 0→1 → 0.01 + 0.01·1/1.
+            (ServerTtftP50, 0.02),
+            // p95 rank 1.9 → (0.25, 0.5] holds 1→2 → 0.25 + 0.25·0.9.
+            (ServerTtftP95, 0.475),
+            (ServerTtftMean, 0.4143967628479004 / 2.0),
+            // ITL count 598, 597 ≤ 0.01: p50 rank 299 → 0.01·299/597.
+            (ServerItlP50, 0.01 * 299.0 / 597.0),
+            // p95 rank 568.1 → 0.01·568.1/597.
+            (ServerItlP95, 0.01 * 568.1 / 597.0),
+            (ServerItlMean, 3.1598554495722055 / 598.0),
+            // e2e: both in (1.5, 2.0]: rank 1.9 → 1.5 + 0.5·1.9/2.
+            (ServerE2eP95, 1.975),
+            (ServerE2eMean, 3.5736520290374756 / 2.0),
+            // queue: both ≤ 0.3: rank 1.9 → 0.3·1.9/2.
+            (ServerQueueTimeP95, 0.285),
+        ],
+    },
+    Case {
+        // Legacy/spliced DataDog fixture: kv_cache_usage_perc wins over
+        // gpu_cache_usage_perc; inter_token_latency over time_per_output_token.
+        file: "vllm/metrics_example_legacy_v0_datadog_fixture.txt",
+        engine: Engine::Vllm,
+        signals: &[
+            (KvCacheUsage, 0.0),
+            (RequestsRunning, 0.0),
+            (RequestsWaiting, 0.0),
+            // prefix_cache_hits_total 64 / prefix_cache_queries_total 117.
+            (PrefixCacheHitRate, 64.0 / 117.0),
+            // TTFT count 1 in (0.25, 0.5]: p50 0.25 + 0.25·0.5, p95 0.25 + 0.25·0.95.
+            (ServerTtftP50, 0.375),
+            (ServerTtftP95, 0.4875),
+            (ServerTtftMean, 0.31326723098754883),
+            // ITL count 144 (buckets 0.01: 141 … ): p50 rank 72 → 0.01·72/141.
+            (ServerItlP50, 0.01 * 72.0 / 141.0),
+            (ServerItlP95, 0.01 * 136.8 / 141.0),
+            (ServerItlMean, 0.6237391703762114 / 144.0),
+            // e2e count 1 in (0, 1.0]: 1.0·0.95.
+            (ServerE2eP95, 0.95),
+            (ServerE2eMean, 0.5034303665161133),
+            // queue count 6, all ≤ 0.3: 0.3·5.7/6.
+            (ServerQueueTimeP95, 0.3 * 5.7 / 6.0),
+        ],
+    },
+    Case {
+        // v0.10 transition page: old and new names side by side; the new ones win
+        // (same values here), nothing is counted twice.
+        file: "vllm/metrics_reconstructed_v0.10_transition.txt",
+        engine: Engine::Vllm,
+        signals: &[
+            (KvCacheUsage, 0.4219),
+            (RequestsRunning, 4.0),
+            (RequestsWaiting, 1.0),
+            (PrefixCacheHitRate, 1024.0 / 3072.0),
+            (ServerTtftP50, 0.05),
+            (ServerTtftP95, 0.4625),
+            (ServerTtftMean, 0.456 / 3.0),
+            // No inter_token_latency here: time_per_output_token_seconds is used.
+            (ServerItlP50, 0.0175),
+            (ServerItlP95, 0.02425),
+            (ServerItlMean, 5.410200000000006 / 381.0),
+            (ServerE2eP95, 4.625),
+            (ServerE2eMean, 6.67 / 3.0),
+            (ServerQueueTimeP95, 0.285),
+        ],
+    },
+    Case {
+        // Live idle vLLM: every histogram is empty → no quantiles/means,
+        // prefix queries 0 → no hit rate.
+        file: "vllm-live/metrics_vllm_idle.txt",
+        engine: Engine::Vllm,
+        signals: &[
+            (KvCacheUsage, 0.0),
+            (RequestsRunning, 0.0),
+            (RequestsWaiting, 0.0),
+        ],
+    },
+    Case {
+        file: "nim/metrics_example.txt",
+        engine: Engine::Nim,
+        signals: &[
+            (KvCacheUsage, 0.0002848191398461977),
+            (RequestsRunning, 1.0),
+            (RequestsWaiting, 0.0),
+            (ServerTtftP50, 0.025),
+            (ServerTtftP95, 0.6875),
+            (ServerTtftMean, 0.6119842529296875 / 5.0),
+            (ServerItlP50, 0.017544642857142856),
+            (ServerItlP95, 0.024334821428571428),
+            (ServerItlMean, 1.856855869293213 / 169.0),
+            (ServerE2eP95, 0.95),
+            (ServerE2eMean, 2.4688401222229004 / 5.0),
+        ],
+    },
+    Case {
+        // SGLang docs example (early 2025): TPOT name, buckets up to 30 s.
+        file: "sglang/metrics_example.txt",
+        engine: Engine::Sglang,
+        signals: &[
+            (KvCacheUsage, 0.28),
+            (RequestsRunning, 162.0),
+            (RequestsWaiting, 2826.0),
+            (PrefixCacheHitRate, 0.007507552643049313),
+            // TTFT: 2513 of 11008 ≤ 30 s, so p50 and p95 ranks fall in +Inf
+            // → highest finite bound.
+            (ServerTtftP50, 30.0),
+            (ServerTtftP95, 30.0),
+            (ServerTtftMean, 2.3518979474117756e6 / 11008.0),
+            // ITL count 7400757: p50 rank 3700378.5 in (0.075, 0.1] holding
+            // 433413 → 4950195.
+            (
+                ServerItlP50,
+                0.075 + 0.025 * (3_700_378.5 - 433_413.0) / (4_950_195.0 - 433_413.0),
+            ),
+            // p95 rank 7030719.15 in (0.1, 0.15] holding 4950195 → 7039435.
+            (
+                ServerItlP95,
+                0.1 + 0.05 * (7_030_719.15 - 4_950_195.0) / (7_039_435.0 - 4_950_195.0),
+            ),
+            (ServerItlMean, 866964.5791549598 / 7.400757e6),
+            (ServerE2eP95, 60.0),
+            (ServerE2eMean, 3.116093850019932e6 / 11228.0),
+        ],
+    },
+    Case {
+        // SGLang 0.5 reconstruction: tp_rank/pp_rank labels, ITL name,
+        // retraction counter (a rate, so absent here).
+        file: "sglang/metrics_reconstructed_v0.5.txt",
+        engine: Engine::Sglang,
+        signals: &[
+            (KvCacheUsage, 0.28),
+            (RequestsRunning, 162.0),
+            (RequestsWaiting, 2826.0),
+            (PrefixCacheHitRate, 0.007507552643049313),
+            // TTFT count 3: p50 rank 1.5 in (0.8, 1.0] holding 1→2 → 0.8 + 0.2·0.5.
+            (ServerTtftP50, 0.9),
+            // p95 rank 2.85 in (6, 8] holding 2→3 → 6 + 2·0.85.
+            (ServerTtftP95, 7.7),
+            (ServerTtftMean, 8.66 / 3.0),
+            (ServerItlP50, 0.01355),
+            (ServerItlP95, 0.0293625),
+            (ServerItlMean, 1.4000000000000004 / 71.0),
+            // e2e p95 rank 2.85 in (40, 60] holding 2→3 → 40 + 20·0.85.
+            (ServerE2eP95, 57.0),
+            (ServerE2eMean, 88.4 / 3.0),
+            // queue p95 rank 2.85 in (4, 5] holding 2→3 → 4 + 0.85.
+            (ServerQueueTimeP95, 4.85),
+        ],
+    },
+    Case {
+        // TGI: no KV usage, no TTFT; "ITL" is the per-request mean TPOT
+        // histogram tgi_request_mean_time_per_token_duration.
+        file: "tgi/metrics_example.txt",
+        engine: Engine::Tgi,
+        signals: &[
+            (RequestsRunning, 0.0),
+            (RequestsWaiting, 0.0),
+            // count 11: p50 rank 5.5 in (0.0129746…, 0.0194619…] holding 5→11.
+            (
+                ServerItlP50,
+                0.0129746337890625 + (0.01946195068359375 - 0.0129746337890625) * 0.5 / 6.0,
+            ),
+            (ServerItlP95, 0.018867279968261718),
+            (ServerItlMean, 0.14940613004879125 / 11.0),
+            (ServerE2eP95, 3.556206201410964),
+            (ServerE2eMean, 22.17695412131686 / 11.0),
+            (ServerQueueTimeP95, 0.30204415298223486),
+        ],
+    },
+    Case {
+        // llama.cpp: no histograms; ITL mean = predicted seconds / predicted tokens.
+        file: "llamacpp/metrics_example.txt",
+        engine: Engine::Llamacpp,
+        signals: &[
+            (RequestsRunning, 1.0),
+            (RequestsWaiting, 0.0),
+            (ServerItlMean, 3544.27 / 3469.0),
+        ],
+    },
+    Case {
+        file: "llamacpp/metrics_example_legacy_with_kv_cache.txt",
+        engine: Engine::Llamacpp,
+        signals: &[
+            (KvCacheUsage, 0.0732422),
+            (RequestsRunning, 1.0),
+            (RequestsWaiting, 0.0),
+            (ServerItlMean, 3544.27 / 3469.0),
+        ],
+    },
+    Case {
+        // Idle: 0 predicted tokens → no mean.
+        file: "llamacpp-live/metrics_llamacpp_idle.txt",
+        engine: Engine::Llamacpp,
+        signals: &[(RequestsRunning, 0.0), (RequestsWaiting, 0.0)],
+    },
+    Case {
+        // Triton + TRT-LLM backend: selectors pick request_type / block type;
+        // waiting = nv_trt_llm request_type="waiting" (1) before Triton's
+        // pending count (0); the µs counters have count 0 → no means.
+        file: "tensorrt-llm-triton/metrics_example.txt",
+        engine: Engine::Trtllm,
+        signals: &[
+            (KvCacheUsage, 0.4875),
+            (RequestsRunning, 0.0),
+            (RequestsWaiting, 1.0),
+        ],
+    },
+    Case {
+        file: "dynamo/metrics_example.txt",
+        engine: Engine::Dynamo,
+        signals: &[
+            (RequestsRunning, 0.0),
+            (RequestsWaiting, 0.0),
+            (ServerTtftP50, 1.6),
+            (ServerTtftP95, 2.14),
+            (ServerTtftMean, 1.5625701570000001),
+            (ServerItlP50, 0.0026422382671480145),
+            (ServerItlP95, 0.0034194223826714805),
+            (ServerItlMean, 0.6126917290000005 / 299.0),
+            (ServerE2eP95, 3.325),
+            (ServerE2eMean, 2.177646729),
+        ],
+    },
+    Case {
+        // Dynamo worker carrying trtllm_* families: detected as Dynamo, and
+        // the backend histograms are read.
+        file: "dynamo/metrics_example_worker_trtllm.txt",
+        engine: Engine::Dynamo,
+        signals: &[
+            (KvCacheUsage, 0.0),
+            (RequestsRunning, 0.0),
+            (PrefixCacheHitRate, 0.0),
+            (ServerTtftP50, 0.04),
+            (ServerTtftP95, 0.058),
+            (ServerTtftMean, 0.06795299984514713 / 2.0),
+            (ServerItlP50, 0.005),
+            (ServerItlP95, 0.0095),
+            (ServerItlMean, 0.005558789299682629 / 2.0),
+            (ServerE2eP95, 0.99),
+            (ServerE2eMean, 1.7300310004502535 / 2.0),
+            (ServerQueueTimeP95, 0.285),
+        ],
+    },
+    Case {
+        // Spliced DataDog page: four distinct GPU label sets (one with no
+        // labels at all); PROF_GR_ENGINE_ACTIVE (0) preferred over GPU_UTIL;
+        // GPU-20c5…: used 0 + free 15109 MiB → ratio 0; GPU-9ef1… has
+        // FB_TOTAL but no FB_USED, so it is not in the ratio.
+        file: "dcgm-exporter/metrics_example.txt",
+        engine: Engine::Dcgm,
+        signals: &[
+            (GpuUtil, 0.0),
+            (GpuMemUsedRatio, 0.0),
+            (GpuMemUsedRatioMax, 0.0),
+            (GpuMemUsedRatioMin, 0.0),
+            (GpuMemUsedBytes, 0.0),
+            (GpuMemBwUtil, 0.000003),
+            (GpuPowerW, 8.969),
+            (GpuCount, 4.0),
+            (GpuTempMax, 25.0),
+            (GpuTensorActive, 0.0),
+        ],
+    },
+    Case {
+        // 2 × H100: GPU 0 used 73556 + free 7012 + reserved 591 MiB; GPU 1
+        // 0 + 80568 + 591.
+        file: "dcgm-exporter/metrics_reconstructed_4.5_Hostname.txt",
+        engine: Engine::Dcgm,
+        signals: H100_PAIR,
+    },
+    Case {
+        file: "dcgm-exporter/metrics_reconstructed_4.5_hostname.txt",
+        engine: Engine::Dcgm,
+        signals: H100_PAIR,
+    },
+    Case {
+        // Only clocks and a sentinel MEMORY_TEMP (9223372036854775794): nothing
+        // the catalog maps survives.
+        file: "dcgm-exporter/metrics_example_readme.txt",
+        engine: Engine::Dcgm,
+        signals: &[],
+    },
+    Case {
+        // dcgm-exporter's server test page exports only TEST_METRIC.
+        file: "dcgm-exporter/metrics_example_server_test.txt",
+        engine: Engine::Generic,
+        signals: &[],
+    },
+];
+
+const H100_PAIR: &[(Signal, f64)] = &[
+    (GpuUtil, (0.912345 + 0.0) / 2.0),
+    (GpuMemUsedRatio, 73556.0 / (2.0 * 81159.0)),
+    (GpuMemUsedRatioMax, 73556.0 / 81159.0),
+    (GpuMemUsedRatioMin, 0.0),
+    (GpuMemUsedBytes, 73556.0 * MIB),
+    (GpuMemBwUtil, 0.583119 / 2.0),
+    (GpuPowerW, 512.337 + 71.204),
+    (GpuCount, 2.0),
+    (GpuTempMax, 61.0),
+    (GpuTensorActive, 0.412233 / 2.0),
+];
+
+fn close(actual: f64, expected: f64) -> bool {
+    actual == expected || (actual - expected).abs() <= 1e-9 * expected.abs().max(actual.abs())
+}
+
+#[test]
+fn every_fixture_page_detects_and_derives_expected_signals() {
+    let mut failures = Vec::new();
+    for case in CASES {
+        let path = format!("{FIXTURES}/{}", case.file);
+        let body = std::fs::read(&path).unwrap_or_else(|err| panic!("{path}: {err}"));
+        let (page, _errors) = parse_lenient(&body, Format::PrometheusText);
+        let engine = detect_engine(&page);
+        if engine != case.engine {
+            failures.push(format!(
+                "{}: detected {engine}, expected {}",
+                case.file, case.engine
+            ));
+        }
+        let samples = normalize(case.engine, &page);
+        let got = signals_between(
+            None,
+            Snapshot {
+                ts: 0.0,
+                samples: &samples,
+            },
+        );
+        for (signal, value) in &got {
+            assert!(value.is_finite(), "{}: {signal} = {value}", case.file);
+        }
+        let got_names: Vec<Signal> = got.iter().map(|(s, _)| *s).collect();
+        let want_names: Vec<Signal> = case.signals.iter().map(|(s, _)| *s).collect();
+        if got_names != want_names {
+            failures.push(format!(
+                "{}: signals {got_names:?}, expected {want_names:?}",
+                case.file
+            ));
+            continue;
+        }
+        for ((signal, actual), (_, expected)) in got.iter().zip(case.signals) {
+            if !close(*actual, *expected) {
+                failures.push(format!(
+                    "{}: {signal} = {actual:?}, expected {expected:?}",
+                    case.file
+                ));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+#[test]
+fn normalized_output_is_deterministic_and_label_free_for_engines() {
+    for case in CASES {
+        let body = std::fs::read(format!("{FIXTURES}/{}", case.file)).expect("fixture");
+        let (page, _) = parse_lenient(&body, Format::PrometheusText);
+        let first = normalize(case.engine, &page);
+        assert_eq!(first, normalize(case.engine, &page), "{}", case.file);
+        for sample in &first {
+            assert!(sample.value.is_finite(), "{}: {sample:?}", case.file);
+            if !sample.metric.is_gpu() {
+                assert!(sample.labels.is_empty(), "{}: {sample:?}", case.file);
+            }
+        }
+    }
+}
+
+#[test]
+fn dcgm_gpu_labels_are_kept_and_hostname_normalised() {
+    for file in [
+        "dcgm-exporter/metrics_reconstructed_4.5_Hostname.txt",
+        "dcgm-exporter/metrics_reconstructed_4.5_hostname.txt",
+    ] {
+        let body = std::fs::read(format!("{FIXTURES}/{file}")).expect("fixture");
+        let (page, _) = parse_lenient(&body, Format::PrometheusText);
+        let samples = normalize(Engine::Dcgm, &page);
+        let gpu0 = samples
+            .iter()
+            .find(|s| s.labels.iter().any(|(n, v)| n == "gpu" && v == "0"))
+            .expect("gpu 0");
+        let names: Vec<&str> = gpu0.labels.iter().map(|(n, _)| n.as_str()).collect();
+        assert_eq!(names, ["UUID", "gpu", "hostname", "modelName"], "{file}");
+        assert!(gpu0
+            .labels
+            .contains(&("hostname".to_owned(), "gpu-node-07".to_owned())));
+    }
+}

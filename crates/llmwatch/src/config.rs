@@ -1,0 +1,465 @@
+//! The TOML config: parsed into typed values once, validated with errors that
+//! name the field, so the rest of the daemon never re-checks.
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use llmwatch_core::catalog::Engine;
+use serde::{Deserialize, Deserializer};
+
+/// A config that could not be used; the message names the field (and, for
+/// syntax errors, the line).
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("cannot read {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    #[error("{path}: {message}")]
+    Syntax { path: PathBuf, message: String },
+    #[error("{path}: {field}: {message}")]
+    Invalid {
+        path: PathBuf,
+        field: String,
+        message: String,
+    },
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    #[serde(default)]
+    pub server: ServerConfig,
+    #[serde(default)]
+    pub targets: Vec<TargetConfig>,
+    #[serde(default)]
+    pub gpus: Vec<GpuConfig>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    #[serde(default = "default_listen")]
+    pub listen: SocketAddr,
+    #[serde(default = "default_database")]
+    pub database: PathBuf,
+    /// Bearer token for the UI and API. Prefer `token_env`.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// Name of an environment variable holding the bearer token.
+    #[serde(default)]
+    pub token_env: Option<String>,
+    /// How long scrapes are kept.
+    #[serde(default = "default_retention", deserialize_with = "duration")]
+    pub retention: Duration,
+    /// The largest `/metrics` body accepted, in bytes.
+    #[serde(default = "default_max_body_bytes")]
+    pub max_body_bytes: u64,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            listen: default_listen(),
+            database: default_database(),
+            token: None,
+            token_env: None,
+            retention: default_retention(),
+            max_body_bytes: default_max_body_bytes(),
+        }
+    }
+}
+
+/// `engine = "auto"` or one engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineChoice {
+    Auto,
+    Fixed(Engine),
+}
+
+impl<'de> Deserialize<'de> for EngineChoice {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        if text == "auto" {
+            return Ok(EngineChoice::Auto);
+        }
+        text.parse::<Engine>()
+            .map(EngineChoice::Fixed)
+            .map_err(|err| serde::de::Error::custom(format!("{err} (or \"auto\")")))
+    }
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TargetConfig {
+    pub name: String,
+    pub url: String,
+    #[serde(default = "default_engine")]
+    pub engine: EngineChoice,
+    #[serde(default = "default_scrape_interval", deserialize_with = "duration")]
+    pub scrape_interval: Duration,
+    /// Defaults to the scrape interval, capped at 10 s.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub scrape_timeout: Option<Duration>,
+    /// Defaults to `/metrics` (`/v1/metrics` for NIM).
+    #[serde(default)]
+    pub metrics_path: Option<String>,
+    /// Environment variable that holds the API key for probes.
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub probe: Option<ProbeConfig>,
+}
+
+impl TargetConfig {
+    pub fn metrics_url(&self) -> String {
+        let path = match (&self.metrics_path, self.engine) {
+            (Some(path), _) => path.as_str(),
+            (None, EngineChoice::Fixed(Engine::Nim)) => "/v1/metrics",
+            (None, _) => "/metrics",
+        };
+        join_url(&self.url, path)
+    }
+
+    pub fn scrape_timeout(&self) -> Duration {
+        self.scrape_timeout
+            .unwrap_or_else(|| self.scrape_interval.min(Duration::from_secs(10)))
+    }
+}
+
+/// Canary probe settings of a target (used once probes are wired in).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProbeConfig {
+    #[serde(default = "default_probe_interval", deserialize_with = "duration")]
+    pub interval: Duration,
+    #[serde(default = "default_probe_shape")]
+    pub shape: String,
+    #[serde(default = "default_probe_api")]
+    pub api: ProbeApi,
+    /// Model to ask for; defaults to the first of `/v1/models`.
+    #[serde(default)]
+    pub model: Option<String>,
+    #[serde(default = "default_probe_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeApi {
+    Chat,
+    Completions,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GpuConfig {
+    pub name: String,
+    /// A dcgm-exporter `/metrics` URL.
+    #[serde(default)]
+    pub dcgm_url: Option<String>,
+    /// Read the local GPUs through NVML instead.
+    #[serde(default)]
+    pub nvml: bool,
+    #[serde(default = "default_scrape_interval", deserialize_with = "duration")]
+    pub interval: Duration,
+}
+
+fn default_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 9477))
+}
+fn default_database() -> PathBuf {
+    PathBuf::from("llmwatch.db")
+}
+fn default_retention() -> Duration {
+    Duration::from_secs(30 * 24 * 3600)
+}
+fn default_max_body_bytes() -> u64 {
+    16 * 1024 * 1024
+}
+fn default_engine() -> EngineChoice {
+    EngineChoice::Auto
+}
+fn default_scrape_interval() -> Duration {
+    Duration::from_secs(5)
+}
+fn default_probe_interval() -> Duration {
+    Duration::from_secs(15)
+}
+fn default_probe_timeout() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_probe_shape() -> String {
+    "64x16".to_string()
+}
+fn default_probe_api() -> ProbeApi {
+    ProbeApi::Chat
+}
+
+fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    parse_duration(&text).map_err(serde::de::Error::custom)
+}
+
+fn optional_duration<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<Duration>, D::Error> {
+    let text = Option::<String>::deserialize(deserializer)?;
+    text.map(|t| parse_duration(&t).map_err(serde::de::Error::custom))
+        .transpose()
+}
+
+/// `"5s"`, `"250ms"`, `"2m"`, `"1h 30m"`.
+pub fn parse_duration(text: &str) -> Result<Duration, String> {
+    humantime::parse_duration(text.trim())
+        .map_err(|err| format!("invalid duration {text:?}: {err} (examples: \"5s\", \"250ms\", \"2m\")"))
+}
+
+/// Joins a base URL and a path without doubling or losing the slash.
+pub fn join_url(base: &str, path: &str) -> String {
+    format!(
+        "{}/{}",
+        base.trim_end_matches('/'),
+        path.trim_start_matches('/')
+    )
+}
+
+impl Config {
+    /// Reads, parses and validates a config file.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Config::parse(&text, path)
+    }
+
+    /// Parses and validates config text; `path` is only for messages.
+    pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
+        let config: Config = toml::from_str(text).map_err(|err| ConfigError::Syntax {
+            path: path.to_path_buf(),
+            message: err.to_string().trim_end().to_string(),
+        })?;
+        config.validate().map_err(|(field, message)| ConfigError::Invalid {
+            path: path.to_path_buf(),
+            field,
+            message,
+        })?;
+        Ok(config)
+    }
+
+    fn validate(&self) -> Result<(), (String, String)> {
+        let mut names = HashSet::new();
+        for (i, target) in self.targets.iter().enumerate() {
+            let field = |name: &str| format!("targets[{i}].{name}");
+            check_name(&target.name).map_err(|m| (field("name"), m))?;
+            if !names.insert(target.name.as_str()) {
+                return Err((
+                    field("name"),
+                    format!("duplicate name {:?}: names must be unique", target.name),
+                ));
+            }
+            check_http_url(&target.url).map_err(|m| (field("url"), m))?;
+            check_positive(target.scrape_interval).map_err(|m| (field("scrape_interval"), m))?;
+            if let Some(timeout) = target.scrape_timeout {
+                check_positive(timeout).map_err(|m| (field("scrape_timeout"), m))?;
+            }
+            if let Some(path) = &target.metrics_path {
+                if !path.starts_with('/') {
+                    return Err((
+                        field("metrics_path"),
+                        format!("must start with '/', found {path:?}"),
+                    ));
+                }
+            }
+            if let Some(probe) = &target.probe {
+                check_positive(probe.interval).map_err(|m| (field("probe.interval"), m))?;
+                check_shape(&probe.shape).map_err(|m| (field("probe.shape"), m))?;
+            }
+        }
+        for (i, gpu) in self.gpus.iter().enumerate() {
+            let field = |name: &str| format!("gpus[{i}].{name}");
+            check_name(&gpu.name).map_err(|m| (field("name"), m))?;
+            if !names.insert(gpu.name.as_str()) {
+                return Err((
+                    field("name"),
+                    format!(
+                        "duplicate name {:?}: target and GPU source names must be unique",
+                        gpu.name
+                    ),
+                ));
+            }
+            match (&gpu.dcgm_url, gpu.nvml) {
+                (Some(url), false) => check_http_url(url).map_err(|m| (field("dcgm_url"), m))?,
+                (None, true) => {}
+                (Some(_), true) => {
+                    return Err((
+                        field("nvml"),
+                        "set either dcgm_url or nvml = true, not both".to_string(),
+                    ))
+                }
+                (None, false) => {
+                    return Err((
+                        field("dcgm_url"),
+                        "missing: set dcgm_url = \"http://host:9400/metrics\" or nvml = true"
+                            .to_string(),
+                    ))
+                }
+            }
+            check_positive(gpu.interval).map_err(|m| (field("interval"), m))?;
+        }
+        if self.server.max_body_bytes == 0 {
+            return Err((
+                "server.max_body_bytes".to_string(),
+                "must be positive".to_string(),
+            ));
+        }
+        if self.server.token.is_some() && self.server.token_env.is_some() {
+            return Err((
+                "server.token".to_string(),
+                "set either token or token_env, not both".to_string(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The bearer token, from the config or its environment variable.
+    pub fn bearer_token(&self) -> Option<String> {
+        self.server.token.clone().or_else(|| {
+            self.server
+                .token_env
+                .as_ref()
+                .and_then(|var| std::env::var(var).ok())
+        })
+    }
+}
+
+fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid name: use 1-64 letters, digits, '-', '_' or '.'"
+        ))
+    }
+}
+
+fn check_http_url(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|err| format!("invalid URL {url:?}: {err}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!(
+            "URL {url:?} must start with http:// or https://, found scheme {:?}",
+            parsed.scheme()
+        ));
+    }
+    Ok(())
+}
+
+fn check_positive(duration: Duration) -> Result<(), String> {
+    if duration.is_zero() {
+        Err("must be longer than zero".to_string())
+    } else {
+        Ok(())
+    }
+}
+
+fn check_shape(shape: &str) -> Result<(), String> {
+    let parsed = shape
+        .split_once('x')
+        .and_then(|(input, output)| Some((input.parse::<u32>().ok()?, output.parse::<u32>().ok()?)));
+    match parsed {
+        Some((input, output)) if input > 0 && output > 0 => Ok(()),
+        _ => Err(format!(
+            "invalid shape {shape:?}: expected INPUTxOUTPUT tokens, e.g. \"64x16\""
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn defaults_are_safe() {
+        let config = parse("").unwrap();
+        assert_eq!(config.server.listen.to_string(), "127.0.0.1:9477");
+        assert_eq!(config.server.database, PathBuf::from("llmwatch.db"));
+        assert!(config.bearer_token().is_none());
+    }
+
+    #[test]
+    fn full_example_parses() {
+        let config = parse(
+            r#"
+[server]
+listen = "127.0.0.1:9477"
+database = "x.db"
+
+[[targets]]
+name = "vllm-a"
+url = "http://127.0.0.1:8000"
+engine = "auto"
+scrape_interval = "5s"
+[targets.probe]
+interval = "15s"
+shape = "64x16"
+api = "chat"
+
+[[targets]]
+name = "nim-b"
+url = "http://127.0.0.1:8001/"
+engine = "nim"
+
+[[gpus]]
+name = "node-1"
+dcgm_url = "http://127.0.0.1:9400/metrics"
+"#,
+        )
+        .unwrap();
+        assert_eq!(config.targets.len(), 2);
+        assert_eq!(config.targets[0].metrics_url(), "http://127.0.0.1:8000/metrics");
+        assert_eq!(config.targets[1].metrics_url(), "http://127.0.0.1:8001/v1/metrics");
+        assert_eq!(config.targets[0].scrape_timeout(), Duration::from_secs(5));
+        assert_eq!(
+            config.targets[0].probe.as_ref().unwrap().interval,
+            Duration::from_secs(15)
+        );
+    }
+
+    fn error_of(text: &str) -> String {
+        parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn errors_name_the_field() {
+        let err = error_of("[[targets]]\nname = \"a\"\nurl = \"ftp://x\"\n");
+        assert!(err.contains("targets[0].url"), "{err}");
+        let err = error_of("[[targets]]\nname = \"a\"\nurl = \"http://x\"\nscrape_interval = \"soon\"\n");
+        assert!(err.contains("scrape_interval"), "{err}");
+        assert!(err.contains("line 4"), "{err}");
+        let err = error_of("[[targets]]\nname = \"a\"\nurl = \"http://x\"\nengine = \"vlm\"\n");
+        assert!(err.contains("engine") && err.contains("vlm"), "{err}");
+        let err = error_of("[[targets]]\nname = \"a\"\nurl = \"http://x\"\nurl_typo = 1\n");
+        assert!(err.contains("url_typo"), "{err}");
+        let err = error_of(
+            "[[targets]]\nname = \"a\"\nurl = \"http://x\"\n[[targets]]\nname = \"a\"\nurl = \"http://y\"\n",
+        );
+        assert!(err.contains("targets[1].name") && err.contains("duplicate"), "{err}");
+        let err = error_of("[[gpus]]\nname = \"g\"\n");
+        assert!(err.contains("gpus[0].dcgm_url"), "{err}");
+        let err = error_of("[[targets]]\nname = \"a\"\nurl = \"http://x\"\n[targets.probe]\nshape = \"64\"\n");
+        assert!(err.contains("targets[0].probe.shape"), "{err}");
+    }
+}

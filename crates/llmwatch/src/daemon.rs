@@ -1,0 +1,211 @@
+//! The daemon: registers targets, starts one scrape loop per target and GPU
+//! source, the batched writer, retention, and the web server. Returns a
+//! handle so tests and `llmwatch demo` can run it in-process.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+use llmwatch_store::{ScrapeRecord, Store, TargetKind};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::config::{Config, EngineChoice};
+use crate::gpu_nvml::{readings_to_samples, NvmlSource};
+use crate::scrape::{self, now_ms, ScrapeCounters, ScrapeJob};
+use crate::web;
+
+/// A running daemon.
+pub struct Daemon {
+    pub store: Store,
+    pub listen_addr: SocketAddr,
+    pub counters: Arc<ScrapeCounters>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Daemon {
+    /// Stops every loop and waits for the writer to commit what it holds.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for task in self.tasks {
+            let _ = task.await;
+        }
+    }
+}
+
+/// Starts the daemon for `config` on the current runtime.
+pub async fn start(config: Config) -> anyhow::Result<Daemon> {
+    let store = Store::open(&config.server.database)
+        .await
+        .with_context(|| format!("opening database {}", config.server.database.display()))?;
+    let client = scrape::scrape_client().context("building the HTTP client")?;
+    let counters = Arc::new(ScrapeCounters::default());
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (records_tx, records_rx) = mpsc::channel::<ScrapeRecord>(1024);
+    let mut tasks = Vec::new();
+    let now = now_ms();
+
+    for target in &config.targets {
+        let target_id = store
+            .upsert_target(&target.name, TargetKind::Engine, &target.url, now)
+            .await?;
+        let job = ScrapeJob {
+            target_id,
+            name: target.name.clone(),
+            url: target.metrics_url(),
+            engine: target.engine,
+            interval: target.scrape_interval,
+            timeout: target.scrape_timeout(),
+            max_body_bytes: config.server.max_body_bytes,
+        };
+        tracing::info!(target = %job.name, url = %job.url, interval = ?job.interval, "scraping");
+        tasks.push(tokio::spawn(scrape::run_scrape_loop(
+            client.clone(),
+            job,
+            records_tx.clone(),
+            counters.clone(),
+            shutdown_rx.clone(),
+        )));
+    }
+
+    let mut nvml_wanted = None;
+    for gpu in &config.gpus {
+        match &gpu.dcgm_url {
+            Some(url) => {
+                let target_id = store
+                    .upsert_target(&gpu.name, TargetKind::Gpu, url, now)
+                    .await?;
+                let job = ScrapeJob {
+                    target_id,
+                    name: gpu.name.clone(),
+                    url: url.clone(),
+                    engine: EngineChoice::Fixed(llmwatch_core::catalog::Engine::Dcgm),
+                    interval: gpu.interval,
+                    timeout: gpu.interval.min(Duration::from_secs(10)),
+                    max_body_bytes: config.server.max_body_bytes,
+                };
+                tracing::info!(gpu_source = %job.name, url = %job.url, "scraping dcgm-exporter");
+                tasks.push(tokio::spawn(scrape::run_scrape_loop(
+                    client.clone(),
+                    job,
+                    records_tx.clone(),
+                    counters.clone(),
+                    shutdown_rx.clone(),
+                )));
+            }
+            None => nvml_wanted = Some(gpu.clone()),
+        }
+    }
+    if let Some(gpu) = nvml_wanted {
+        if let Some(source) = tokio::task::spawn_blocking(NvmlSource::init).await? {
+            let target_id = store
+                .upsert_target(&gpu.name, TargetKind::Gpu, "nvml://local", now)
+                .await?;
+            tasks.push(tokio::spawn(run_nvml_loop(
+                Arc::new(source),
+                target_id,
+                gpu.interval,
+                records_tx.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
+    }
+    drop(records_tx);
+    tasks.push(tokio::spawn(scrape::run_writer(
+        store.clone(),
+        records_rx,
+        counters.clone(),
+    )));
+    tasks.push(tokio::spawn(run_retention(
+        store.clone(),
+        config.server.retention,
+        shutdown_rx.clone(),
+    )));
+
+    let listener = tokio::net::TcpListener::bind(config.server.listen)
+        .await
+        .with_context(|| format!("binding {}", config.server.listen))?;
+    let listen_addr = listener.local_addr()?;
+    let app = web::router(web::AppState {
+        store: store.clone(),
+        token: config.bearer_token().map(Arc::from),
+    });
+    let mut web_shutdown = shutdown_rx.clone();
+    tasks.push(tokio::spawn(async move {
+        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
+            let _ = web_shutdown.changed().await;
+        });
+        if let Err(err) = serve.await {
+            tracing::error!(error = %err, "web server stopped");
+        }
+    }));
+
+    Ok(Daemon {
+        store,
+        listen_addr,
+        counters,
+        shutdown: shutdown_tx,
+        tasks,
+    })
+}
+
+async fn run_nvml_loop(
+    source: Arc<NvmlSource>,
+    target_id: i64,
+    interval: Duration,
+    records: mpsc::Sender<ScrapeRecord>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let ts_ms = now_ms();
+        let started = std::time::Instant::now();
+        let reader = source.clone();
+        let read = tokio::task::spawn_blocking(move || reader.read()).await;
+        let mut record = ScrapeRecord {
+            target_id,
+            ts_ms,
+            up: false,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            body_bytes: 0,
+            error: None,
+            engine: Some("nvml".to_string()),
+            samples: Vec::new(),
+        };
+        match read {
+            Ok(Ok(readings)) => {
+                record.up = true;
+                record.samples = readings_to_samples(&readings);
+            }
+            Ok(Err(err)) => record.error = Some(err),
+            Err(err) => record.error = Some(format!("NVML reader task failed: {err}")),
+        }
+        if records.send(record).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Deletes scrapes past the retention once an hour (and once at start).
+async fn run_retention(store: Store, retention: Duration, mut shutdown: watch::Receiver<bool>) {
+    let mut ticker = tokio::time::interval(Duration::from_secs(3600));
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let cutoff = now_ms() - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
+        match store.prune(cutoff).await {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "retention: old scrapes deleted"),
+            Err(err) => tracing::error!(error = %err, "retention failed"),
+        }
+    }
+}

@@ -1,0 +1,184 @@
+//! `llmwatch demo`: two simulated engines (one healthy, one KV-starved), each
+//! with a simulated dcgm-exporter page, a steady background load on both, and
+//! the daemon watching them. Prints the dashboard URL and runs until Ctrl-C.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::Context;
+use futures_util::StreamExt;
+
+use crate::config::Config;
+use crate::daemon;
+use crate::sim_cmd::{self, SimArgs};
+
+/// One simulated target of the demo.
+struct DemoTarget {
+    name: &'static str,
+    profile: &'static str,
+    /// Concurrent background streams, and their prompt/output sizes in words/tokens.
+    concurrency: usize,
+    prompt_words: usize,
+    max_tokens: u32,
+}
+
+const TARGETS: &[DemoTarget] = &[
+    DemoTarget {
+        name: "healthy",
+        profile: "balanced",
+        concurrency: 4,
+        prompt_words: 200,
+        max_tokens: 128,
+    },
+    DemoTarget {
+        name: "kv-starved",
+        profile: "kv-starved",
+        concurrency: 24,
+        prompt_words: 600,
+        max_tokens: 256,
+    },
+];
+
+const MODEL: &str = "sim-llama-8b";
+
+/// Everything the demo started, for tests to drive and stop.
+pub struct RunningDemo {
+    pub daemon: daemon::Daemon,
+    pub engine_urls: Vec<(String, String)>,
+    _sims: Vec<llmwatch_sim::Sim>,
+    load: Vec<tokio::task::JoinHandle<()>>,
+    _tempdir: Option<tempfile::TempDir>,
+}
+
+impl RunningDemo {
+    pub async fn shutdown(self) {
+        for task in &self.load {
+            task.abort();
+        }
+        self.daemon.shutdown().await;
+    }
+}
+
+/// Starts the demo: sims on loopback ports, background load, the daemon.
+pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Result<RunningDemo> {
+    let (tempdir, database) = match database {
+        Some(path) => (None, path),
+        None => {
+            let dir = tempfile::Builder::new().prefix("llmwatch-demo").tempdir()?;
+            let path = dir.path().join("llmwatch.db");
+            (Some(dir), path)
+        }
+    };
+    let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+    let mut sims = Vec::new();
+    let mut engine_urls = Vec::new();
+    let mut toml = format!(
+        "[server]\nlisten = \"{listen}\"\ndatabase = {:?}\n",
+        database.display().to_string()
+    );
+    let mut load = Vec::new();
+    for target in TARGETS {
+        let (sim, engine, gpu) = sim_cmd::start(&SimArgs {
+            addr: loopback(0),
+            profile: target.profile.to_string(),
+            flavor: "vllm".to_string(),
+            gpu_addr: Some(loopback(0)),
+            time_scale: 1.0,
+            model: MODEL.to_string(),
+        })
+        .await?;
+        let url = format!("http://{engine}");
+        toml.push_str(&format!(
+            "[[targets]]\nname = \"{}\"\nurl = \"{url}\"\nscrape_interval = \"2s\"\n",
+            target.name
+        ));
+        if let Some(gpu) = gpu {
+            toml.push_str(&format!(
+                "[[gpus]]\nname = \"{}-gpus\"\ndcgm_url = \"http://{gpu}/metrics\"\ninterval = \"2s\"\n",
+                target.name
+            ));
+        }
+        let client = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .timeout(Duration::from_secs(300))
+            .build()?;
+        for worker in 0..target.concurrency {
+            load.push(tokio::spawn(background_stream_loop(
+                client.clone(),
+                url.clone(),
+                target.prompt_words,
+                target.max_tokens,
+                worker,
+            )));
+        }
+        engine_urls.push((target.name.to_string(), url));
+        sims.push(sim);
+    }
+    let config = Config::parse(&toml, Path::new("<demo>")).context("demo config")?;
+    let daemon = daemon::start(config).await?;
+    Ok(RunningDemo {
+        daemon,
+        engine_urls,
+        _sims: sims,
+        load,
+        _tempdir: tempdir,
+    })
+}
+
+pub async fn run(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Result<()> {
+    let demo = start(listen, database).await?;
+    for (name, url) in &demo.engine_urls {
+        println!("simulated engine {name:<12} {url}");
+    }
+    println!(
+        "\nllmwatch dashboard: http://{}/\n(Ctrl-C to stop)",
+        demo.daemon.listen_addr
+    );
+    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    demo.shutdown().await;
+    Ok(())
+}
+
+/// One client that streams completions back to back, so the simulated
+/// engines have something to show.
+async fn background_stream_loop(
+    client: reqwest::Client,
+    base_url: String,
+    prompt_words: usize,
+    max_tokens: u32,
+    worker: usize,
+) {
+    let mut round = 0usize;
+    loop {
+        round += 1;
+        // A unique first word keeps these prompts out of the prefix cache.
+        let prompt = format!(
+            "demo-{worker}-{round} {}",
+            "the quick brown fox jumps over the lazy dog ".repeat(prompt_words / 9 + 1)
+        );
+        let body = serde_json::json!({
+            "model": MODEL,
+            "prompt": prompt,
+            "max_tokens": max_tokens,
+            "ignore_eos": true,
+            "stream": true,
+        });
+        let sent = client
+            .post(format!("{base_url}/v1/completions"))
+            .json(&body)
+            .send()
+            .await;
+        match sent {
+            Ok(response) => {
+                let mut stream = response.bytes_stream();
+                while let Some(chunk) = stream.next().await {
+                    if chunk.is_err() {
+                        break;
+                    }
+                }
+            }
+            Err(_) => tokio::time::sleep(Duration::from_secs(1)).await,
+        }
+    }
+}

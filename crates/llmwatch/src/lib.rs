@@ -1,0 +1,12 @@
+//! The llmwatch binary's library half: config, scraping, the daemon, the web
+//! server and the commands. Kept as a library so integration tests drive the
+//! same code the binary runs.
+
+pub mod config;
+pub mod daemon;
+pub mod demo;
+pub mod gpu_nvml;
+pub mod inspect;
+pub mod scrape;
+pub mod sim_cmd;
+pub mod web;

@@ -1,0 +1,145 @@
+//! `llmwatch`: one binary for the daemon, the simulator, the demo and the
+//! one-shot tools. See ARCHITECTURE.md for the map of the code.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+
+use llmwatch::config::Config;
+use llmwatch::{daemon, demo, inspect, sim_cmd};
+
+#[derive(Parser)]
+#[command(name = "llmwatch", version, about = "Watch LLM inference servers and their GPUs: what is slow, and why.")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Simulated targets + GPU page + the daemon; prints the dashboard URL.
+    Demo {
+        /// Where the dashboard listens.
+        #[arg(long, default_value = "127.0.0.1:9477")]
+        listen: SocketAddr,
+        /// Database file (default: a fresh one in a temporary directory).
+        #[arg(long)]
+        database: Option<PathBuf>,
+    },
+    /// The daemon.
+    Serve {
+        #[arg(long, default_value = "llmwatch.toml")]
+        config: PathBuf,
+    },
+    /// One simulated inference engine.
+    Sim {
+        #[arg(long, default_value_t = 8000)]
+        port: u16,
+        /// Address to bind (loopback by default).
+        #[arg(long, default_value = "127.0.0.1")]
+        host: std::net::IpAddr,
+        #[arg(long, default_value = "balanced")]
+        profile: String,
+        /// vllm or nim metric names.
+        #[arg(long, default_value = "vllm")]
+        flavor: String,
+        /// Also serve a dcgm-exporter page for N simulated GPUs on this port.
+        #[arg(long)]
+        gpu_port: Option<u16>,
+        /// Run the engine N× faster than its profile says.
+        #[arg(long, default_value_t = 1.0)]
+        time_scale: f64,
+        #[arg(long, default_value = "sim-llama-8b")]
+        model: String,
+    },
+    /// What llmwatch understands of one metrics page (URL or file).
+    Inspect {
+        source: String,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Validate a config file; errors name the field.
+    CheckConfig { file: PathBuf },
+}
+
+fn main() -> std::process::ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!("error: cannot start the async runtime: {err}");
+            return std::process::ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli)) {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_tracing() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Demo { listen, database } => demo::run(listen, database).await,
+        Command::Serve { config } => {
+            let config = Config::load(&config)?;
+            let daemon = daemon::start(config).await?;
+            println!("llmwatch listening on http://{}", daemon.listen_addr);
+            tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+            daemon.shutdown().await;
+            Ok(())
+        }
+        Command::Sim {
+            port,
+            host,
+            profile,
+            flavor,
+            gpu_port,
+            time_scale,
+            model,
+        } => {
+            sim_cmd::run(sim_cmd::SimArgs {
+                addr: SocketAddr::new(host, port),
+                profile,
+                flavor,
+                gpu_addr: gpu_port.map(|p| SocketAddr::new(host, p)),
+                time_scale,
+                model,
+            })
+            .await
+        }
+        Command::Inspect { source, json } => {
+            let inspection = inspect::inspect(&source, 64 * 1024 * 1024).await?;
+            if json {
+                println!("{}", serde_json::to_string_pretty(&inspection)?);
+            } else {
+                print!("{}", inspect::render(&inspection));
+            }
+            Ok(())
+        }
+        Command::CheckConfig { file } => {
+            let config = Config::load(&file)?;
+            println!(
+                "{}: ok ({} targets, {} GPU sources)",
+                file.display(),
+                config.targets.len(),
+                config.gpus.len()
+            );
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,172 @@
+//! The daemon over loopback: fixture pages of every engine and dcgm-exporter
+//! served over HTTP, plus targets that answer 500, garbage, a 50 MB page, or
+//! hang. After a few scrape rounds the SQLite file holds each engine's
+//! signals, the bad targets are recorded down with their reasons, and the
+//! good ones kept their schedule.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::Path;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+use llmwatch::config::Config;
+use llmwatch::daemon;
+use llmwatch_core::signals::Signal;
+use llmwatch_store::Store;
+
+fn fixtures() -> PathBuf {
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures"))
+}
+
+/// (target name, fixture file) for every engine page.
+const PAGES: &[(&str, &str)] = &[
+    ("vllm", "vllm-live/metrics_vllm_idle.txt"),
+    ("vllm-v1", "vllm/metrics_example.txt"),
+    ("nim", "nim/metrics_example.txt"),
+    ("sglang", "sglang/metrics_example.txt"),
+    ("tgi", "tgi/metrics_example.txt"),
+    ("llamacpp", "llamacpp-live/metrics_llamacpp_idle.txt"),
+    ("trtllm", "tensorrt-llm-triton/metrics_example.txt"),
+    ("dynamo", "dynamo/metrics_example.txt"),
+    ("dcgm", "dcgm-exporter/metrics_example.txt"),
+];
+
+async fn page(Path(name): Path<String>) -> Response {
+    match name.as_str() {
+        "error" => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
+        "garbage" => (StatusCode::OK, "\u{0}\u{1}{{{ not a metrics page\n=== !!!\n").into_response(),
+        "huge" => {
+            let line = "filler_metric{label=\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"} 1\n";
+            let body = line.repeat(50 * 1024 * 1024 / line.len());
+            (StatusCode::OK, body).into_response()
+        }
+        "hang" => {
+            tokio::time::sleep(Duration::from_secs(3600)).await;
+            StatusCode::OK.into_response()
+        }
+        other => match PAGES.iter().find(|(n, _)| *n == other) {
+            Some((_, file)) => match std::fs::read(fixtures().join(file)) {
+                Ok(bytes) => Response::builder()
+                    .header(header::CONTENT_TYPE, "text/plain; version=0.0.4")
+                    .body(Body::from(bytes))
+                    .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response()),
+                Err(_) => StatusCode::NOT_FOUND.into_response(),
+            },
+            None => StatusCode::NOT_FOUND.into_response(),
+        },
+    }
+}
+
+fn config_for(base: &str, db: &std::path::Path) -> Config {
+    let mut toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\n",
+        db.display().to_string()
+    );
+    for (name, _) in PAGES.iter().filter(|(n, _)| *n != "dcgm") {
+        toml.push_str(&format!(
+            "[[targets]]\nname = \"{name}\"\nurl = \"{base}/{name}\"\nscrape_interval = \"250ms\"\n"
+        ));
+    }
+    for bad in ["error", "garbage", "huge", "hang"] {
+        toml.push_str(&format!(
+            "[[targets]]\nname = \"{bad}\"\nurl = \"{base}/{bad}\"\nscrape_interval = \"250ms\"\n"
+        ));
+    }
+    toml.push_str(&format!(
+        "[[gpus]]\nname = \"gpu-node\"\ndcgm_url = \"{base}/dcgm/metrics\"\ninterval = \"250ms\"\n"
+    ));
+    Config::parse(&toml, std::path::Path::new("test.toml")).expect("config")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scrapes_every_engine_and_survives_bad_targets() {
+    let app = Router::new().route("/{name}/metrics", get(page));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("llmwatch.db");
+    let running = daemon::start(config_for(&base, &db)).await.unwrap();
+    let web = format!("http://{}", running.listen_addr);
+    tokio::time::sleep(Duration::from_millis(2600)).await;
+
+    // The status page lists targets while it runs.
+    let html = reqwest::get(format!("{web}/")).await.unwrap().text().await.unwrap();
+    assert!(html.contains("vllm") && html.contains("kv_cache_usage"), "{html}");
+    assert_eq!(
+        reqwest::get(format!("{web}/healthz")).await.unwrap().text().await.unwrap(),
+        "ok"
+    );
+    running.shutdown().await;
+
+    let store = Store::open(&db).await.unwrap();
+    let targets = store.targets().await.unwrap();
+    assert_eq!(targets.len(), PAGES.len() + 4);
+    let by_name = |name: &str| {
+        targets
+            .iter()
+            .find(|t| t.name == name)
+            .unwrap_or_else(|| panic!("target {name} missing"))
+            .clone()
+    };
+
+    // Good targets kept their schedule: ~10 rounds in 2.6 s at 250 ms, even
+    // with a hanging neighbour.
+    for (name, _) in PAGES.iter().filter(|(n, _)| *n != "dcgm") {
+        let target = by_name(name);
+        let health = store.scrape_health(target.id, 100).await.unwrap();
+        let up = health.iter().filter(|h| h.up).count();
+        assert!(up >= 7, "{name}: only {up} successful scrapes: {health:?}");
+        assert!(health.iter().all(|h| h.up), "{name}: {health:?}");
+        assert_eq!(target.engine.as_deref(), Some(*name).map(|n| if n == "vllm-v1" { "vllm" } else { n }));
+    }
+
+    let signals = |name: &'static str| {
+        let store = store.clone();
+        let id = by_name(name).id;
+        async move { store.latest_signals(id).await.unwrap() }
+    };
+    let value = |signals: &[(Signal, f64)], signal: Signal| {
+        signals.iter().find(|(s, _)| *s == signal).map(|(_, v)| *v)
+    };
+    let vllm = signals("vllm").await;
+    assert_eq!(value(&vllm, Signal::KvCacheUsage), Some(0.0));
+    assert_eq!(value(&vllm, Signal::RequestsWaiting), Some(0.0));
+    let nim = signals("nim").await;
+    assert!(value(&nim, Signal::KvCacheUsage).is_some(), "{nim:?}");
+    assert!(value(&nim, Signal::RequestsRunning).is_some(), "{nim:?}");
+    let sglang = signals("sglang").await;
+    assert!(value(&sglang, Signal::RequestsRunning).is_some(), "{sglang:?}");
+    let tgi = signals("tgi").await;
+    assert!(value(&tgi, Signal::RequestsWaiting).is_some(), "{tgi:?}");
+    let llamacpp = signals("llamacpp").await;
+    assert!(value(&llamacpp, Signal::RequestsRunning).is_some(), "{llamacpp:?}");
+    let trtllm = signals("trtllm").await;
+    assert!(value(&trtllm, Signal::KvCacheUsage).is_some(), "{trtllm:?}");
+    let dcgm = signals("gpu-node").await;
+    let used = value(&dcgm, Signal::GpuMemUsedRatio).expect("gpu memory ratio");
+    assert!((0.0..=1.0).contains(&used), "{dcgm:?}");
+    assert!(value(&dcgm, Signal::GpuUtil).is_some(), "{dcgm:?}");
+
+    // Bad targets: recorded down, with the reason, every round.
+    for (name, reason) in [
+        ("error", "HTTP status 500"),
+        ("garbage", "unparseable"),
+        ("huge", "limit"),
+        ("hang", "timed out"),
+    ] {
+        let health = store.scrape_health(by_name(name).id, 100).await.unwrap();
+        assert!(!health.is_empty(), "{name} never recorded");
+        assert!(health.iter().all(|h| !h.up), "{name}: {health:?}");
+        let error = health[0].error.clone().unwrap_or_default();
+        assert!(error.contains(reason), "{name}: {error}");
+        if name != "hang" {
+            assert!(health.len() >= 7, "{name}: {} rounds", health.len());
+        }
+    }
+}

@@ -1,0 +1,61 @@
+//! Always-on canary probes for the daemon: one small request per target,
+//! never two at once (a slow target must not pile canaries onto itself;
+//! DESIGN.md, "Production safety"). The daemon owns scheduling and jitter.
+
+use std::time::Instant;
+
+use thiserror::Error;
+use tokio::sync::Mutex;
+
+use crate::client::{ProbeClient, ProbeRequest};
+use crate::record::{Api, ProbeRecord};
+use crate::shape::{approx_words, PromptGenerator, PromptKind, Shape};
+
+/// The previous canary of this target is still in flight.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+#[error("a canary probe of this target is still in flight")]
+pub struct CanaryBusy;
+
+/// One target's canary.
+#[derive(Debug)]
+pub struct Canary {
+    client: ProbeClient,
+    api: Api,
+    model: String,
+    shape: Shape,
+    prompts: PromptGenerator,
+    state: Mutex<u64>,
+}
+
+impl Canary {
+    /// A canary of `shape` (use [`Shape::CANARY`], 64×16) on `api`. Prompts
+    /// are nonce-salted, so canaries never hit the prefix cache.
+    pub fn new(client: ProbeClient, api: Api, model: impl Into<String>, shape: Shape) -> Canary {
+        let seed = rand::random();
+        Canary {
+            client,
+            api,
+            model: model.into(),
+            shape,
+            prompts: PromptGenerator::new(PromptKind::Random, approx_words(shape.input_tokens), seed),
+            state: Mutex::new(0),
+        }
+    }
+
+    /// Sends one canary now; `Err(CanaryBusy)` if the last one has not
+    /// finished (the caller records a skipped tick rather than queueing).
+    pub async fn probe(&self) -> Result<ProbeRecord, CanaryBusy> {
+        let mut n = self.state.try_lock().map_err(|_| CanaryBusy)?;
+        let req = ProbeRequest::fixed(
+            self.api,
+            self.model.clone(),
+            self.prompts.prompt(*n),
+            self.shape.output_tokens,
+        );
+        let seq = *n;
+        *n += 1;
+        let mut rec = self.client.probe(&req, Instant::now()).await;
+        rec.seq = Some(seq);
+        Ok(rec)
+    }
+}

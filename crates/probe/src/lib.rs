@@ -1,0 +1,36 @@
+//! llmwatch's probe: a streaming OpenAI-compatible client that measures what
+//! a user feels (TTFT, ITL, TPOT, e2e), the shapes and prompts it sends, the
+//! load generators that drive it, and the statistics of a run.
+//!
+//! Invariants: every timestamp is from the monotonic clock (`Instant`); a
+//! probe never panics or returns early without a record — failures are
+//! records with an error; the SSE reader ([`sse`]) and the statistics
+//! ([`stats`], [`result`]) are pure.
+//!
+//! Entry points: [`ProbeClient::probe`] (one request), [`run`] (one run
+//! under a [`Load`]), [`render_table`] (the report), [`Canary`] (the
+//! daemon's always-on probe).
+
+pub mod canary;
+pub mod chunk;
+pub mod client;
+pub mod load;
+pub mod record;
+pub mod report;
+pub mod result;
+pub mod selfcheck;
+pub mod shape;
+pub mod sse;
+pub mod stats;
+
+pub use canary::{Canary, CanaryBusy};
+pub use client::{ClientConfig, ClientError, ProbeClient, ProbeRequest, Secret};
+pub use load::{run, Bound, Load, RunConfig, RunError, Workload};
+pub use record::{
+    Api, ErrorKind, OutputEvent, ProbeError, ProbeRecord, RequestInfo, TimeoutPhase, Usage,
+};
+pub use report::render_table;
+pub use result::{Objectives, RunResult};
+pub use selfcheck::{SelfCheck, SelfCheckLimits};
+pub use shape::{Calibration, Calibrator, PromptGenerator, PromptKind, Shape, ShapeError};
+pub use stats::{percentile, Summary};

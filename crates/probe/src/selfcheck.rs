@@ -1,0 +1,193 @@
+//! The client's self-check: is the load generator itself the bottleneck?
+//!
+//! A benchmark whose client is saturated measures the client. So every run
+//! records the process's CPU use, how late a 1 ms ticker fires on the
+//! runtime (scheduler lag: a busy or starved runtime stamps events late),
+//! how late requests leave versus their schedule (dispatch lag), and tokens
+//! per event; past the limits the run is labelled `client_bound` and must not
+//! feed a saturation verdict (DESIGN.md, "Validity").
+
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+/// Limits past which a run is `client_bound`.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SelfCheckLimits {
+    /// Process CPU, in cores (1.0 = one core busy all the run).
+    pub max_cpu_cores: f64,
+    pub max_scheduler_lag_p99_ms: f64,
+    pub max_dispatch_lag_p99_ms: f64,
+}
+
+impl Default for SelfCheckLimits {
+    fn default() -> Self {
+        SelfCheckLimits {
+            max_cpu_cores: 0.9,
+            max_scheduler_lag_p99_ms: 5.0,
+            max_dispatch_lag_p99_ms: 10.0,
+        }
+    }
+}
+
+/// What the self-check found.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SelfCheck {
+    /// Process CPU time over the run's wall time, in cores (`None` where
+    /// `/proc/self/stat` is unavailable). Process-wide: it includes anything
+    /// else the process does.
+    pub cpu_cores: Option<f64>,
+    /// p99 lateness of 1 ms ticks on the client runtime (HdrHistogram,
+    /// 3 significant digits), ms.
+    pub scheduler_lag_p99_ms: Option<f64>,
+    pub scheduler_lag_max_ms: Option<f64>,
+    /// p99 of sent − scheduled over the run's requests, ms.
+    pub dispatch_lag_p99_ms: Option<f64>,
+    /// Mean tokens per output event (server-reported where streamed).
+    pub tokens_per_event: Option<f64>,
+    pub limits: SelfCheckLimits,
+    pub client_bound: bool,
+    /// One line per limit passed.
+    pub reasons: Vec<String>,
+}
+
+impl SelfCheck {
+    /// Applies the limits.
+    pub fn judge(
+        cpu_cores: Option<f64>,
+        scheduler_lag: Option<(f64, f64)>,
+        dispatch_lag_p99_ms: Option<f64>,
+        tokens_per_event: Option<f64>,
+        limits: SelfCheckLimits,
+    ) -> SelfCheck {
+        let mut reasons = Vec::new();
+        if let Some(c) = cpu_cores.filter(|c| *c > limits.max_cpu_cores) {
+            reasons.push(format!(
+                "client CPU {c:.2} cores > {:.2}",
+                limits.max_cpu_cores
+            ));
+        }
+        if let Some((p99, _)) = scheduler_lag.filter(|(p, _)| *p > limits.max_scheduler_lag_p99_ms) {
+            reasons.push(format!(
+                "scheduler lag p99 {p99:.2} ms > {:.2} ms",
+                limits.max_scheduler_lag_p99_ms
+            ));
+        }
+        if let Some(d) = dispatch_lag_p99_ms.filter(|d| *d > limits.max_dispatch_lag_p99_ms) {
+            reasons.push(format!(
+                "dispatch lag p99 {d:.2} ms > {:.2} ms",
+                limits.max_dispatch_lag_p99_ms
+            ));
+        }
+        SelfCheck {
+            cpu_cores,
+            scheduler_lag_p99_ms: scheduler_lag.map(|s| s.0),
+            scheduler_lag_max_ms: scheduler_lag.map(|s| s.1),
+            dispatch_lag_p99_ms,
+            tokens_per_event,
+            limits,
+            client_bound: !reasons.is_empty(),
+            reasons,
+        }
+    }
+}
+
+/// Process CPU time (user + system) so far, from `/proc/self/stat`.
+pub fn process_cpu_time() -> Option<Duration> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    // The command name (field 2) may hold spaces and ')': fields after the
+    // last ')' start at field 3 (state).
+    let after = &stat[stat.rfind(')')? + 1..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 (1-based) → 11 and 12 here.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let hz = clock_ticks_per_second()?;
+    Some(Duration::from_secs_f64((utime + stime) as f64 / hz as f64))
+}
+
+fn clock_ticks_per_second() -> Option<u64> {
+    // SAFETY: sysconf has no preconditions; it only reads a constant.
+    let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    u64::try_from(v).ok().filter(|v| *v > 0)
+}
+
+/// Measures CPU and scheduler lag between `start` and `finish`.
+pub struct Monitor {
+    started: Instant,
+    cpu_start: Option<Duration>,
+    stop: watch::Sender<bool>,
+    ticker: JoinHandle<Histogram<u64>>,
+}
+
+impl Monitor {
+    /// Starts the 1 ms ticker on the current runtime.
+    pub fn start() -> Monitor {
+        let (stop, mut stopped) = watch::channel(false);
+        let ticker = tokio::spawn(async move {
+            // 1 µs .. 60 s, 3 significant digits.
+            let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
+                .unwrap_or_else(|_| Histogram::<u64>::new(3).expect("3 sigfig is valid"));
+            let period = Duration::from_millis(1);
+            let mut deadline = Instant::now() + period;
+            loop {
+                tokio::select! {
+                    _ = tokio::time::sleep_until(deadline.into()) => {}
+                    _ = stopped.changed() => break,
+                }
+                let now = Instant::now();
+                let late_us = now.saturating_duration_since(deadline).as_micros() as u64;
+                h.saturating_record(late_us.max(1));
+                deadline = now + period;
+            }
+            h
+        });
+        Monitor {
+            started: Instant::now(),
+            cpu_start: process_cpu_time(),
+            stop,
+            ticker,
+        }
+    }
+
+    /// Stops the ticker: (CPU cores, (scheduler lag p99 ms, max ms)).
+    pub async fn finish(self) -> (Option<f64>, Option<(f64, f64)>) {
+        let wall = self.started.elapsed().as_secs_f64();
+        let cpu = match (self.cpu_start, process_cpu_time()) {
+            (Some(a), Some(b)) if wall > 0.0 => Some(b.saturating_sub(a).as_secs_f64() / wall),
+            _ => None,
+        };
+        let _ = self.stop.send(true);
+        let lag = match self.ticker.await {
+            Ok(h) if !h.is_empty() => Some((
+                h.value_at_quantile(0.99) as f64 / 1000.0,
+                h.max() as f64 / 1000.0,
+            )),
+            _ => None,
+        };
+        (cpu, lag)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_time_reads() {
+        let t = process_cpu_time();
+        assert!(t.is_some());
+    }
+
+    #[test]
+    fn judge_reasons() {
+        let s = SelfCheck::judge(Some(1.5), Some((7.0, 9.0)), Some(1.0), None, SelfCheckLimits::default());
+        assert!(s.client_bound);
+        assert_eq!(s.reasons.len(), 2);
+        let s = SelfCheck::judge(Some(0.1), Some((0.5, 1.0)), Some(0.2), Some(1.0), SelfCheckLimits::default());
+        assert!(!s.client_bound);
+    }
+}

@@ -1,0 +1,462 @@
+//! Shapes (input × output tokens) and the prompts that realize them.
+//!
+//! Cache hygiene (DESIGN.md): a `random` or `rag` prompt starts with a
+//! per-request nonce, so no two probes share a prefix and the prefix cache
+//! cannot flatter TTFT; `shared-prefix` deliberately puts a common prefix of
+//! a chosen share of the input first and the nonce after it, so the hit
+//! ratio is what the caller asked for. Exact input length comes from the
+//! target's `/tokenize` where it has one ([`Calibrator`]); otherwise from
+//! ≈0.75 words per token, and the server-reported prompt tokens are what
+//! gets stored either way.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Mutex;
+
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// Input tokens × output tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Shape {
+    pub input_tokens: u32,
+    pub output_tokens: u32,
+}
+
+/// A shape string that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ShapeError {
+    #[error("invalid shape {input:?}: expected INPUTxOUTPUT token counts such as 512x128")]
+    Syntax { input: String },
+    #[error("invalid shape {input:?}: token counts must be at least 1")]
+    Zero { input: String },
+    #[error("invalid prompt kind {input:?}: expected random, shared-prefix[:RATIO] or rag[:DOCS]")]
+    Kind { input: String },
+}
+
+impl Shape {
+    /// The short always-on canary shape.
+    pub const CANARY: Shape = Shape::new(64, 16);
+    /// Standard shapes from public benchmarks.
+    pub const STANDARD: [Shape; 7] = [
+        Shape::new(512, 512),
+        Shape::new(1024, 1024),
+        Shape::new(4096, 1024),
+        Shape::new(500, 2000),
+        Shape::new(20000, 2000),
+        Shape::new(200, 4000),
+        Shape::new(20000, 200),
+    ];
+
+    pub const fn new(input_tokens: u32, output_tokens: u32) -> Shape {
+        Shape {
+            input_tokens,
+            output_tokens,
+        }
+    }
+
+    /// Parses `512x128` (also `512×128`, `512X128`, surrounding spaces).
+    pub fn parse(s: &str) -> Result<Shape, ShapeError> {
+        let syntax = || ShapeError::Syntax {
+            input: s.to_string(),
+        };
+        let t = s.trim();
+        let (a, b) = t
+            .split_once(['x', 'X', '×'])
+            .ok_or_else(syntax)?;
+        let input: u32 = a.trim().parse().map_err(|_| syntax())?;
+        let output: u32 = b.trim().parse().map_err(|_| syntax())?;
+        if input == 0 || output == 0 {
+            return Err(ShapeError::Zero {
+                input: s.to_string(),
+            });
+        }
+        Ok(Shape::new(input, output))
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}x{}", self.input_tokens, self.output_tokens)
+    }
+}
+
+impl FromStr for Shape {
+    type Err = ShapeError;
+    fn from_str(s: &str) -> Result<Shape, ShapeError> {
+        Shape::parse(s)
+    }
+}
+
+/// How the prompt text is built.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "kebab-case")]
+pub enum PromptKind {
+    /// Random words after a unique nonce: never a prefix-cache hit.
+    Random,
+    /// A common prefix of `hit_ratio` of the input, then a nonce and random
+    /// words: the expected cache hit ratio is `hit_ratio`.
+    SharedPrefix { hit_ratio: f64 },
+    /// A long context of `documents` "documents" and a question, after a
+    /// nonce (long-context RAG prefill).
+    Rag { documents: u32 },
+}
+
+impl PromptKind {
+    /// Parses `random`, `shared-prefix[:RATIO]` (default 0.8),
+    /// `rag[:DOCS]` (default 4).
+    pub fn parse(s: &str) -> Result<PromptKind, ShapeError> {
+        let bad = || ShapeError::Kind {
+            input: s.to_string(),
+        };
+        let t = s.trim().to_ascii_lowercase();
+        let (name, arg) = match t.split_once(':') {
+            Some((n, a)) => (n.to_string(), Some(a.to_string())),
+            None => (t.clone(), None),
+        };
+        match (name.as_str(), arg) {
+            ("random", None) => Ok(PromptKind::Random),
+            ("shared-prefix", a) => {
+                let hit_ratio = match a {
+                    Some(a) => a.parse::<f64>().map_err(|_| bad())?,
+                    None => 0.8,
+                };
+                if !(0.0..1.0).contains(&hit_ratio) {
+                    return Err(bad());
+                }
+                Ok(PromptKind::SharedPrefix { hit_ratio })
+            }
+            ("rag", a) => {
+                let documents = match a {
+                    Some(a) => a.parse::<u32>().map_err(|_| bad())?,
+                    None => 4,
+                };
+                if documents == 0 {
+                    return Err(bad());
+                }
+                Ok(PromptKind::Rag { documents })
+            }
+            _ => Err(bad()),
+        }
+    }
+
+    /// A stable name for cache keys and reports.
+    pub fn label(&self) -> String {
+        match self {
+            PromptKind::Random => "random".into(),
+            PromptKind::SharedPrefix { hit_ratio } => format!("shared-prefix:{hit_ratio}"),
+            PromptKind::Rag { documents } => format!("rag:{documents}"),
+        }
+    }
+}
+
+/// Common short English words: mostly one token each in BPE vocabularies,
+/// so word count tracks token count closely.
+const WORDS: &[&str] = &[
+    "the", "of", "and", "to", "in", "is", "was", "for", "on", "are", "with", "as", "his", "they",
+    "be", "at", "one", "have", "this", "from", "or", "had", "by", "word", "but", "what", "some",
+    "we", "can", "out", "other", "were", "all", "there", "when", "up", "use", "your", "how",
+    "said", "an", "each", "she", "which", "do", "their", "time", "if", "will", "way", "about",
+    "many", "then", "them", "write", "would", "like", "so", "these", "her", "long", "make",
+    "thing", "see", "him", "two", "has", "look", "more", "day", "could", "go", "come", "did",
+    "number", "sound", "no", "most", "people", "my", "over", "know", "water", "than", "call",
+    "first", "who", "may", "down", "side", "been", "now", "find", "any", "new", "work", "part",
+    "take", "get", "place", "made", "live", "where", "after", "back", "little", "only", "round",
+    "man", "year", "came", "show", "every", "good", "me", "give", "our", "under", "name", "very",
+    "through", "just", "form", "great", "think", "say", "help", "low", "line", "differ", "turn",
+    "cause", "much", "mean", "before", "move", "right", "boy", "old", "too", "same", "tell",
+    "does", "set", "three", "want", "air", "well", "also", "play", "small", "end", "put", "home",
+    "read", "hand", "port", "large", "spell", "add", "even", "land", "here", "must", "big",
+    "high", "such", "follow", "act", "why", "ask", "men", "change", "went", "light", "kind",
+    "off", "need", "house", "picture", "try", "us", "again", "animal", "point", "mother", "world",
+    "near", "build", "self", "earth", "father", "head", "stand", "own", "page", "should",
+    "country", "found", "answer", "school", "grow", "study", "still", "learn", "plant", "cover",
+    "food", "sun", "four", "between", "state", "keep", "eye", "never", "last", "let", "thought",
+    "city", "tree", "cross", "farm", "hard", "start", "might", "story", "saw", "far", "sea",
+    "draw", "left", "late", "run", "while", "press", "close", "night", "real", "life", "few",
+    "north",
+];
+
+/// Words per token used when the target cannot tokenize for us.
+pub const WORDS_PER_TOKEN: f64 = 0.75;
+
+/// Approximate word count for `tokens` input tokens.
+pub fn approx_words(tokens: u32) -> u32 {
+    ((f64::from(tokens) * WORDS_PER_TOKEN).round() as u32).max(1)
+}
+
+fn push_words(out: &mut String, rng: &mut StdRng, n: u32) {
+    for _ in 0..n {
+        if !out.is_empty() && !out.ends_with(['\n', ' ']) {
+            out.push(' ');
+        }
+        out.push_str(WORDS[rng.random_range(0..WORDS.len())]);
+    }
+}
+
+/// Builds prompts of one kind and length. Deterministic for a given seed,
+/// so a run can be repeated.
+#[derive(Debug, Clone)]
+pub struct PromptGenerator {
+    kind: PromptKind,
+    words: u32,
+    seed: u64,
+    /// The shared prefix (shared-prefix kind), built once.
+    prefix: String,
+    prefix_words: u32,
+}
+
+impl PromptGenerator {
+    /// `words` is the body length in words: from [`Calibrator`] for an
+    /// exact token count, or [`approx_words`].
+    pub fn new(kind: PromptKind, words: u32, seed: u64) -> PromptGenerator {
+        let mut prefix = String::new();
+        let mut prefix_words = 0;
+        if let PromptKind::SharedPrefix { hit_ratio } = kind {
+            prefix_words = (f64::from(words) * hit_ratio).round() as u32;
+            // The prefix depends on the seed only, never on the request.
+            let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0f_9ef1);
+            prefix.push_str("You are a helpful assistant. Shared context: ");
+            push_words(&mut prefix, &mut rng, prefix_words);
+        }
+        PromptGenerator {
+            kind,
+            words,
+            seed,
+            prefix,
+            prefix_words,
+        }
+    }
+
+    pub fn kind(&self) -> PromptKind {
+        self.kind
+    }
+
+    pub fn words(&self) -> u32 {
+        self.words
+    }
+
+    /// The prompt of request number `i` (unique nonce per `i` and seed).
+    pub fn prompt(&self, i: u64) -> String {
+        let mut rng = StdRng::seed_from_u64(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i);
+        let nonce: u64 = rng.random();
+        let mut out = String::with_capacity(self.words as usize * 6 + 64);
+        match self.kind {
+            PromptKind::Random => {
+                out.push_str(&format!("[{nonce:016x}] "));
+                push_words(&mut out, &mut rng, self.words);
+            }
+            PromptKind::SharedPrefix { .. } => {
+                out.push_str(&self.prefix);
+                out.push_str(&format!("\n[{nonce:016x}] "));
+                push_words(&mut out, &mut rng, self.words.saturating_sub(self.prefix_words));
+            }
+            PromptKind::Rag { documents } => {
+                out.push_str(&format!("[{nonce:016x}] Answer using the documents.\n"));
+                let question_words = 12.min(self.words);
+                let body = self.words - question_words;
+                for d in 0..documents {
+                    let n = body / documents + u32::from(d < body % documents);
+                    out.push_str(&format!("\nDocument {}:\n", d + 1));
+                    push_words(&mut out, &mut rng, n);
+                }
+                out.push_str("\n\nQuestion: ");
+                push_words(&mut out, &mut rng, question_words);
+                out.push('?');
+            }
+        }
+        out
+    }
+}
+
+/// Finds the word count that gives an exact input token count on a target,
+/// through its `/tokenize` endpoint, and caches it per target and kind.
+#[derive(Debug, Default)]
+pub struct Calibrator {
+    cache: Mutex<HashMap<(String, String, String, u32), Calibration>>,
+}
+
+/// The outcome of a calibration.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Calibration {
+    pub words: u32,
+    /// Tokens the target counted for that word count, when it could count.
+    pub tokens: Option<u32>,
+    /// False when the target had no `/tokenize` and `words` is ≈0.75/token.
+    pub exact: bool,
+}
+
+impl Calibrator {
+    pub fn new() -> Calibrator {
+        Calibrator::default()
+    }
+
+    /// The word count for `shape.input_tokens` of `kind` on the target
+    /// behind `client`. Binary search on the word count (prompt tokens grow
+    /// monotonically with words), ≈ log2(input) `/tokenize` calls, once per
+    /// target, model, kind and length.
+    pub async fn calibrate(
+        &self,
+        client: &crate::client::ProbeClient,
+        model: &str,
+        kind: PromptKind,
+        input_tokens: u32,
+    ) -> Calibration {
+        let key = (
+            client.base_url().to_string(),
+            model.to_string(),
+            kind.label(),
+            input_tokens,
+        );
+        if let Some(c) = self.cache.lock().ok().and_then(|m| m.get(&key).copied()) {
+            return c;
+        }
+        let count = |words: u32| {
+            let text = PromptGenerator::new(kind, words, 1).prompt(0);
+            async move { tokenize_count(client, model, &text).await }
+        };
+        let approx = approx_words(input_tokens);
+        let result = match count(approx).await {
+            None => Calibration {
+                words: approx,
+                tokens: None,
+                exact: false,
+            },
+            Some(t0) => {
+                // Bracket [lo, hi] with tokens(lo) <= target < tokens(hi).
+                let (mut lo, mut hi) = (0u32, approx.max(1));
+                let mut t_hi = t0;
+                while t_hi <= input_tokens && hi < 4_000_000 {
+                    lo = hi;
+                    hi = hi.saturating_mul(2);
+                    match count(hi).await {
+                        Some(t) => t_hi = t,
+                        None => break,
+                    }
+                }
+                let mut best = (lo, None);
+                while hi - lo > 1 {
+                    let mid = lo + (hi - lo) / 2;
+                    match count(mid).await {
+                        Some(t) if t <= input_tokens => {
+                            lo = mid;
+                            best = (mid, Some(t));
+                        }
+                        Some(_) => hi = mid,
+                        None => break,
+                    }
+                }
+                let tokens = match best.1 {
+                    Some(t) => Some(t),
+                    None => count(lo.max(1)).await,
+                };
+                Calibration {
+                    words: lo.max(1),
+                    tokens,
+                    exact: true,
+                }
+            }
+        };
+        if let Ok(mut m) = self.cache.lock() {
+            m.insert(key, result);
+        }
+        result
+    }
+}
+
+/// Token count of `text` from the target's `/tokenize`: vLLM/SGLang shape
+/// (`{"model","prompt"}` → `{"count"}`) first, then llama.cpp's
+/// (`{"content"}` → `{"tokens":[…]}`). `None` when neither answers.
+pub async fn tokenize_count(
+    client: &crate::client::ProbeClient,
+    model: &str,
+    text: &str,
+) -> Option<u32> {
+    let url = format!("{}/tokenize", client.base_url());
+    let bodies = [
+        serde_json::json!({ "model": model, "prompt": text, "add_special_tokens": true }),
+        serde_json::json!({ "content": text, "add_special": true }),
+    ];
+    for body in bodies {
+        let mut rb = client
+            .http()
+            .post(&url)
+            .timeout(std::time::Duration::from_secs(30))
+            .json(&body);
+        if let Some(k) = &client.config().api_key {
+            rb = rb.bearer_auth(k.expose());
+        }
+        let Ok(resp) = rb.send().await else {
+            return None;
+        };
+        if !resp.status().is_success() {
+            continue;
+        }
+        let Ok(v) = resp.json::<serde_json::Value>().await else {
+            continue;
+        };
+        if let Some(c) = v.get("count").and_then(|c| c.as_u64()) {
+            return u32::try_from(c).ok();
+        }
+        if let Some(t) = v.get("tokens").and_then(|t| t.as_array()) {
+            return u32::try_from(t.len()).ok();
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shape_parse() {
+        assert_eq!(Shape::parse("512x128"), Ok(Shape::new(512, 128)));
+        assert_eq!(Shape::parse(" 64 × 16 "), Ok(Shape::new(64, 16)));
+        assert_eq!("20000X200".parse::<Shape>(), Ok(Shape::new(20000, 200)));
+        assert!(matches!(Shape::parse("512"), Err(ShapeError::Syntax { .. })));
+        assert!(matches!(Shape::parse("0x5"), Err(ShapeError::Zero { .. })));
+        assert!(Shape::parse("-1x5").is_err());
+        assert_eq!(Shape::new(512, 128).to_string(), "512x128");
+    }
+
+    #[test]
+    fn kind_parse() {
+        assert_eq!(PromptKind::parse("random"), Ok(PromptKind::Random));
+        assert_eq!(
+            PromptKind::parse("shared-prefix:0.5"),
+            Ok(PromptKind::SharedPrefix { hit_ratio: 0.5 })
+        );
+        assert_eq!(PromptKind::parse("rag"), Ok(PromptKind::Rag { documents: 4 }));
+        assert!(PromptKind::parse("shared-prefix:1.5").is_err());
+        assert!(PromptKind::parse("bogus").is_err());
+    }
+
+    #[test]
+    fn random_prompts_differ_at_the_start() {
+        let g = PromptGenerator::new(PromptKind::Random, 100, 7);
+        let (a, b) = (g.prompt(0), g.prompt(1));
+        assert_ne!(a[..18], b[..18]);
+        assert_eq!(a, g.prompt(0));
+        assert_eq!(a.split_whitespace().count(), 101);
+    }
+
+    #[test]
+    fn shared_prefix_shares_its_prefix() {
+        let g = PromptGenerator::new(PromptKind::SharedPrefix { hit_ratio: 0.5 }, 200, 7);
+        let (a, b) = (g.prompt(0), g.prompt(1));
+        let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
+        assert!(common >= g.prefix.len(), "{common} < {}", g.prefix.len());
+        assert_ne!(a, b);
+    }
+
+    #[test]
+    fn rag_has_documents_and_question() {
+        let g = PromptGenerator::new(PromptKind::Rag { documents: 3 }, 300, 7);
+        let p = g.prompt(0);
+        assert!(p.contains("Document 3:") && p.contains("Question:"));
+    }
+}

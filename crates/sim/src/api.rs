@@ -1,0 +1,688 @@
+//! The HTTP surface: thin handlers that parse a request into a sequence for
+//! the engine and turn its token events into vLLM-shaped JSON or SSE.
+//!
+//! Wire shapes follow the vLLM 0.32 captures in `shared/fixtures/vllm-live/`
+//! field for field (key order included), so clients' SSE parsers see what a
+//! real server sends. Errors use vLLM's current (≥ 0.10) shape
+//! `{"error":{"message","type","param","code"}}`:
+//! - malformed JSON / wrong field types → 400, `type: "Bad Request"` (vLLM's
+//!   `RequestValidationError` handler uses `HTTPStatus.BAD_REQUEST.phrase`);
+//! - unknown model → 404, `type: "NotFoundError"`, `param: "model"`;
+//! - prompt + max_tokens past `max_model_len` → 400, `type: "BadRequestError"`;
+//! - `Sim::set_failing(true)` → 500, `type: "InternalServerError"`.
+
+use std::collections::VecDeque;
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use serde::Deserialize;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+use crate::engine::{NewSeq, TokenEvent};
+use crate::stats::FinishReason;
+use crate::tokenizer::{self, ChatMessage};
+use crate::{Flavor, SimInner};
+
+type AppState = Arc<SimInner>;
+
+const SYSTEM_FINGERPRINT: &str = "vllm-0.32.0-sim";
+const VERSION: &str = "0.32.0-sim";
+
+pub(crate) fn router(inner: AppState) -> Router {
+    let flavor = inner.config.flavor;
+    let mut r = Router::new()
+        .route("/v1/completions", post(completions))
+        .route("/v1/chat/completions", post(chat_completions))
+        .route("/v1/models", get(models))
+        .route("/tokenize", post(tokenize))
+        .route("/version", get(version))
+        .route("/health", get(health))
+        .route("/metrics", get(metrics));
+    if flavor == Flavor::Nim {
+        r = r
+            .route("/v1/metrics", get(metrics))
+            .route("/v1/health/ready", get(health))
+            .route("/v1/health/live", get(health));
+    }
+    r.fallback(not_found).with_state(inner)
+}
+
+pub(crate) fn gpu_router(inner: AppState) -> Router {
+    Router::new()
+        .route("/metrics", get(gpu_metrics))
+        .fallback(not_found)
+        .with_state(inner)
+}
+
+pub(crate) fn render_metrics(inner: &SimInner) -> String {
+    let st = inner.shared.lock_stats();
+    inner.template.render(&st, &inner.page)
+}
+
+const PROM_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+async fn metrics(State(inner): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, PROM_CONTENT_TYPE)], render_metrics(&inner)).into_response()
+}
+
+async fn gpu_metrics(State(inner): State<AppState>) -> Response {
+    ([(header::CONTENT_TYPE, PROM_CONTENT_TYPE)], crate::gpu::render(&inner)).into_response()
+}
+
+async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+async fn not_found() -> Response {
+    json_response(StatusCode::NOT_FOUND, r#"{"detail":"Not Found"}"#.to_string())
+}
+
+async fn version() -> Response {
+    json_response(StatusCode::OK, format!(r#"{{"version":"{VERSION}"}}"#))
+}
+
+fn json_response(status: StatusCode, body: String) -> Response {
+    (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+}
+
+fn js(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_string())
+}
+
+/// An error answered in vLLM's JSON shape.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    kind: &'static str,
+    message: String,
+    param: Option<&'static str>,
+}
+
+impl ApiError {
+    fn bad_json(e: &serde_json::Error) -> ApiError {
+        let kind = if e.is_syntax() || e.is_eof() {
+            "json_invalid"
+        } else {
+            "value_error"
+        };
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            kind: "Bad Request",
+            message: format!(
+                "[{{'type': '{kind}', 'loc': ('body', {}), 'msg': '{}'}}]",
+                e.column(),
+                e.to_string().replace('\'', "\"")
+            ),
+            param: None,
+        }
+    }
+
+    fn bad_request(message: String) -> ApiError {
+        ApiError {
+            status: StatusCode::BAD_REQUEST,
+            kind: "BadRequestError",
+            message,
+            param: None,
+        }
+    }
+
+    fn model_not_found(model: &str) -> ApiError {
+        ApiError {
+            status: StatusCode::NOT_FOUND,
+            kind: "NotFoundError",
+            message: format!("The model `{model}` does not exist."),
+            param: Some("model"),
+        }
+    }
+
+    fn failing() -> ApiError {
+        ApiError {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            kind: "InternalServerError",
+            message: "The simulated engine is failing (Sim::set_failing).".to_string(),
+            param: None,
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let param = match self.param {
+            Some(p) => js(p),
+            None => "null".to_string(),
+        };
+        let body = format!(
+            r#"{{"error":{{"message":{},"type":{},"param":{},"code":{}}}}}"#,
+            js(&self.message),
+            js(self.kind),
+            param,
+            self.status.as_u16()
+        );
+        json_response(self.status, body)
+    }
+}
+
+#[derive(Debug, Deserialize, Default)]
+struct StreamOptions {
+    include_usage: Option<bool>,
+    continuous_usage_stats: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum PromptInput {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<u32>),
+    IdLists(Vec<Vec<u32>>),
+}
+
+#[derive(Debug, Deserialize)]
+struct CompletionRequest {
+    model: Option<String>,
+    prompt: PromptInput,
+    max_tokens: Option<i64>,
+    min_tokens: Option<i64>,
+    ignore_eos: Option<bool>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    n: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+#[derive(Debug, Deserialize)]
+struct ContentPart {
+    text: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+struct InMessage {
+    role: String,
+    content: Option<Content>,
+}
+
+#[derive(Debug, Deserialize)]
+struct ChatRequest {
+    model: Option<String>,
+    messages: Vec<InMessage>,
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    min_tokens: Option<i64>,
+    ignore_eos: Option<bool>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    n: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+struct TokenizeRequest {
+    model: Option<String>,
+    prompt: Option<String>,
+    messages: Option<Vec<InMessage>>,
+    add_special_tokens: Option<bool>,
+}
+
+fn messages_text(messages: &[InMessage]) -> String {
+    let msgs: Vec<ChatMessage> = messages
+        .iter()
+        .map(|m| ChatMessage {
+            role: m.role.clone(),
+            content: match &m.content {
+                None => String::new(),
+                Some(Content::Text(t)) => t.clone(),
+                Some(Content::Parts(parts)) => parts
+                    .iter()
+                    .filter_map(|p| p.text.as_deref())
+                    .collect::<Vec<_>>()
+                    .join("\n"),
+            },
+        })
+        .collect();
+    tokenizer::render_chat(&msgs)
+}
+
+fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|e| ApiError::bad_json(&e))
+}
+
+fn check_model(inner: &SimInner, model: Option<&str>) -> Result<(), ApiError> {
+    match model {
+        Some(m) if m != inner.config.model => Err(ApiError::model_not_found(m)),
+        _ => Ok(()),
+    }
+}
+
+fn check_n(n: Option<i64>) -> Result<(), ApiError> {
+    match n {
+        None | Some(1) => Ok(()),
+        Some(n) => Err(ApiError::bad_request(format!(
+            "n={n} is not supported by the simulator (only n=1)."
+        ))),
+    }
+}
+
+async fn tokenize(State(inner): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let req: TokenizeRequest = parse(&body)?;
+    check_model(&inner, req.model.as_deref())?;
+    let tokens = match (&req.prompt, &req.messages) {
+        (Some(p), _) => tokenizer::encode(p, req.add_special_tokens.unwrap_or(true)),
+        (None, Some(m)) => tokenizer::encode(&messages_text(m), true),
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "Either `prompt` or `messages` is required.".to_string(),
+            ))
+        }
+    };
+    let ids: Vec<String> = tokens.iter().map(u32::to_string).collect();
+    Ok(json_response(
+        StatusCode::OK,
+        format!(
+            r#"{{"count":{},"max_model_len":{},"tokens":[{}],"token_strs":null}}"#,
+            tokens.len(),
+            inner.config.profile.max_model_len,
+            ids.join(",")
+        ),
+    ))
+}
+
+async fn models(State(inner): State<AppState>) -> Response {
+    let m = js(&inner.config.model);
+    let created = inner.start_unix as u64;
+    json_response(
+        StatusCode::OK,
+        format!(
+            r#"{{"object":"list","data":[{{"id":{m},"object":"model","created":{created},"owned_by":"vllm","root":{m},"parent":null,"max_model_len":{},"permission":[{{"id":"modelperm-{:016x}","object":"model_permission","created":{created},"allow_create_engine":false,"allow_sampling":true,"allow_logprobs":true,"allow_search_indices":false,"allow_view":true,"allow_fine_tuning":false,"organization":"*","group":null,"is_blocking":false}}]}}]}}"#,
+            inner.config.profile.max_model_len,
+            crate::tokenizer::mix(inner.config.seed ^ 0x7065_726d)
+        ),
+    )
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Api {
+    Completions,
+    Chat,
+}
+
+struct GenParams {
+    api: Api,
+    prompt: Vec<u32>,
+    max_tokens: Option<i64>,
+    min_tokens: Option<i64>,
+    ignore_eos: bool,
+    stream: bool,
+    options: StreamOptions,
+}
+
+async fn completions(State(inner): State<AppState>, body: Bytes) -> Result<Response, ApiError> {
+    let arrival = Instant::now();
+    let req: CompletionRequest = parse(&body)?;
+    check_model(&inner, req.model.as_deref())?;
+    check_n(req.n)?;
+    let prompt = match req.prompt {
+        PromptInput::Text(t) => tokenizer::encode(&t, true),
+        PromptInput::Ids(ids) => ids,
+        PromptInput::Texts(mut v) if v.len() == 1 => tokenizer::encode(&v.remove(0), true),
+        PromptInput::IdLists(mut v) if v.len() == 1 => v.remove(0),
+        _ => {
+            return Err(ApiError::bad_request(
+                "Batched prompts are not supported by the simulator; send one prompt per request."
+                    .to_string(),
+            ))
+        }
+    };
+    generate(
+        inner,
+        arrival,
+        GenParams {
+            api: Api::Completions,
+            prompt,
+            // vLLM's completions default.
+            max_tokens: Some(req.max_tokens.unwrap_or(16)),
+            min_tokens: req.min_tokens,
+            ignore_eos: req.ignore_eos.unwrap_or(false),
+            stream: req.stream.unwrap_or(false),
+            options: req.stream_options.unwrap_or_default(),
+        },
+    )
+}
+
+async fn chat_completions(
+    State(inner): State<AppState>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let arrival = Instant::now();
+    let req: ChatRequest = parse(&body)?;
+    check_model(&inner, req.model.as_deref())?;
+    check_n(req.n)?;
+    if req.messages.is_empty() {
+        return Err(ApiError::bad_request(
+            "`messages` must not be empty.".to_string(),
+        ));
+    }
+    let prompt = tokenizer::encode(&messages_text(&req.messages), true);
+    generate(
+        inner,
+        arrival,
+        GenParams {
+            api: Api::Chat,
+            prompt,
+            max_tokens: req.max_completion_tokens.or(req.max_tokens),
+            min_tokens: req.min_tokens,
+            ignore_eos: req.ignore_eos.unwrap_or(false),
+            stream: req.stream.unwrap_or(false),
+            options: req.stream_options.unwrap_or_default(),
+        },
+    )
+}
+
+fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response, ApiError> {
+    if inner.shared.failing.load(Ordering::Relaxed) {
+        inner.shared.lock_stats().finished(FinishReason::Error);
+        return Err(ApiError::failing());
+    }
+    let max_len = inner.config.profile.max_model_len;
+    let prompt_len = p.prompt.len();
+    if prompt_len == 0 {
+        return Err(ApiError::bad_request(
+            "The prompt cannot be empty.".to_string(),
+        ));
+    }
+    if prompt_len >= max_len {
+        return Err(ApiError::bad_request(format!(
+            "This model's maximum context length is {max_len} tokens. However, your request has {prompt_len} input tokens. Please reduce the length of the input messages."
+        )));
+    }
+    let max_tokens = match p.max_tokens {
+        None => max_len - prompt_len,
+        Some(m) if m < 1 => {
+            return Err(ApiError::bad_request(format!(
+                "max_tokens must be at least 1, got {m}."
+            )))
+        }
+        Some(m) => {
+            let m = usize::try_from(m).unwrap_or(usize::MAX);
+            if m > max_len - prompt_len {
+                return Err(ApiError::bad_request(format!(
+                    "'max_tokens' or 'max_completion_tokens' is too large: {m}. This model's maximum context length is {max_len} tokens and your request has {prompt_len} input tokens ({m} > {max_len} - {prompt_len})."
+                )));
+            }
+            m
+        }
+    };
+    let min_tokens = match p.min_tokens {
+        None => 0,
+        Some(m) if m < 0 => {
+            return Err(ApiError::bad_request(format!(
+                "min_tokens must be greater than or equal to 0, got {m}."
+            )))
+        }
+        Some(m) => usize::try_from(m).unwrap_or(usize::MAX).min(max_tokens),
+    };
+
+    let (tx, rx) = mpsc::unbounded_channel();
+    let seq = NewSeq {
+        prompt: p.prompt,
+        max_tokens,
+        min_tokens,
+        ignore_eos: p.ignore_eos,
+        arrival,
+        tx,
+    };
+    if inner.tx.send(seq).is_err() {
+        return Err(ApiError::failing());
+    }
+    let n = inner.request_counter.fetch_add(1, Ordering::Relaxed);
+    let hex = format!(
+        "{:016x}",
+        crate::tokenizer::mix(inner.config.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
+    );
+    let id = match p.api {
+        Api::Completions => format!("cmpl-{hex}"),
+        Api::Chat => format!("chatcmpl-{hex}"),
+    };
+    let created = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let out = Out {
+        api: p.api,
+        id,
+        created,
+        model: js(&inner.config.model),
+        prompt_tokens: prompt_len,
+        details: inner.config.prompt_tokens_details,
+    };
+    if p.stream {
+        let state = StreamState {
+            out,
+            rx,
+            pending: VecDeque::new(),
+            completion_tokens: 0,
+            include_usage: p.options.include_usage.unwrap_or(false),
+            continuous: p.options.continuous_usage_stats.unwrap_or(false),
+            done: false,
+        };
+        let stream = futures_util::stream::unfold(state, |mut s| async move {
+            loop {
+                if let Some(b) = s.pending.pop_front() {
+                    return Some((Ok::<Bytes, Infallible>(b), s));
+                }
+                if s.done {
+                    return None;
+                }
+                match s.rx.recv().await {
+                    Some(ev) => s.on_event(ev),
+                    None => s.done = true,
+                }
+            }
+        });
+        Ok((
+            [(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")],
+            Body::from_stream(stream),
+        )
+            .into_response())
+    } else {
+        Ok(Body::from_stream(futures_util::stream::once(collect(out, rx)))
+            .into_response()
+            .with_json_type())
+    }
+}
+
+trait WithJsonType {
+    fn with_json_type(self) -> Response;
+}
+
+impl WithJsonType for Response {
+    fn with_json_type(mut self) -> Response {
+        self.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+        self
+    }
+}
+
+/// Response identity shared by every chunk of one request.
+struct Out {
+    api: Api,
+    id: String,
+    created: u64,
+    /// JSON-encoded model name.
+    model: String,
+    prompt_tokens: usize,
+    details: bool,
+}
+
+impl Out {
+    fn usage(&self, completion: usize, cached: usize, with_details: bool) -> String {
+        let base = format!(
+            r#"{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{}"#,
+            self.prompt_tokens,
+            self.prompt_tokens + completion,
+            completion
+        );
+        if with_details && self.details {
+            format!(r#"{base},"prompt_tokens_details":{{"cached_tokens":{cached}}}}}"#)
+        } else {
+            format!("{base}}}")
+        }
+    }
+
+    fn head(&self, object: &str) -> String {
+        format!(
+            r#"{{"id":"{}","object":"{object}","created":{},"model":{}"#,
+            self.id, self.created, self.model
+        )
+    }
+}
+
+struct StreamState {
+    out: Out,
+    rx: mpsc::UnboundedReceiver<TokenEvent>,
+    pending: VecDeque<Bytes>,
+    completion_tokens: usize,
+    include_usage: bool,
+    continuous: bool,
+    done: bool,
+}
+
+impl StreamState {
+    fn push(&mut self, json: String) {
+        let mut s = String::with_capacity(json.len() + 8);
+        s.push_str("data: ");
+        s.push_str(&json);
+        s.push_str("\n\n");
+        self.pending.push_back(Bytes::from(s));
+    }
+
+    fn cont_usage(&self) -> String {
+        if self.continuous {
+            format!(
+                r#","usage":{}"#,
+                self.out.usage(self.completion_tokens, 0, false)
+            )
+        } else {
+            String::new()
+        }
+    }
+
+    fn on_event(&mut self, ev: TokenEvent) {
+        let first = self.completion_tokens == 0;
+        let text = js(ev.text);
+        let finish = ev.finish.map(FinishReason::as_str);
+        match self.out.api {
+            Api::Chat => {
+                if first {
+                    // vLLM sends a role-only chunk with empty content first.
+                    let json = format!(
+                        r#"{},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]{},"prompt_token_ids":null,"prompt_text":null}}"#,
+                        self.out.head("chat.completion.chunk"),
+                        self.cont_usage()
+                    );
+                    self.push(json);
+                }
+                self.completion_tokens += 1;
+                let tail = match finish {
+                    Some(f) => {
+                        format!(r#""finish_reason":"{f}","stop_reason":null,"token_ids":null"#)
+                    }
+                    None => r#""finish_reason":null,"token_ids":null"#.to_string(),
+                };
+                let json = format!(
+                    r#"{},"choices":[{{"index":0,"delta":{{"content":{text}}},"logprobs":null,{tail}}}]{}}}"#,
+                    self.out.head("chat.completion.chunk"),
+                    self.cont_usage()
+                );
+                self.push(json);
+            }
+            Api::Completions => {
+                self.completion_tokens += 1;
+                let f = match finish {
+                    Some(f) => format!("\"{f}\""),
+                    None => "null".to_string(),
+                };
+                let json = format!(
+                    r#"{},"choices":[{{"index":0,"text":{text},"logprobs":null,"finish_reason":{f},"stop_reason":null,"prompt_token_ids":null,"token_ids":null}}]{}}}"#,
+                    self.out.head("text_completion"),
+                    self.cont_usage()
+                );
+                self.push(json);
+            }
+        }
+        if ev.finish.is_some() {
+            if self.include_usage {
+                let object = match self.out.api {
+                    Api::Chat => "chat.completion.chunk",
+                    Api::Completions => "text_completion",
+                };
+                let json = format!(
+                    r#"{},"choices":[],"usage":{},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}"#,
+                    self.out.head(object),
+                    self.out
+                        .usage(self.completion_tokens, ev.cached_tokens, true)
+                );
+                self.push(json);
+            }
+            self.pending
+                .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
+            self.done = true;
+        }
+    }
+}
+
+/// Non-streaming: waits for the last token and builds one JSON body.
+async fn collect(
+    out: Out,
+    mut rx: mpsc::UnboundedReceiver<TokenEvent>,
+) -> Result<Bytes, Infallible> {
+    let mut text = String::new();
+    let mut n = 0;
+    let mut finish = FinishReason::Abort;
+    let mut cached = 0;
+    while let Some(ev) = rx.recv().await {
+        text.push_str(ev.text);
+        n += 1;
+        cached = ev.cached_tokens;
+        if let Some(f) = ev.finish {
+            finish = f;
+            break;
+        }
+    }
+    let usage = if out.details {
+        out.usage(n, cached, true)
+    } else {
+        let u = out.usage(n, cached, false);
+        format!(
+            r#"{},"prompt_tokens_details":null}}"#,
+            u.trim_end_matches('}')
+        )
+    };
+    let f = finish.as_str();
+    let text = js(&text);
+    let body = match out.api {
+        Api::Completions => format!(
+            r#"{},"choices":[{{"index":0,"text":{text},"logprobs":null,"finish_reason":"{f}","stop_reason":null,"prompt_logprobs":null}}],"service_tier":null,"system_fingerprint":null,"usage":{usage},"kv_transfer_params":null}}"#,
+            out.head("text_completion")
+        ),
+        Api::Chat => format!(
+            r#"{},"choices":[{{"index":0,"message":{{"role":"assistant","content":{text},"refusal":null,"annotations":null,"audio":null,"function_call":null,"tool_calls":[],"reasoning_content":null}},"logprobs":null,"finish_reason":"{f}","stop_reason":null}}],"service_tier":null,"system_fingerprint":null,"usage":{usage},"prompt_logprobs":null,"kv_transfer_params":null}}"#,
+            out.head("chat.completion")
+        ),
+    };
+    Ok(Bytes::from(body))
+}

@@ -1,0 +1,575 @@
+//! llmwatch's storage: SQLite (WAL) through sqlx. Targets, series of catalog
+//! metrics, scrapes with their health and packed samples, and the queries the
+//! API and pages need (latest signals, a signal's series over a range, raw
+//! metric series).
+//!
+//! Layout: one `scrapes` row per scrape holds all of that scrape's samples
+//! packed (see [`codec`]); the `series` table names what each packed id means.
+//! Writes are batched: [`Store::write_scrapes`] commits a whole batch in one
+//! transaction.
+
+pub mod codec;
+mod series;
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use llmwatch_core::catalog::{CatalogMetric, NormalizedSample};
+use llmwatch_core::signals::{signals_between, Signal, Snapshot};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{AssertSqlSafe, Row, SqlitePool};
+
+pub use series::{part_key, parse_part_key, SeriesDef};
+use series::SeriesCache;
+
+/// Errors of the store. Messages say what was being done.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("corrupt stored data: {0}")]
+    Corrupt(String),
+    #[error("unknown target id {0}")]
+    UnknownTarget(i64),
+    #[error("bad range: {0}")]
+    BadRange(String),
+}
+
+/// What a target is: an inference server or a GPU source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TargetKind {
+    Engine,
+    Gpu,
+}
+
+impl TargetKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TargetKind::Engine => "engine",
+            TargetKind::Gpu => "gpu",
+        }
+    }
+}
+
+/// A stored target.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct TargetRow {
+    pub id: i64,
+    pub name: String,
+    pub kind: TargetKind,
+    pub url: String,
+    pub engine: Option<String>,
+}
+
+/// One scrape's outcome, ready to be written.
+#[derive(Debug, Clone)]
+pub struct ScrapeRecord {
+    pub target_id: i64,
+    /// Unix milliseconds at the start of the scrape.
+    pub ts_ms: i64,
+    pub up: bool,
+    pub duration_ms: f64,
+    pub body_bytes: u64,
+    pub error: Option<String>,
+    pub engine: Option<String>,
+    pub samples: Vec<NormalizedSample>,
+}
+
+/// A scrape's health as stored.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ScrapeHealth {
+    pub ts_ms: i64,
+    pub up: bool,
+    pub duration_ms: f64,
+    pub body_bytes: u64,
+    pub error: Option<String>,
+    pub sample_count: u64,
+}
+
+/// One point of a series.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct Point {
+    pub ts_ms: i64,
+    pub value: f64,
+}
+
+/// A raw stored series over a range.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SeriesPoints {
+    pub metric: String,
+    pub labels: Vec<(String, String)>,
+    pub part: String,
+    pub points: Vec<Point>,
+}
+
+/// `[from, to]` in Unix milliseconds, sampled every `step`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Range {
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub step_ms: i64,
+}
+
+/// The most points one range query returns (as Prometheus' limit).
+pub const MAX_POINTS: i64 = 11_000;
+
+impl Range {
+    /// Checks order, step and size, so queries never loop forever or explode.
+    pub fn checked(from_ms: i64, to_ms: i64, step_ms: i64) -> Result<Range, StoreError> {
+        if step_ms <= 0 {
+            return Err(StoreError::BadRange(format!(
+                "step must be positive, got {step_ms} ms"
+            )));
+        }
+        if to_ms < from_ms {
+            return Err(StoreError::BadRange(format!(
+                "`to` ({to_ms}) is before `from` ({from_ms})"
+            )));
+        }
+        let points = (to_ms - from_ms) / step_ms + 1;
+        if points > MAX_POINTS {
+            return Err(StoreError::BadRange(format!(
+                "{points} points requested, at most {MAX_POINTS}: raise the step"
+            )));
+        }
+        Ok(Range {
+            from_ms,
+            to_ms,
+            step_ms,
+        })
+    }
+}
+
+/// How far back a signal query looks for a scrape before calling the value stale.
+const STALENESS_MS: i64 = 5 * 60 * 1000;
+
+/// The store: a pool of SQLite connections plus the in-memory series index.
+#[derive(Clone)]
+pub struct Store {
+    pool: SqlitePool,
+    series: Arc<RwLock<SeriesCache>>,
+    write_lock: Arc<tokio::sync::Mutex<()>>,
+}
+
+impl Store {
+    /// Opens (creating if needed) the database at `path`, in WAL mode, and
+    /// applies the migrations in `migrations/`.
+    pub async fn open(path: &Path) -> Result<Store, StoreError> {
+        let options = SqliteConnectOptions::new()
+            .filename(path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(10))
+            .foreign_keys(true);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .connect_with(options)
+            .await?;
+        sqlx::migrate!("../../migrations").run(&pool).await?;
+        let store = Store {
+            pool,
+            series: Arc::new(RwLock::new(SeriesCache::default())),
+            write_lock: Arc::new(tokio::sync::Mutex::new(())),
+        };
+        store.load_series().await?;
+        Ok(store)
+    }
+
+    /// The underlying pool, for the other stores of the binary (probes, runs).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+
+    async fn load_series(&self) -> Result<(), StoreError> {
+        let rows = sqlx::query("SELECT id, target_id, metric, labels, part FROM series")
+            .fetch_all(&self.pool)
+            .await?;
+        let mut cache = SeriesCache::default();
+        for row in rows {
+            let id: i64 = row.try_get("id")?;
+            let def = SeriesDef::from_columns(
+                row.try_get("target_id")?,
+                row.try_get::<String, _>("metric")?.as_str(),
+                row.try_get::<String, _>("labels")?.as_str(),
+                row.try_get::<String, _>("part")?.as_str(),
+            );
+            // A series of a metric this build does not know is skipped, not fatal.
+            if let Some(def) = def {
+                cache.insert(series_id(id)?, def);
+            }
+        }
+        *self.series.write().map_err(poisoned)? = cache;
+        Ok(())
+    }
+
+    /// Registers a target (or updates its kind and URL) and returns its id.
+    pub async fn upsert_target(
+        &self,
+        name: &str,
+        kind: TargetKind,
+        url: &str,
+        now_ms: i64,
+    ) -> Result<i64, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO targets (name, kind, url, created_ms) VALUES (?, ?, ?, ?)
+             ON CONFLICT(name) DO UPDATE SET kind = excluded.kind, url = excluded.url
+             RETURNING id",
+        )
+        .bind(name)
+        .bind(kind.as_str())
+        .bind(url)
+        .bind(now_ms)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get("id")?)
+    }
+
+    /// Every target, by name.
+    pub async fn targets(&self) -> Result<Vec<TargetRow>, StoreError> {
+        let rows = sqlx::query("SELECT id, name, kind, url, engine FROM targets ORDER BY name")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.into_iter().map(target_from_row).collect()
+    }
+
+    /// One target by name.
+    pub async fn target_by_name(&self, name: &str) -> Result<Option<TargetRow>, StoreError> {
+        let row = sqlx::query("SELECT id, name, kind, url, engine FROM targets WHERE name = ?")
+            .bind(name)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.map(target_from_row).transpose()
+    }
+
+    /// Writes a batch of scrapes in one transaction: new series first, then one
+    /// row per scrape. Returns the number of samples written.
+    pub async fn write_scrapes(&self, batch: &[ScrapeRecord]) -> Result<u64, StoreError> {
+        let _writer = self.write_lock.lock().await;
+        let mut tx = self.pool.begin().await?;
+        let mut new_series: Vec<(u32, SeriesDef)> = Vec::new();
+        let mut written = 0u64;
+        for scrape in batch {
+            let mut pairs = Vec::with_capacity(scrape.samples.len());
+            for sample in &scrape.samples {
+                let known = self
+                    .series
+                    .read()
+                    .map_err(poisoned)?
+                    .id_of(scrape.target_id, sample);
+                let known = known.or_else(|| {
+                    new_series
+                        .iter()
+                        .find(|(_, def)| def.matches(scrape.target_id, sample))
+                        .map(|(id, _)| *id)
+                });
+                let id = match known {
+                    Some(id) => id,
+                    None => {
+                        let def = SeriesDef::of(scrape.target_id, sample);
+                        let row = sqlx::query(
+                            "INSERT INTO series (target_id, metric, labels, part) VALUES (?, ?, ?, ?)
+                             RETURNING id",
+                        )
+                        .bind(scrape.target_id)
+                        .bind(def.metric.name())
+                        .bind(def.labels_column())
+                        .bind(part_key(def.part))
+                        .fetch_one(&mut *tx)
+                        .await?;
+                        let id = series_id(row.try_get("id")?)?;
+                        new_series.push((id, def));
+                        id
+                    }
+                };
+                pairs.push((id, sample.value));
+            }
+            let blob = scrape.up.then(|| codec::encode(&pairs));
+            sqlx::query(
+                "INSERT INTO scrapes (target_id, ts_ms, up, duration_ms, body_bytes, error, sample_count, samples)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(scrape.target_id)
+            .bind(scrape.ts_ms)
+            .bind(scrape.up)
+            .bind(scrape.duration_ms)
+            .bind(i64::try_from(scrape.body_bytes).unwrap_or(i64::MAX))
+            .bind(scrape.error.as_deref())
+            .bind(i64::try_from(pairs.len()).unwrap_or(i64::MAX))
+            .bind(blob)
+            .execute(&mut *tx)
+            .await?;
+            if let Some(engine) = &scrape.engine {
+                sqlx::query("UPDATE targets SET engine = ? WHERE id = ? AND engine IS NOT ?")
+                    .bind(engine)
+                    .bind(scrape.target_id)
+                    .bind(engine)
+                    .execute(&mut *tx)
+                    .await?;
+            }
+            written += pairs.len() as u64;
+        }
+        tx.commit().await?;
+        let mut cache = self.series.write().map_err(poisoned)?;
+        for (id, def) in new_series {
+            cache.insert(id, def);
+        }
+        Ok(written)
+    }
+
+    /// The last `limit` scrapes of a target, newest first.
+    pub async fn scrape_health(
+        &self,
+        target_id: i64,
+        limit: u32,
+    ) -> Result<Vec<ScrapeHealth>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT ts_ms, up, duration_ms, body_bytes, error, sample_count FROM scrapes
+             WHERE target_id = ? ORDER BY ts_ms DESC LIMIT ?",
+        )
+        .bind(target_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ScrapeHealth {
+                    ts_ms: row.try_get("ts_ms")?,
+                    up: row.try_get("up")?,
+                    duration_ms: row.try_get("duration_ms")?,
+                    body_bytes: u64::try_from(row.try_get::<i64, _>("body_bytes")?).unwrap_or(0),
+                    error: row.try_get("error")?,
+                    sample_count: u64::try_from(row.try_get::<i64, _>("sample_count")?)
+                        .unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    /// Every signal of a target now: gauges from its last successful scrape,
+    /// rates, ratios and quantiles over the gap to the one before.
+    pub async fn latest_signals(&self, target_id: i64) -> Result<Vec<(Signal, f64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT ts_ms, samples FROM scrapes WHERE target_id = ? AND up = 1
+             ORDER BY ts_ms DESC LIMIT 2",
+        )
+        .bind(target_id)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut snapshots = Vec::with_capacity(2);
+        for row in &rows {
+            let ts_ms: i64 = row.try_get("ts_ms")?;
+            let blob: Option<Vec<u8>> = row.try_get("samples")?;
+            snapshots.push((ts_ms, self.decode_samples(blob.as_deref())?));
+        }
+        Ok(match snapshots.as_slice() {
+            [] => Vec::new(),
+            [(ts, cur)] => signals_between(None, snapshot(*ts, cur)),
+            [(ts, cur), (prev_ts, prev), ..] => {
+                signals_between(Some(snapshot(*prev_ts, prev)), snapshot(*ts, cur))
+            }
+        })
+    }
+
+    /// A signal's value at each step of `range`: at instant t, computed between
+    /// the last scrape at or before t and the last one at or before t − step
+    /// (or the scrape just before, when the step is shorter than the scrape
+    /// interval). Instants with no scrape in the last five minutes are left out.
+    pub async fn signal_series(
+        &self,
+        target_id: i64,
+        signal: Signal,
+        range: Range,
+    ) -> Result<Vec<Point>, StoreError> {
+        let lookback = range.step_ms.max(STALENESS_MS);
+        let index = sqlx::query(
+            "SELECT id, ts_ms FROM scrapes WHERE target_id = ? AND up = 1
+             AND ts_ms BETWEEN ? AND ? ORDER BY ts_ms",
+        )
+        .bind(target_id)
+        .bind(range.from_ms.saturating_sub(lookback))
+        .bind(range.to_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut scrapes = Vec::with_capacity(index.len());
+        for row in &index {
+            scrapes.push((row.try_get::<i64, _>("id")?, row.try_get::<i64, _>("ts_ms")?));
+        }
+        // For each instant, the (prev, cur) positions in `scrapes`.
+        let mut pairs = Vec::new();
+        let mut t = range.from_ms;
+        while t <= range.to_ms {
+            let cur = scrapes.partition_point(|(_, ts)| *ts <= t);
+            if cur > 0 && t - scrapes[cur - 1].1 <= STALENESS_MS {
+                let cur = cur - 1;
+                let before = scrapes[..cur].partition_point(|(_, ts)| *ts <= t - range.step_ms);
+                let prev = if before > 0 { Some(before - 1) } else { cur.checked_sub(1) };
+                pairs.push((t, prev, cur));
+            }
+            t += range.step_ms;
+        }
+        let mut wanted: Vec<i64> = pairs
+            .iter()
+            .flat_map(|(_, prev, cur)| prev.iter().chain(std::iter::once(cur)))
+            .map(|position| scrapes[*position].0)
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let decoded = self.samples_by_scrape_id(&wanted).await?;
+        let mut points = Vec::with_capacity(pairs.len());
+        for (t, prev, cur) in pairs {
+            let (cur_id, cur_ts) = scrapes[cur];
+            let Some(cur_samples) = decoded.get(&cur_id) else {
+                continue;
+            };
+            let prev_snapshot = prev.and_then(|p| {
+                let (prev_id, prev_ts) = scrapes[p];
+                decoded.get(&prev_id).map(|s| snapshot(prev_ts, s))
+            });
+            let signals = signals_between(prev_snapshot, snapshot(cur_ts, cur_samples));
+            if let Some((_, value)) = signals.iter().find(|(s, _)| *s == signal) {
+                points.push(Point { ts_ms: t, value: *value });
+            }
+        }
+        Ok(points)
+    }
+
+    /// Every stored series of `metric` for a target over `[from, to]`, raw.
+    pub async fn metric_series(
+        &self,
+        target_id: i64,
+        metric: CatalogMetric,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<SeriesPoints>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT ts_ms, samples FROM scrapes WHERE target_id = ? AND up = 1
+             AND ts_ms BETWEEN ? AND ? ORDER BY ts_ms",
+        )
+        .bind(target_id)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        let cache = self.series.read().map_err(poisoned)?.clone_defs_of(target_id, metric);
+        let mut by_series: HashMap<u32, SeriesPoints> = HashMap::new();
+        for row in &rows {
+            let ts_ms: i64 = row.try_get("ts_ms")?;
+            let Some(blob) = row.try_get::<Option<Vec<u8>>, _>("samples")? else {
+                continue;
+            };
+            for (id, value) in codec::decode(&blob)? {
+                if let Some(def) = cache.get(&id) {
+                    by_series
+                        .entry(id)
+                        .or_insert_with(|| SeriesPoints {
+                            metric: def.metric.name().to_string(),
+                            labels: def.labels.clone(),
+                            part: part_key(def.part),
+                            points: Vec::new(),
+                        })
+                        .points
+                        .push(Point { ts_ms, value });
+                }
+            }
+        }
+        let mut series: Vec<SeriesPoints> = by_series.into_values().collect();
+        series.sort_by(|a, b| (&a.labels, &a.part).cmp(&(&b.labels, &b.part)));
+        Ok(series)
+    }
+
+    /// Deletes scrapes older than `before_ms`; returns how many went.
+    pub async fn prune(&self, before_ms: i64) -> Result<u64, StoreError> {
+        let _writer = self.write_lock.lock().await;
+        let done = sqlx::query("DELETE FROM scrapes WHERE ts_ms < ?")
+            .bind(before_ms)
+            .execute(&self.pool)
+            .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Size of the database file in bytes (pages × page size).
+    pub async fn size_bytes(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query(
+            "SELECT page_count * page_size AS bytes FROM pragma_page_count(), pragma_page_size()",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get("bytes")?)
+    }
+
+    async fn samples_by_scrape_id(
+        &self,
+        ids: &[i64],
+    ) -> Result<HashMap<i64, Vec<NormalizedSample>>, StoreError> {
+        let mut out = HashMap::with_capacity(ids.len());
+        for chunk in ids.chunks(500) {
+            let placeholders = vec!["?"; chunk.len()].join(",");
+            // Only placeholders are interpolated; every value is bound.
+            let sql = format!("SELECT id, samples FROM scrapes WHERE id IN ({placeholders})");
+            let mut query = sqlx::query(AssertSqlSafe(sql));
+            for id in chunk {
+                query = query.bind(*id);
+            }
+            for row in query.fetch_all(&self.pool).await? {
+                let id: i64 = row.try_get("id")?;
+                let blob: Option<Vec<u8>> = row.try_get("samples")?;
+                out.insert(id, self.decode_samples(blob.as_deref())?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn decode_samples(&self, blob: Option<&[u8]>) -> Result<Vec<NormalizedSample>, StoreError> {
+        let Some(blob) = blob else {
+            return Ok(Vec::new());
+        };
+        let pairs = codec::decode(blob)?;
+        let cache = self.series.read().map_err(poisoned)?;
+        Ok(pairs
+            .into_iter()
+            .filter_map(|(id, value)| cache.sample(id, value))
+            .collect())
+    }
+}
+
+fn snapshot(ts_ms: i64, samples: &[NormalizedSample]) -> Snapshot<'_> {
+    Snapshot {
+        ts: ts_ms as f64 / 1000.0,
+        samples,
+    }
+}
+
+fn series_id(id: i64) -> Result<u32, StoreError> {
+    u32::try_from(id).map_err(|_| StoreError::Corrupt(format!("series id {id} out of range")))
+}
+
+fn poisoned<T>(_: T) -> StoreError {
+    StoreError::Corrupt("series index lock poisoned by a panic".into())
+}
+
+fn target_from_row(row: sqlx::sqlite::SqliteRow) -> Result<TargetRow, StoreError> {
+    let kind: String = row.try_get("kind")?;
+    Ok(TargetRow {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        kind: if kind == "gpu" {
+            TargetKind::Gpu
+        } else {
+            TargetKind::Engine
+        },
+        url: row.try_get("url")?,
+        engine: row.try_get("engine")?,
+    })
+}
+
+/// Parses a signal name, for callers that take it from users.
+pub fn parse_signal(name: &str) -> Option<Signal> {
+    Signal::from_str(name).ok()
+}

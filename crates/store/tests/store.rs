@@ -1,0 +1,164 @@
+//! The store against a real SQLite file: write scrapes, read signals and raw
+//! series back, reopen, and refuse bad ranges.
+
+use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
+use llmwatch_core::signals::Signal;
+use llmwatch_store::{Range, ScrapeRecord, Store, StoreError, TargetKind};
+
+fn sample(metric: CatalogMetric, part: Part, value: f64) -> NormalizedSample {
+    NormalizedSample {
+        metric,
+        labels: Vec::new(),
+        part,
+        value,
+    }
+}
+
+/// A vLLM-like scrape at `ts_ms`: KV usage, a generation counter and a TTFT
+/// histogram with `fast` observations under 0.1 s and `slow` under 1 s.
+fn scrape(target_id: i64, ts_ms: i64, kv: f64, tokens: f64, fast: f64, slow: f64) -> ScrapeRecord {
+    ScrapeRecord {
+        target_id,
+        ts_ms,
+        up: true,
+        duration_ms: 3.0,
+        body_bytes: 1234,
+        error: None,
+        engine: Some("vllm".into()),
+        samples: vec![
+            sample(CatalogMetric::KvCacheUsage, Part::Value, kv),
+            sample(CatalogMetric::GenerationTokensTotal, Part::Value, tokens),
+            sample(CatalogMetric::TtftSeconds, Part::Bucket(0.1), fast),
+            sample(CatalogMetric::TtftSeconds, Part::Bucket(1.0), fast + slow),
+            sample(CatalogMetric::TtftSeconds, Part::Bucket(f64::INFINITY), fast + slow),
+            sample(CatalogMetric::TtftSeconds, Part::Count, fast + slow),
+            sample(CatalogMetric::TtftSeconds, Part::Sum, fast * 0.05 + slow * 0.5),
+        ],
+    }
+}
+
+fn value_of(signals: &[(Signal, f64)], signal: Signal) -> Option<f64> {
+    signals.iter().find(|(s, _)| *s == signal).map(|(_, v)| *v)
+}
+
+#[tokio::test]
+async fn writes_and_reads_back_signals_and_series() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("llmwatch.db");
+    let store = Store::open(&path).await.unwrap();
+    let target = store
+        .upsert_target("vllm-a", TargetKind::Engine, "http://127.0.0.1:8000", 0)
+        .await
+        .unwrap();
+    assert_eq!(
+        store
+            .upsert_target("vllm-a", TargetKind::Engine, "http://127.0.0.1:8001", 0)
+            .await
+            .unwrap(),
+        target,
+        "upsert keeps the id"
+    );
+
+    let base = 1_800_000_000_000;
+    // Ten scrapes 5 s apart: 50 tokens/s, all new TTFT observations fast.
+    let batch: Vec<_> = (0..10)
+        .map(|i| {
+            let i = i as i64;
+            scrape(target, base + i * 5000, 0.1 * i as f64, 250.0 * i as f64, 10.0 * i as f64, 2.0)
+        })
+        .collect();
+    assert_eq!(store.write_scrapes(&batch).await.unwrap(), 70);
+    // A failed scrape is recorded with its reason and no samples.
+    let down = ScrapeRecord {
+        target_id: target,
+        ts_ms: base + 50_000,
+        up: false,
+        duration_ms: 10_000.0,
+        body_bytes: 0,
+        error: Some("timed out after 10s".into()),
+        engine: None,
+        samples: Vec::new(),
+    };
+    store.write_scrapes(&[down]).await.unwrap();
+
+    let health = store.scrape_health(target, 2).await.unwrap();
+    assert!(!health[0].up);
+    assert_eq!(health[0].error.as_deref(), Some("timed out after 10s"));
+    assert!(health[1].up);
+    assert_eq!(health[1].sample_count, 7);
+
+    let latest = store.latest_signals(target).await.unwrap();
+    assert!((value_of(&latest, Signal::KvCacheUsage).unwrap() - 0.9).abs() < 1e-12);
+    assert!((value_of(&latest, Signal::GenerationTokensRate).unwrap() - 50.0).abs() < 1e-9);
+    // The 10 new observations between the last two scrapes all sit in
+    // (0, 0.1]: p95 interpolates to 0.095.
+    assert!((value_of(&latest, Signal::ServerTtftP95).unwrap() - 0.095).abs() < 1e-9);
+
+    let range = Range::checked(base + 10_000, base + 45_000, 10_000).unwrap();
+    let rate = store
+        .signal_series(target, Signal::GenerationTokensRate, range)
+        .await
+        .unwrap();
+    assert_eq!(rate.len(), 4);
+    for point in &rate {
+        assert!((point.value - 50.0).abs() < 1e-9, "{point:?}");
+    }
+    let kv = store
+        .signal_series(target, Signal::KvCacheUsage, range)
+        .await
+        .unwrap();
+    let kv_values: Vec<f64> = kv.iter().map(|p| (p.value * 10.0).round() / 10.0).collect();
+    assert_eq!(kv_values, vec![0.2, 0.4, 0.6, 0.8]);
+
+    let raw = store
+        .metric_series(target, CatalogMetric::TtftSeconds, base, base + 60_000)
+        .await
+        .unwrap();
+    assert_eq!(raw.len(), 5, "three buckets, sum and count");
+    let inf = raw.iter().find(|s| s.part == "bucket:+Inf").unwrap();
+    assert_eq!(inf.points.len(), 10);
+    assert_eq!(inf.points[9].value, 92.0);
+
+    // Reopening keeps targets, series and samples.
+    drop(store);
+    let store = Store::open(&path).await.unwrap();
+    let targets = store.targets().await.unwrap();
+    assert_eq!(targets.len(), 1);
+    assert_eq!(targets[0].engine.as_deref(), Some("vllm"));
+    assert_eq!(targets[0].url, "http://127.0.0.1:8001");
+    let latest_again = store.latest_signals(target).await.unwrap();
+    assert_eq!(latest, latest_again);
+    // New writes after a reopen reuse the stored series ids.
+    store
+        .write_scrapes(&[scrape(target, base + 55_000, 0.5, 3000.0, 200.0, 2.0)])
+        .await
+        .unwrap();
+    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM series")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(count, 7);
+
+    assert_eq!(store.prune(base + 25_000).await.unwrap(), 5);
+    assert!(store.size_bytes().await.unwrap() > 0);
+}
+
+#[tokio::test]
+async fn bad_ranges_are_refused_with_a_reason() {
+    assert!(matches!(Range::checked(10, 0, 1), Err(StoreError::BadRange(m)) if m.contains("before")));
+    assert!(matches!(Range::checked(0, 10, 0), Err(StoreError::BadRange(m)) if m.contains("step")));
+    assert!(
+        matches!(Range::checked(0, 1_000_000_000, 1), Err(StoreError::BadRange(m)) if m.contains("points"))
+    );
+}
+
+#[tokio::test]
+async fn wal_mode_is_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("x.db")).await.unwrap();
+    let mode: String = sqlx::query_scalar("PRAGMA journal_mode")
+        .fetch_one(store.pool())
+        .await
+        .unwrap();
+    assert_eq!(mode, "wal");
+}

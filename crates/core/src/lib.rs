@@ -4,5 +4,6 @@
 pub mod analysis;
 pub mod catalog;
 pub mod exposition;
+pub mod probe_signals;
 pub mod signals;
 pub mod stats;

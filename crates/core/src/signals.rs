@@ -55,10 +55,21 @@ pub enum Signal {
     GpuTempMax,
     /// Mean tensor-pipe activity over GPUs, 0..1.
     GpuTensorActive,
+    /// Client-side signals from llmwatch's own probes over a rolling window
+    /// (see [`crate::probe_signals`]); `signals_between` never returns them.
+    ProbeTtftP50,
+    ProbeTtftP95,
+    /// Per-token inter-token latency over every gap of the window's probes.
+    ProbeItlP50,
+    ProbeItlP95,
+    ProbeTpotP95,
+    ProbeE2eP95,
+    /// Failed probes / all probes in the window, 0..1.
+    ProbeErrorRate,
 }
 
 impl Signal {
-    const ALL: [Signal; 27] = [
+    const ALL: [Signal; 34] = [
         Signal::KvCacheUsage,
         Signal::RequestsRunning,
         Signal::RequestsWaiting,
@@ -86,6 +97,13 @@ impl Signal {
         Signal::GpuCount,
         Signal::GpuTempMax,
         Signal::GpuTensorActive,
+        Signal::ProbeTtftP50,
+        Signal::ProbeTtftP95,
+        Signal::ProbeItlP50,
+        Signal::ProbeItlP95,
+        Signal::ProbeTpotP95,
+        Signal::ProbeE2eP95,
+        Signal::ProbeErrorRate,
     ];
 
     /// Every signal, in output order of [`signals_between`].
@@ -122,6 +140,13 @@ impl Signal {
             Signal::GpuCount => "gpu_count",
             Signal::GpuTempMax => "gpu_temp_max",
             Signal::GpuTensorActive => "gpu_tensor_active",
+            Signal::ProbeTtftP50 => "probe_ttft_p50",
+            Signal::ProbeTtftP95 => "probe_ttft_p95",
+            Signal::ProbeItlP50 => "probe_itl_p50",
+            Signal::ProbeItlP95 => "probe_itl_p95",
+            Signal::ProbeTpotP95 => "probe_tpot_p95",
+            Signal::ProbeE2eP95 => "probe_e2e_p95",
+            Signal::ProbeErrorRate => "probe_error_rate",
         }
     }
 
@@ -137,7 +162,8 @@ impl Signal {
             | Signal::GpuMemUsedRatioMax
             | Signal::GpuMemUsedRatioMin
             | Signal::GpuMemBwUtil
-            | Signal::GpuTensorActive => "ratio",
+            | Signal::GpuTensorActive
+            | Signal::ProbeErrorRate => "ratio",
             Signal::RequestsRunning | Signal::RequestsWaiting => "requests",
             Signal::PreemptionsRate
             | Signal::PromptTokensRate
@@ -151,7 +177,13 @@ impl Signal {
             | Signal::ServerItlMean
             | Signal::ServerE2eP95
             | Signal::ServerE2eMean
-            | Signal::ServerQueueTimeP95 => "s",
+            | Signal::ServerQueueTimeP95
+            | Signal::ProbeTtftP50
+            | Signal::ProbeTtftP95
+            | Signal::ProbeItlP50
+            | Signal::ProbeItlP95
+            | Signal::ProbeTpotP95
+            | Signal::ProbeE2eP95 => "s",
             Signal::GpuMemUsedBytes => "bytes",
             Signal::GpuPowerW => "W",
             Signal::GpuCount => "count",

@@ -177,6 +177,17 @@ fn flat_throughput_without_rising_latency_is_not_saturation() {
     let itl = [0.02; 7];
     let steps = sweep(&tput, &ttft, &itl);
     assert_eq!(saturation_point(&steps, &cfg()), None);
+    let v = analyze_sweep(&steps, &chat_slo(), &WorkloadHints::default(), &cfg());
+    let top = v.highest_step.as_ref().expect("top step");
+    assert!(top.flat);
+    assert_eq!(top.step, 6);
+    let lines = summary_lines(&v);
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("but latency did not rise") && l.contains("client self-check")),
+        "{lines:#?}"
+    );
 }
 
 #[test]
@@ -647,14 +658,15 @@ fn prefix_caching_table() {
     let evicted = [0.80, 0.80, 0.78, 0.75, 0.30, 0.10, 0.05];
     let healthy = [0.80, 0.80, 0.79, 0.78, 0.77, 0.76, 0.75];
     // (name, hit rates, workload, expected confidence, step, evidence needle)
-    let cases: [(
-        &str,
-        &[f64; 7],
+    type Case<'a> = (
+        &'a str,
+        &'a [f64; 7],
         WorkloadHints,
         Option<Confidence>,
         Option<usize>,
-        &str,
-    ); 6] = [
+        &'a str,
+    );
+    let cases: [Case; 6] = [
         (
             "off",
             &off,
@@ -919,9 +931,9 @@ fn all_floats(v: &llmwatch_core::analysis::SweepVerdict) -> Vec<f64> {
         out.extend(s.ttft_p95);
         out.extend(s.itl_p95);
     }
-    if let Some((_, _, t, g)) = v.highest_step {
-        out.push(t);
-        out.extend(g);
+    if let Some(top) = &v.highest_step {
+        out.push(top.throughput);
+        out.extend(top.gain_per_doubling);
     }
     out
 }
@@ -1200,4 +1212,30 @@ fn card_labels_do_not_overwrite_user_values_and_tolerate_garbage() {
     );
     assert_eq!(mixed.gpu_type.as_deref(), Some("NVIDIA A10G + NVIDIA L4"));
     assert_eq!(mixed.engine, None);
+}
+
+#[test]
+fn summary_of_a_kv_starved_sweep_reads_in_words() {
+    let v = analyze_sweep(
+        &kv_starved(),
+        &chat_slo(),
+        &WorkloadHints::default(),
+        &cfg(),
+    );
+    let lines = summary_lines(&v);
+    for l in &lines {
+        println!("{l}");
+    }
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("Saturation at concurrency 16")),
+        "{lines:#?}"
+    );
+    assert!(
+        lines.iter().any(|l| l.starts_with(
+            "KV-cache capacity / scheduler (high confidence): p95 TTFT 900 ms at concurrency 8"
+        )),
+        "{lines:#?}"
+    );
 }

@@ -214,8 +214,9 @@ fn optional_duration<'de, D: Deserializer<'de>>(
 
 /// `"5s"`, `"250ms"`, `"2m"`, `"1h 30m"`.
 pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim())
-        .map_err(|err| format!("invalid duration {text:?}: {err} (examples: \"5s\", \"250ms\", \"2m\")"))
+    humantime::parse_duration(text.trim()).map_err(|err| {
+        format!("invalid duration {text:?}: {err} (examples: \"5s\", \"250ms\", \"2m\")")
+    })
 }
 
 /// Joins a base URL and a path without doubling or losing the slash.
@@ -243,11 +244,13 @@ impl Config {
             path: path.to_path_buf(),
             message: err.to_string().trim_end().to_string(),
         })?;
-        config.validate().map_err(|(field, message)| ConfigError::Invalid {
-            path: path.to_path_buf(),
-            field,
-            message,
-        })?;
+        config
+            .validate()
+            .map_err(|(field, message)| ConfigError::Invalid {
+                path: path.to_path_buf(),
+                field,
+                message,
+            })?;
         Ok(config)
     }
 
@@ -372,9 +375,9 @@ fn check_positive(duration: Duration) -> Result<(), String> {
 }
 
 fn check_shape(shape: &str) -> Result<(), String> {
-    let parsed = shape
-        .split_once('x')
-        .and_then(|(input, output)| Some((input.parse::<u32>().ok()?, output.parse::<u32>().ok()?)));
+    let parsed = shape.split_once('x').and_then(|(input, output)| {
+        Some((input.parse::<u32>().ok()?, output.parse::<u32>().ok()?))
+    });
     match parsed {
         Some((input, output)) if input > 0 && output > 0 => Ok(()),
         _ => Err(format!(
@@ -429,8 +432,14 @@ dcgm_url = "http://127.0.0.1:9400/metrics"
         )
         .unwrap();
         assert_eq!(config.targets.len(), 2);
-        assert_eq!(config.targets[0].metrics_url(), "http://127.0.0.1:8000/metrics");
-        assert_eq!(config.targets[1].metrics_url(), "http://127.0.0.1:8001/v1/metrics");
+        assert_eq!(
+            config.targets[0].metrics_url(),
+            "http://127.0.0.1:8000/metrics"
+        );
+        assert_eq!(
+            config.targets[1].metrics_url(),
+            "http://127.0.0.1:8001/v1/metrics"
+        );
         assert_eq!(config.targets[0].scrape_timeout(), Duration::from_secs(5));
         assert_eq!(
             config.targets[0].probe.as_ref().unwrap().interval,
@@ -446,7 +455,8 @@ dcgm_url = "http://127.0.0.1:9400/metrics"
     fn errors_name_the_field() {
         let err = error_of("[[targets]]\nname = \"a\"\nurl = \"ftp://x\"\n");
         assert!(err.contains("targets[0].url"), "{err}");
-        let err = error_of("[[targets]]\nname = \"a\"\nurl = \"http://x\"\nscrape_interval = \"soon\"\n");
+        let err =
+            error_of("[[targets]]\nname = \"a\"\nurl = \"http://x\"\nscrape_interval = \"soon\"\n");
         assert!(err.contains("scrape_interval"), "{err}");
         assert!(err.contains("line 4"), "{err}");
         let err = error_of("[[targets]]\nname = \"a\"\nurl = \"http://x\"\nengine = \"vlm\"\n");
@@ -456,10 +466,15 @@ dcgm_url = "http://127.0.0.1:9400/metrics"
         let err = error_of(
             "[[targets]]\nname = \"a\"\nurl = \"http://x\"\n[[targets]]\nname = \"a\"\nurl = \"http://y\"\n",
         );
-        assert!(err.contains("targets[1].name") && err.contains("duplicate"), "{err}");
+        assert!(
+            err.contains("targets[1].name") && err.contains("duplicate"),
+            "{err}"
+        );
         let err = error_of("[[gpus]]\nname = \"g\"\n");
         assert!(err.contains("gpus[0].dcgm_url"), "{err}");
-        let err = error_of("[[targets]]\nname = \"a\"\nurl = \"http://x\"\n[targets.probe]\nshape = \"64\"\n");
+        let err = error_of(
+            "[[targets]]\nname = \"a\"\nurl = \"http://x\"\n[targets.probe]\nshape = \"64\"\n",
+        );
         assert!(err.contains("targets[0].probe.shape"), "{err}");
     }
 }

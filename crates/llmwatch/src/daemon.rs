@@ -11,6 +11,7 @@ use llmwatch_store::{ScrapeRecord, Store, TargetKind};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
+use crate::canary::{run_canary_loop, CanaryJob};
 use crate::config::{Config, EngineChoice};
 use crate::gpu_nvml::{readings_to_samples, NvmlSource};
 use crate::scrape::{self, now_ms, ScrapeCounters, ScrapeJob};
@@ -61,6 +62,14 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             max_body_bytes: config.server.max_body_bytes,
         };
         tracing::info!(target = %job.name, url = %job.url, interval = ?job.interval, "scraping");
+        if let Some(canary) = CanaryJob::from_config(target_id, target) {
+            tracing::info!(target = %canary.name, shape = %canary.probe.shape, interval = ?canary.probe.interval, "canary probes");
+            tasks.push(tokio::spawn(run_canary_loop(
+                canary,
+                store.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
         tasks.push(tokio::spawn(scrape::run_scrape_loop(
             client.clone(),
             job,

@@ -90,7 +90,8 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
         .await?;
         let url = format!("http://{engine}");
         toml.push_str(&format!(
-            "[[targets]]\nname = \"{}\"\nurl = \"{url}\"\nscrape_interval = \"2s\"\n",
+            "[[targets]]\nname = \"{}\"\nurl = \"{url}\"\nscrape_interval = \"2s\"\n\
+             [targets.probe]\ninterval = \"5s\"\nshape = \"64x16\"\napi = \"chat\"\n",
             target.name
         ));
         if let Some(gpu) = gpu {
@@ -135,7 +136,9 @@ pub async fn run(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Resul
         "\nllmwatch dashboard: http://{}/\n(Ctrl-C to stop)",
         demo.daemon.listen_addr
     );
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     demo.shutdown().await;
     Ok(())
 }

@@ -141,18 +141,15 @@ mod tests {
             power_milliwatts: Some(350_500),
             temp_celsius: None,
         }]);
-        let value = |metric| {
-            samples
-                .iter()
-                .find(|s| s.metric == metric)
-                .map(|s| s.value)
-        };
+        let value = |metric| samples.iter().find(|s| s.metric == metric).map(|s| s.value);
         assert_eq!(value(CatalogMetric::GpuUtil), Some(0.75));
         assert_eq!(value(CatalogMetric::GpuMemBwUtil), Some(0.40));
         assert_eq!(value(CatalogMetric::GpuMemUsedBytes), Some(1073741824.0));
         assert_eq!(value(CatalogMetric::GpuPowerWatts), Some(350.5));
         assert_eq!(value(CatalogMetric::GpuTempCelsius), None);
-        assert!(samples[0].labels.contains(&("gpu".to_string(), "1".to_string())));
+        assert!(samples[0]
+            .labels
+            .contains(&("gpu".to_string(), "1".to_string())));
     }
 
     #[test]

@@ -123,7 +123,10 @@ pub fn render(inspection: &Inspection) -> String {
     for error in inspection.parse_errors.iter().take(10) {
         let _ = writeln!(out, "  ! {error}");
     }
-    let _ = writeln!(out, "\nsignals (single page: lifetime quantiles and ratios, no rates):");
+    let _ = writeln!(
+        out,
+        "\nsignals (single page: lifetime quantiles and ratios, no rates):"
+    );
     if inspection.signals.is_empty() {
         let _ = writeln!(out, "  (none: no metric of this page is in the catalog)");
     }

@@ -11,7 +11,11 @@ use llmwatch::config::Config;
 use llmwatch::{daemon, demo, inspect, sim_cmd};
 
 #[derive(Parser)]
-#[command(name = "llmwatch", version, about = "Watch LLM inference servers and their GPUs: what is slow, and why.")]
+#[command(
+    name = "llmwatch",
+    version,
+    about = "Watch LLM inference servers and their GPUs: what is slow, and why."
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -67,7 +71,10 @@ enum Command {
 fn main() -> std::process::ExitCode {
     init_tracing();
     let cli = Cli::parse();
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(err) => {
             eprintln!("error: cannot start the async runtime: {err}");
@@ -89,6 +96,7 @@ fn init_tracing() {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
 }
 
@@ -99,7 +107,9 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = Config::load(&config)?;
             let daemon = daemon::start(config).await?;
             println!("llmwatch listening on http://{}", daemon.listen_addr);
-            tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+            tokio::signal::ctrl_c()
+                .await
+                .context("waiting for Ctrl-C")?;
             daemon.shutdown().await;
             Ok(())
         }

@@ -271,7 +271,9 @@ pub async fn run_writer(
     while records.recv_many(&mut batch, MAX_BATCH).await > 0 {
         match store.write_scrapes(&batch).await {
             Ok(samples) => {
-                counters.samples_written.fetch_add(samples, Ordering::Relaxed);
+                counters
+                    .samples_written
+                    .fetch_add(samples, Ordering::Relaxed);
             }
             Err(err) => {
                 counters.write_failures.fetch_add(1, Ordering::Relaxed);

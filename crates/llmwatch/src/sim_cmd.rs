@@ -25,7 +25,10 @@ pub async fn start(args: &SimArgs) -> anyhow::Result<(Sim, SocketAddr, Option<So
         other => anyhow::bail!("unknown flavor {other:?}: expected \"vllm\" or \"nim\""),
     };
     if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
-        anyhow::bail!("--time-scale must be a positive number, got {}", args.time_scale);
+        anyhow::bail!(
+            "--time-scale must be a positive number, got {}",
+            args.time_scale
+        );
     }
     let config = SimConfig {
         model: args.model.clone(),
@@ -72,6 +75,8 @@ pub async fn run(args: SimArgs) -> anyhow::Result<()> {
     if let Some(gpu_addr) = gpu_addr {
         println!("simulated dcgm-exporter page on http://{gpu_addr}/metrics");
     }
-    tokio::signal::ctrl_c().await.context("waiting for Ctrl-C")?;
+    tokio::signal::ctrl_c()
+        .await
+        .context("waiting for Ctrl-C")?;
     Ok(())
 }

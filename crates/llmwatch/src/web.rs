@@ -13,6 +13,9 @@ use axum::routing::get;
 use axum::Router;
 use llmwatch_store::Store;
 
+/// The window of the rolling probe signals shown on pages.
+pub const PROBE_WINDOW_MS: i64 = 5 * 60 * 1000;
+
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
@@ -95,7 +98,13 @@ async fn render_overview(store: &Store) -> Result<String, llmwatch_store::StoreE
             let _ = write!(html, "<p>last error: {}</p>", escape(&error));
         }
         html.push_str("<table><tr><th>signal</th><th>value</th><th>unit</th></tr>");
-        for (signal, value) in store.latest_signals(target.id).await? {
+        let mut signals = store.latest_signals(target.id).await?;
+        signals.extend(
+            store
+                .probe_signals(target.id, crate::scrape::now_ms(), PROBE_WINDOW_MS)
+                .await?,
+        );
+        for (signal, value) in signals {
             let _ = write!(
                 html,
                 "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -140,7 +149,10 @@ mod tests {
 
     #[test]
     fn escapes_markup() {
-        assert_eq!(escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+        assert_eq!(
+            escape("<a href=\"x\">&'"),
+            "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
+        );
     }
 
     #[test]

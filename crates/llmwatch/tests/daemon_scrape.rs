@@ -19,7 +19,10 @@ use llmwatch_core::signals::Signal;
 use llmwatch_store::Store;
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/fixtures"
+    ))
 }
 
 /// (target name, fixture file) for every engine page.
@@ -38,9 +41,14 @@ const PAGES: &[(&str, &str)] = &[
 async fn page(Path(name): Path<String>) -> Response {
     match name.as_str() {
         "error" => (StatusCode::INTERNAL_SERVER_ERROR, "boom").into_response(),
-        "garbage" => (StatusCode::OK, "\u{0}\u{1}{{{ not a metrics page\n=== !!!\n").into_response(),
+        "garbage" => (
+            StatusCode::OK,
+            "\u{0}\u{1}{{{ not a metrics page\n=== !!!\n",
+        )
+            .into_response(),
         "huge" => {
-            let line = "filler_metric{label=\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"} 1\n";
+            let line =
+                "filler_metric{label=\"xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"} 1\n";
             let body = line.repeat(50 * 1024 * 1024 / line.len());
             (StatusCode::OK, body).into_response()
         }
@@ -96,10 +104,23 @@ async fn scrapes_every_engine_and_survives_bad_targets() {
     tokio::time::sleep(Duration::from_millis(2600)).await;
 
     // The status page lists targets while it runs.
-    let html = reqwest::get(format!("{web}/")).await.unwrap().text().await.unwrap();
-    assert!(html.contains("vllm") && html.contains("kv_cache_usage"), "{html}");
+    let html = reqwest::get(format!("{web}/"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        html.contains("vllm") && html.contains("kv_cache_usage"),
+        "{html}"
+    );
     assert_eq!(
-        reqwest::get(format!("{web}/healthz")).await.unwrap().text().await.unwrap(),
+        reqwest::get(format!("{web}/healthz"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap(),
         "ok"
     );
     running.shutdown().await;
@@ -123,7 +144,10 @@ async fn scrapes_every_engine_and_survives_bad_targets() {
         let up = health.iter().filter(|h| h.up).count();
         assert!(up >= 7, "{name}: only {up} successful scrapes: {health:?}");
         assert!(health.iter().all(|h| h.up), "{name}: {health:?}");
-        assert_eq!(target.engine.as_deref(), Some(*name).map(|n| if n == "vllm-v1" { "vllm" } else { n }));
+        assert_eq!(
+            target.engine.as_deref(),
+            Some(*name).map(|n| if n == "vllm-v1" { "vllm" } else { n })
+        );
     }
 
     let signals = |name: &'static str| {
@@ -141,11 +165,17 @@ async fn scrapes_every_engine_and_survives_bad_targets() {
     assert!(value(&nim, Signal::KvCacheUsage).is_some(), "{nim:?}");
     assert!(value(&nim, Signal::RequestsRunning).is_some(), "{nim:?}");
     let sglang = signals("sglang").await;
-    assert!(value(&sglang, Signal::RequestsRunning).is_some(), "{sglang:?}");
+    assert!(
+        value(&sglang, Signal::RequestsRunning).is_some(),
+        "{sglang:?}"
+    );
     let tgi = signals("tgi").await;
     assert!(value(&tgi, Signal::RequestsWaiting).is_some(), "{tgi:?}");
     let llamacpp = signals("llamacpp").await;
-    assert!(value(&llamacpp, Signal::RequestsRunning).is_some(), "{llamacpp:?}");
+    assert!(
+        value(&llamacpp, Signal::RequestsRunning).is_some(),
+        "{llamacpp:?}"
+    );
     let trtllm = signals("trtllm").await;
     assert!(value(&trtllm, Signal::KvCacheUsage).is_some(), "{trtllm:?}");
     let dcgm = signals("gpu-node").await;

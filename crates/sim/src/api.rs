@@ -70,11 +70,19 @@ pub(crate) fn render_metrics(inner: &SimInner) -> String {
 const PROM_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 async fn metrics(State(inner): State<AppState>) -> Response {
-    ([(header::CONTENT_TYPE, PROM_CONTENT_TYPE)], render_metrics(&inner)).into_response()
+    (
+        [(header::CONTENT_TYPE, PROM_CONTENT_TYPE)],
+        render_metrics(&inner),
+    )
+        .into_response()
 }
 
 async fn gpu_metrics(State(inner): State<AppState>) -> Response {
-    ([(header::CONTENT_TYPE, PROM_CONTENT_TYPE)], crate::gpu::render(&inner)).into_response()
+    (
+        [(header::CONTENT_TYPE, PROM_CONTENT_TYPE)],
+        crate::gpu::render(&inner),
+    )
+        .into_response()
 }
 
 async fn health() -> StatusCode {
@@ -82,7 +90,10 @@ async fn health() -> StatusCode {
 }
 
 async fn not_found() -> Response {
-    json_response(StatusCode::NOT_FOUND, r#"{"detail":"Not Found"}"#.to_string())
+    json_response(
+        StatusCode::NOT_FOUND,
+        r#"{"detail":"Not Found"}"#.to_string(),
+    )
 }
 
 async fn version() -> Response {
@@ -333,18 +344,17 @@ async fn completions(State(inner): State<AppState>, body: Bytes) -> Result<Respo
     let req: CompletionRequest = parse(&body)?;
     check_model(&inner, req.model.as_deref())?;
     check_n(req.n)?;
-    let prompt = match req.prompt {
-        PromptInput::Text(t) => tokenizer::encode(&t, true),
-        PromptInput::Ids(ids) => ids,
-        PromptInput::Texts(mut v) if v.len() == 1 => tokenizer::encode(&v.remove(0), true),
-        PromptInput::IdLists(mut v) if v.len() == 1 => v.remove(0),
-        _ => {
-            return Err(ApiError::bad_request(
+    let prompt =
+        match req.prompt {
+            PromptInput::Text(t) => tokenizer::encode(&t, true),
+            PromptInput::Ids(ids) => ids,
+            PromptInput::Texts(mut v) if v.len() == 1 => tokenizer::encode(&v.remove(0), true),
+            PromptInput::IdLists(mut v) if v.len() == 1 => v.remove(0),
+            _ => return Err(ApiError::bad_request(
                 "Batched prompts are not supported by the simulator; send one prompt per request."
                     .to_string(),
-            ))
-        }
-    };
+            )),
+        };
     generate(
         inner,
         arrival,
@@ -497,9 +507,11 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
         )
             .into_response())
     } else {
-        Ok(Body::from_stream(futures_util::stream::once(collect(out, rx)))
-            .into_response()
-            .with_json_type())
+        Ok(
+            Body::from_stream(futures_util::stream::once(collect(out, rx)))
+                .into_response()
+                .with_json_type(),
+        )
     }
 }
 

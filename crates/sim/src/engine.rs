@@ -533,7 +533,11 @@ mod tests {
         EngineCore::new(profile, 7, shared)
     }
 
-    fn add(core: &mut EngineCore, prompt: Vec<u32>, max_tokens: usize) -> mpsc::UnboundedReceiver<TokenEvent> {
+    fn add(
+        core: &mut EngineCore,
+        prompt: Vec<u32>,
+        max_tokens: usize,
+    ) -> mpsc::UnboundedReceiver<TokenEvent> {
         let (tx, rx) = mpsc::unbounded_channel();
         core.add(
             NewSeq {

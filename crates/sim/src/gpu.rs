@@ -89,10 +89,9 @@ pub(crate) fn render(inner: &SimInner) -> String {
     let decode = (busy - prefill).max(0.0);
     let kv_blocks = inner.shared.lock_stats().kv_blocks_used as f64;
     let total_mib = (p.gpu_memory_bytes as f64 / MIB).floor();
-    let used_mib = ((p.weights_bytes as f64 + kv_blocks * p.kv_bytes_per_block as f64)
-        / n as f64
-        / MIB)
-        .round();
+    let used_mib =
+        ((p.weights_bytes as f64 + kv_blocks * p.kv_bytes_per_block as f64) / n as f64 / MIB)
+            .round();
     let used_mib = used_mib.min(total_mib - FB_RESERVED_MIB as f64).max(0.0);
     let free_mib = (total_mib - FB_RESERVED_MIB as f64 - used_mib).max(0.0);
     let tensor = (0.03 * busy + 0.8 * prefill).min(1.0);

@@ -249,10 +249,10 @@ impl Profile {
     /// concurrency get. With `R = min(concurrency, max_running)` sequences in
     /// flight, each request costs its prefill (`in × prefill_per_token`) plus
     /// `out − 1` shares of decode steps (`step_base / R + decode_per_seq`):
-    /// `out / ((out − 1)(step_base/R + decode_per_seq) + in × prefill_per_token
-    /// + step_base/R)`. The last `step_base/R` is the prefill's own step at
-    /// R = 1 (at higher R prefills ride along with decodes; the term then
-    /// under-predicts by < 1/out).
+    /// `out / ((out − 1)(step_base/R + decode_per_seq) + in × prefill_per_token + step_base/R)`.
+    /// The last `step_base/R` is the prefill's own step at R = 1 (at higher
+    /// R prefills ride along with decodes; the term then under-predicts by
+    /// less than 1/out).
     pub fn generation_throughput(&self, shape: Shape, concurrency: usize) -> f64 {
         let r = concurrency.min(self.max_running(shape)).max(1) as f64;
         let out = shape.output_tokens.max(1) as f64;

@@ -65,15 +65,12 @@ pub fn pieces(text: &str) -> Vec<&str> {
             break;
         };
         if c.is_alphanumeric() {
-            let mut n = 0;
-            let mut k = j;
-            for ch in text[j..].chars() {
-                if !ch.is_alphanumeric() || n == MAX_PIECE_CHARS {
-                    break;
-                }
-                k += ch.len_utf8();
-                n += 1;
-            }
+            let k = j + text[j..]
+                .chars()
+                .take(MAX_PIECE_CHARS)
+                .take_while(|ch| ch.is_alphanumeric())
+                .map(char::len_utf8)
+                .sum::<usize>();
             out.push(&text[start..k]);
             i = k;
         } else {

@@ -24,8 +24,14 @@ fn scrape_samples(round: u64) -> Vec<NormalizedSample> {
     samples.push(plain(CatalogMetric::KvCacheUsage, 0.5));
     samples.push(plain(CatalogMetric::RequestsRunning, 12.0));
     samples.push(plain(CatalogMetric::RequestsWaiting, 3.0));
-    samples.push(plain(CatalogMetric::GenerationTokensTotal, round as f64 * 1000.0));
-    samples.push(plain(CatalogMetric::PromptTokensTotal, round as f64 * 4000.0));
+    samples.push(plain(
+        CatalogMetric::GenerationTokensTotal,
+        round as f64 * 1000.0,
+    ));
+    samples.push(plain(
+        CatalogMetric::PromptTokensTotal,
+        round as f64 * 4000.0,
+    ));
     for metric in [
         CatalogMetric::TtftSeconds,
         CatalogMetric::ItlSeconds,
@@ -75,7 +81,9 @@ fn ingest(c: &mut Criterion) {
         .collect();
     let mut round = 0u64;
     let mut group = c.benchmark_group("store");
-    group.throughput(Throughput::Elements((TARGETS as usize * SAMPLES_PER_SCRAPE) as u64));
+    group.throughput(Throughput::Elements(
+        (TARGETS as usize * SAMPLES_PER_SCRAPE) as u64,
+    ));
     group.bench_function("ingest_round_20x500", |b| {
         b.iter(|| {
             round += 1;
@@ -92,7 +100,9 @@ fn ingest(c: &mut Criterion) {
                     samples: scrape_samples(round),
                 })
                 .collect();
-            runtime.block_on(store.write_scrapes(&batch)).expect("write")
+            runtime
+                .block_on(store.write_scrapes(&batch))
+                .expect("write")
         })
     });
     group.finish();
@@ -119,7 +129,9 @@ fn ingest(c: &mut Criterion) {
                 samples: scrape_samples(i as u64),
             })
             .collect();
-        runtime.block_on(day_store.write_scrapes(&batch)).expect("write");
+        runtime
+            .block_on(day_store.write_scrapes(&batch))
+            .expect("write");
     }
     let range = Range::checked(0, (scrapes_per_day as i64 - 1) * 5000, 300_000).expect("range");
     let mut query = c.benchmark_group("store_query");

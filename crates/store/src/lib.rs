@@ -9,6 +9,7 @@
 //! transaction.
 
 pub mod codec;
+mod probes;
 mod series;
 
 use std::collections::HashMap;
@@ -22,8 +23,9 @@ use llmwatch_core::signals::{signals_between, Signal, Snapshot};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{AssertSqlSafe, Row, SqlitePool};
 
-pub use series::{part_key, parse_part_key, SeriesDef};
+pub use probes::{is_probe_signal, ProbeRow};
 use series::SeriesCache;
+pub use series::{parse_part_key, part_key, SeriesDef};
 
 /// Errors of the store. Messages say what was being done.
 #[derive(Debug, thiserror::Error)]
@@ -399,7 +401,10 @@ impl Store {
         .await?;
         let mut scrapes = Vec::with_capacity(index.len());
         for row in &index {
-            scrapes.push((row.try_get::<i64, _>("id")?, row.try_get::<i64, _>("ts_ms")?));
+            scrapes.push((
+                row.try_get::<i64, _>("id")?,
+                row.try_get::<i64, _>("ts_ms")?,
+            ));
         }
         // For each instant, the (prev, cur) positions in `scrapes`.
         let mut pairs = Vec::new();
@@ -409,7 +414,11 @@ impl Store {
             if cur > 0 && t - scrapes[cur - 1].1 <= STALENESS_MS {
                 let cur = cur - 1;
                 let before = scrapes[..cur].partition_point(|(_, ts)| *ts <= t - range.step_ms);
-                let prev = if before > 0 { Some(before - 1) } else { cur.checked_sub(1) };
+                let prev = if before > 0 {
+                    Some(before - 1)
+                } else {
+                    cur.checked_sub(1)
+                };
                 pairs.push((t, prev, cur));
             }
             t += range.step_ms;
@@ -434,7 +443,10 @@ impl Store {
             });
             let signals = signals_between(prev_snapshot, snapshot(cur_ts, cur_samples));
             if let Some((_, value)) = signals.iter().find(|(s, _)| *s == signal) {
-                points.push(Point { ts_ms: t, value: *value });
+                points.push(Point {
+                    ts_ms: t,
+                    value: *value,
+                });
             }
         }
         Ok(points)
@@ -457,7 +469,11 @@ impl Store {
         .bind(to_ms)
         .fetch_all(&self.pool)
         .await?;
-        let cache = self.series.read().map_err(poisoned)?.clone_defs_of(target_id, metric);
+        let cache = self
+            .series
+            .read()
+            .map_err(poisoned)?
+            .clone_defs_of(target_id, metric);
         let mut by_series: HashMap<u32, SeriesPoints> = HashMap::new();
         for row in &rows {
             let ts_ms: i64 = row.try_get("ts_ms")?;

@@ -26,7 +26,12 @@ impl SeriesDef {
 
     /// Rebuilds a definition from its columns; `None` for a metric or part this
     /// build does not know.
-    pub fn from_columns(target_id: i64, metric: &str, labels: &str, part: &str) -> Option<SeriesDef> {
+    pub fn from_columns(
+        target_id: i64,
+        metric: &str,
+        labels: &str,
+        part: &str,
+    ) -> Option<SeriesDef> {
         Some(SeriesDef {
             target_id,
             metric: CatalogMetric::from_name(metric)?,
@@ -71,7 +76,11 @@ pub fn parse_part_key(key: &str) -> Option<Part> {
         "sum" => Some(Part::Sum),
         "count" => Some(Part::Count),
         "bucket:+Inf" => Some(Part::Bucket(f64::INFINITY)),
-        other => other.strip_prefix("bucket:")?.parse().ok().map(Part::Bucket),
+        other => other
+            .strip_prefix("bucket:")?
+            .parse()
+            .ok()
+            .map(Part::Bucket),
     }
 }
 
@@ -128,7 +137,11 @@ impl SeriesCache {
         })
     }
 
-    pub(crate) fn clone_defs_of(&self, target_id: i64, metric: CatalogMetric) -> HashMap<u32, SeriesDef> {
+    pub(crate) fn clone_defs_of(
+        &self,
+        target_id: i64,
+        metric: CatalogMetric,
+    ) -> HashMap<u32, SeriesDef> {
         self.defs
             .iter()
             .filter(|(_, def)| def.target_id == target_id && def.metric == metric)

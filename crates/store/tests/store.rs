@@ -30,9 +30,17 @@ fn scrape(target_id: i64, ts_ms: i64, kv: f64, tokens: f64, fast: f64, slow: f64
             sample(CatalogMetric::GenerationTokensTotal, Part::Value, tokens),
             sample(CatalogMetric::TtftSeconds, Part::Bucket(0.1), fast),
             sample(CatalogMetric::TtftSeconds, Part::Bucket(1.0), fast + slow),
-            sample(CatalogMetric::TtftSeconds, Part::Bucket(f64::INFINITY), fast + slow),
+            sample(
+                CatalogMetric::TtftSeconds,
+                Part::Bucket(f64::INFINITY),
+                fast + slow,
+            ),
             sample(CatalogMetric::TtftSeconds, Part::Count, fast + slow),
-            sample(CatalogMetric::TtftSeconds, Part::Sum, fast * 0.05 + slow * 0.5),
+            sample(
+                CatalogMetric::TtftSeconds,
+                Part::Sum,
+                fast * 0.05 + slow * 0.5,
+            ),
         ],
     }
 }
@@ -64,7 +72,14 @@ async fn writes_and_reads_back_signals_and_series() {
     let batch: Vec<_> = (0..10)
         .map(|i| {
             let i = i as i64;
-            scrape(target, base + i * 5000, 0.1 * i as f64, 250.0 * i as f64, 10.0 * i as f64, 2.0)
+            scrape(
+                target,
+                base + i * 5000,
+                0.1 * i as f64,
+                250.0 * i as f64,
+                10.0 * i as f64,
+                2.0,
+            )
         })
         .collect();
     assert_eq!(store.write_scrapes(&batch).await.unwrap(), 70);
@@ -145,7 +160,9 @@ async fn writes_and_reads_back_signals_and_series() {
 
 #[tokio::test]
 async fn bad_ranges_are_refused_with_a_reason() {
-    assert!(matches!(Range::checked(10, 0, 1), Err(StoreError::BadRange(m)) if m.contains("before")));
+    assert!(
+        matches!(Range::checked(10, 0, 1), Err(StoreError::BadRange(m)) if m.contains("before"))
+    );
     assert!(matches!(Range::checked(0, 10, 0), Err(StoreError::BadRange(m)) if m.contains("step")));
     assert!(
         matches!(Range::checked(0, 1_000_000_000, 1), Err(StoreError::BadRange(m)) if m.contains("points"))
@@ -161,4 +178,63 @@ async fn wal_mode_is_on() {
         .await
         .unwrap();
     assert_eq!(mode, "wal");
+}
+
+#[tokio::test]
+async fn probes_are_stored_in_full_and_roll_into_signals() {
+    use llmwatch_store::ProbeRow;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("p.db")).await.unwrap();
+    let target = store
+        .upsert_target("t", TargetKind::Engine, "http://127.0.0.1:1", 0)
+        .await
+        .unwrap();
+    let probe = |ts_ms: i64, ttft: f64, ok: bool| ProbeRow {
+        target_id: target,
+        run_id: None,
+        ts_ms,
+        api: "chat".into(),
+        model: "m".into(),
+        shape: "64x16".into(),
+        ok,
+        error_kind: (!ok).then(|| "http_status".to_string()),
+        error: (!ok).then(|| "HTTP 500 from server: boom".to_string()),
+        http_status: Some(if ok { 200 } else { 500 }),
+        ttfb_s: Some(0.001),
+        ttft_s: ok.then_some(ttft),
+        tpot_s: ok.then_some(0.02),
+        e2e_s: ttft + 0.3,
+        itl_s: if ok { vec![0.02; 15] } else { Vec::new() },
+        prompt_tokens: Some(64),
+        output_tokens: if ok { 16 } else { 0 },
+        cached_tokens: Some(0),
+        finish_reason: ok.then(|| "length".to_string()),
+        record_json: "{\"events\":[]}".into(),
+    };
+    for i in 0..10 {
+        store
+            .write_probe(&probe(1_000_000 + i * 15_000, 0.1 * (i + 1) as f64, i != 9))
+            .await
+            .unwrap();
+    }
+    let rows = store.probes(target, 0, i64::MAX, 100).await.unwrap();
+    assert_eq!(rows.len(), 10);
+    assert_eq!(rows[0], probe(1_000_000, 0.1, true));
+    assert_eq!(rows[9].error.as_deref(), Some("HTTP 500 from server: boom"));
+
+    // The last 60 s hold probes 6..=9 (one failed).
+    let now = 1_000_000 + 9 * 15_000;
+    let signals = store.probe_signals(target, now, 60_000).await.unwrap();
+    assert_eq!(value_of(&signals, Signal::ProbeErrorRate), Some(0.25));
+    let ttft_p50 = value_of(&signals, Signal::ProbeTtftP50).unwrap();
+    assert!((ttft_p50 - 0.8).abs() < 1e-9, "{ttft_p50}");
+    assert_eq!(value_of(&signals, Signal::ProbeItlP95), Some(0.02));
+
+    let range = Range::checked(1_000_000, now, 45_000).unwrap();
+    let series = store
+        .probe_signal_series(target, Signal::ProbeErrorRate, range, 45_000)
+        .await
+        .unwrap();
+    let values: Vec<f64> = series.iter().map(|p| p.value).collect();
+    assert_eq!(values, vec![0.0, 0.0, 0.0, 1.0 / 3.0]);
 }

@@ -240,6 +240,7 @@ pub fn diagnose(
     workload: &WorkloadHints,
     config: &AnalysisConfig,
 ) -> Vec<Finding> {
+    let config = &config.sanitized();
     let sel = select(steps);
     let floor = sel.usable.first().copied();
     let ctx = Ctx {
@@ -256,7 +257,7 @@ pub fn diagnose(
     findings.extend(outside_gpu(&ctx, steps));
     findings.extend(unbalanced_split(steps, config));
     findings.extend(prefix_caching(steps, workload, config));
-    findings.sort_by(|a, b| b.confidence.cmp(&a.confidence));
+    findings.sort_by_key(|f| std::cmp::Reverse(f.confidence));
     findings
 }
 

@@ -313,6 +313,36 @@ pub struct AnalysisConfig {
     pub prefix_hit_fraction_of_expected: f64,
 }
 
+impl AnalysisConfig {
+    /// This config with every non-finite threshold replaced by its default,
+    /// so a bad config cannot turn comparisons into silent "never" or
+    /// "always".
+    pub fn sanitized(&self) -> AnalysisConfig {
+        let d = AnalysisConfig::default();
+        let pick = |v: f64, dv: f64| if v.is_finite() { v } else { dv };
+        AnalysisConfig {
+            saturation_gain_threshold: pick(
+                self.saturation_gain_threshold,
+                d.saturation_gain_threshold,
+            ),
+            latency_rise: pick(self.latency_rise, d.latency_rise),
+            high_vs_floor: pick(self.high_vs_floor, d.high_vs_floor),
+            fallback_itl_p95_s: pick(self.fallback_itl_p95_s, d.fallback_itl_p95_s),
+            ttft_jump_ratio: pick(self.ttft_jump_ratio, d.ttft_jump_ratio),
+            kv_usage_high: pick(self.kv_usage_high, d.kv_usage_high),
+            gpu_util_low: pick(self.gpu_util_low, d.gpu_util_low),
+            memory_room_below: pick(self.memory_room_below, d.memory_room_below),
+            gpu_mem_full: pick(self.gpu_mem_full, d.gpu_mem_full),
+            gpu_mem_split_gap: pick(self.gpu_mem_split_gap, d.gpu_mem_split_gap),
+            prefix_hit_low: pick(self.prefix_hit_low, d.prefix_hit_low),
+            prefix_hit_fraction_of_expected: pick(
+                self.prefix_hit_fraction_of_expected,
+                d.prefix_hit_fraction_of_expected,
+            ),
+        }
+    }
+}
+
 impl Default for AnalysisConfig {
     fn default() -> Self {
         AnalysisConfig {
@@ -345,14 +375,30 @@ pub struct SweepVerdict {
     pub load_range: Option<(Load, Load)>,
     pub saturation: Option<Saturation>,
     /// When there is no saturation point but usable steps exist: the highest
-    /// usable step and the gain per doubling into it (if it had a
-    /// predecessor), so the summary can say "still growing".
-    pub highest_step: Option<(usize, Load, f64, Option<f64>)>,
+    /// usable step, so the summary can say "still growing" (or why a flat top
+    /// is not called saturation).
+    pub highest_step: Option<TopStep>,
     pub sustainable: Option<Sustainable>,
     /// The lowest usable step that misses an objective, and how.
     pub first_miss: Option<StepMisses>,
     pub objectives: Objectives,
     pub findings: Vec<Finding>,
+}
+
+/// The highest usable step of a sweep without a saturation point.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopStep {
+    /// Index into the input slice.
+    pub step: usize,
+    pub load: Load,
+    /// Throughput there, in `metric`.
+    pub throughput: f64,
+    pub metric: ThroughputMetric,
+    /// Gain per doubling from the next lower usable step, if there is one.
+    pub gain_per_doubling: Option<f64>,
+    /// The gain is under the saturation threshold: throughput is flat at the
+    /// top, but latency did not rise, so it was not called saturation.
+    pub flat: bool,
 }
 
 /// Runs the whole analysis of one sweep: saturation, max sustainable load,
@@ -369,15 +415,16 @@ pub fn analyze_sweep(
         (Some((_, lo)), Some((_, hi))) => Some((lo.load, hi.load)),
         _ => None,
     };
+    let config = &config.sanitized();
     let saturation = saturation_point(steps, config);
     let highest_step = if saturation.is_none() {
-        saturation::highest_step(&sel)
+        saturation::highest_step(&sel, config)
     } else {
         None
     };
     let first_miss = sel.usable.iter().find_map(|(i, s)| {
         let misses = check_objectives(s, objectives);
-        (!misses.is_empty()).then(|| StepMisses {
+        (!misses.is_empty()).then_some(StepMisses {
             step: *i,
             load: s.load,
             misses,
@@ -432,16 +479,30 @@ pub fn summary_lines(verdict: &SweepVerdict) -> Vec<String> {
         );
     } else if let Some(sat) = &verdict.saturation {
         lines.push(sat.describe());
-    } else if let Some((_, load, tput, gain)) = verdict.highest_step {
-        let gain_txt = match gain {
-            Some(g) => format!(", still gaining {} per doubling", fmt::pct(g)),
-            None => String::new(),
-        };
-        lines.push(format!(
-            "No saturation point within the tested range: the highest step ({load}) reached {}{gain_txt}; \
-             extend the sweep to find the knee.",
-            fmt::num(tput)
-        ));
+    } else if let Some(top) = &verdict.highest_step {
+        let reached = format!(
+            "the highest step ({}) reached {} {}",
+            top.load,
+            fmt::num(top.throughput),
+            top.metric.unit()
+        );
+        lines.push(match top.gain_per_doubling {
+            Some(g) if top.flat => format!(
+                "No saturation point: {reached}, gaining only {} per doubling, but latency did \
+                 not rise; the added load may not have reached the server (check the client \
+                 self-check).",
+                fmt::pct(g)
+            ),
+            Some(g) => format!(
+                "No saturation point within the tested range: {reached}, still gaining {} per \
+                 doubling; extend the sweep to find the knee.",
+                fmt::pct(g)
+            ),
+            None => format!(
+                "No saturation point within the tested range: {reached}; extend the sweep to \
+                 find the knee."
+            ),
+        });
     }
 
     let objective_txt = describe_objectives(&verdict.objectives);

@@ -1,6 +1,8 @@
 //! Saturation point and max sustainable load.
 
-use super::{fin, fmt, AnalysisConfig, Load, Objectives, StepResult, DEFAULT_MAX_ERROR_RATE};
+use super::{
+    fin, fmt, AnalysisConfig, Load, Objectives, StepResult, TopStep, DEFAULT_MAX_ERROR_RATE,
+};
 
 /// Two loads closer than this relative difference are the same load: log2 of
 /// their ratio is too small to normalise a gain by.
@@ -312,7 +314,7 @@ pub(crate) fn higher(lo: &Load, hi: &Load) -> bool {
 /// relative gain on a doubling ladder. `None` when it cannot be computed
 /// (`t0` not positive, loads not rising, result not finite).
 pub(crate) fn gain_per_doubling(t0: f64, t1: f64, l0: &Load, l1: &Load) -> Option<f64> {
-    if !(t0 > 0.0 && t1 >= 0.0 && t0.is_finite() && t1.is_finite()) || !higher(l0, l1) {
+    if !(t0 > 0.0 && t1 >= 0.0 && t0.is_finite() && t1.is_finite() && higher(l0, l1)) {
         return None;
     }
     let doublings = (l1.value() / l0.value()).log2();
@@ -352,16 +354,9 @@ fn latency_rise(a: &StepResult, b: &StepResult, rise: f64) -> Option<String> {
 /// where it flattens.
 pub fn saturation_point(steps: &[StepResult], config: &AnalysisConfig) -> Option<Saturation> {
     let sel = select(steps);
-    let threshold = if config.saturation_gain_threshold.is_finite() {
-        config.saturation_gain_threshold
-    } else {
-        super::DEFAULT_SATURATION_GAIN
-    };
-    let rise = if config.latency_rise.is_finite() {
-        config.latency_rise.max(0.0)
-    } else {
-        super::DEFAULT_LATENCY_RISE
-    };
+    let config = config.sanitized();
+    let threshold = config.saturation_gain_threshold;
+    let rise = config.latency_rise.max(0.0);
     let u = &sel.usable;
     let m = sel.metric;
     for (k, (ki, ks)) in u.iter().enumerate() {
@@ -417,7 +412,7 @@ pub fn saturation_point(steps: &[StepResult], config: &AnalysisConfig) -> Option
 
 /// The highest usable step, its throughput and the gain per doubling into it
 /// from the closest lower step.
-pub(crate) fn highest_step(sel: &Selection<'_>) -> Option<(usize, Load, f64, Option<f64>)> {
+pub(crate) fn highest_step(sel: &Selection<'_>, config: &AnalysisConfig) -> Option<TopStep> {
     let (hi, hs) = sel.usable.last()?;
     let m = sel.metric;
     let prev = sel
@@ -426,7 +421,14 @@ pub(crate) fn highest_step(sel: &Selection<'_>) -> Option<(usize, Load, f64, Opt
         .rev()
         .find(|(_, s)| higher(&s.load, &hs.load));
     let gain = prev.and_then(|(_, p)| gain_per_doubling(m.of(p), m.of(hs), &p.load, &hs.load));
-    Some((*hi, hs.load, m.of(hs), gain))
+    Some(TopStep {
+        step: *hi,
+        load: hs.load,
+        throughput: m.of(hs),
+        metric: m,
+        gain_per_doubling: gain,
+        flat: gain.is_some_and(|g| g < config.saturation_gain_threshold),
+    })
 }
 
 /// The max sustainable load: the highest usable step that meets every

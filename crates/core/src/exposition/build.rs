@@ -9,6 +9,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 
 use super::error::ParseError;
 use super::lex::{lex_line, parse_value, Line, Lines, Syntax};
@@ -42,11 +43,40 @@ const SUFFIXES: &[(&str, &[MetricType])] = &[
     ("_info", &[MetricType::Info]),
 ];
 
+/// FxHash (rustc's hasher): family names are not attacker-chosen keys of a
+/// long-lived map, and SipHash showed up in profiles.
+#[derive(Default, Clone, Copy)]
+struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    #[inline]
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x51_7c_c1_b7_27_22_0a_95;
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in chunks.by_ref() {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.0 = (self.0.rotate_left(5) ^ u64::from_le_bytes(word)).wrapping_mul(K);
+        }
+        for &b in chunks.remainder() {
+            self.0 = (self.0.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+    }
+    #[inline]
+    fn write_u8(&mut self, b: u8) {
+        self.write(&[b]);
+    }
+    #[inline]
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 #[derive(Default)]
 struct Builder<'a> {
     families: Vec<MetricFamily<'a>>,
     declared: Vec<Declared>,
-    by_name: HashMap<&'a str, usize>,
+    by_name: HashMap<&'a str, usize, BuildHasherDefault<FxHasher>>,
     /// The last sample name resolved and its family: consecutive samples
     /// nearly always share a name (a histogram's buckets) or a family.
     cache: Option<(&'a str, usize)>,

@@ -86,6 +86,43 @@ pub(crate) fn find_newline(hay: &[u8]) -> Option<usize> {
         .map(|p| offset + p)
 }
 
+/// Index of the first `"` or `\\` in `hay` (or its length): eight bytes at a
+/// time, as label values are the bulk of a page.
+#[inline]
+fn find_quote_or_backslash(hay: &[u8]) -> usize {
+    const LO: u64 = 0x0101_0101_0101_0101;
+    const HI: u64 = 0x8080_8080_8080_8080;
+    const QUOTE: u64 = LO * b'"' as u64;
+    const BACKSLASH: u64 = LO * b'\\' as u64;
+    let mut chunks = hay.chunks_exact(8);
+    let mut offset = 0;
+    for chunk in chunks.by_ref() {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(chunk);
+        let w = u64::from_le_bytes(word);
+        let q = w ^ QUOTE;
+        let s = w ^ BACKSLASH;
+        let found = (q.wrapping_sub(LO) & !q | s.wrapping_sub(LO) & !s) & HI;
+        if found != 0 {
+            // The lowest flagged byte is always a true match.
+            return offset + (found.trailing_zeros() / 8) as usize;
+        }
+        offset += 8;
+    }
+    offset
+        + chunks
+            .remainder()
+            .iter()
+            .position(|&c| c == b'"' || c == b'\\')
+            .unwrap_or(chunks.remainder().len())
+}
+
+/// Length of the run at the start of `hay` whose bytes all have class `bit`.
+#[inline]
+fn run_len(hay: &[u8], bit: u8) -> usize {
+    hay.iter().position(|&c| !class(c, bit)).unwrap_or(hay.len())
+}
+
 /// The lines of a page, each as `&str` or an invalid-UTF-8 error. A final
 /// `\n` does not open another (empty) line.
 pub(crate) struct Lines<'a> {
@@ -382,16 +419,10 @@ pub(crate) fn unescape_help(text: &str, om: bool) -> Cow<'_, str> {
 fn lex_quoted<'a>(cur: &mut Cur<'a>, syn: Syntax) -> Result<Cow<'a, str>, String> {
     let start = cur.i;
     let b = cur.b;
-    let mut i = start;
-    while let Some(&c) = b.get(i) {
-        if c == b'"' {
-            cur.i = i + 1;
-            return Ok(Cow::Borrowed(cur.slice(start, i)));
-        }
-        if c == b'\\' {
-            break;
-        }
-        i += 1;
+    let mut i = start + find_quote_or_backslash(b.get(start..).unwrap_or_default());
+    if b.get(i) == Some(&b'"') {
+        cur.i = i + 1;
+        return Ok(Cow::Borrowed(cur.slice(start, i)));
     }
     if i >= b.len() {
         cur.i = i;
@@ -475,12 +506,7 @@ fn lex_labels<'a>(
             Some(c) if class(c, LABEL_START) => cur.i += 1,
             _ => return Err(format!("expected label name, found {}", cur.found())),
         }
-        while let Some(&c) = cur.b.get(cur.i) {
-            if !class(c, LABEL_CONT) {
-                break;
-            }
-            cur.i += 1;
-        }
+        cur.i += run_len(cur.b.get(cur.i..).unwrap_or_default(), LABEL_CONT);
         let name = cur.slice(start, cur.i);
         if loose {
             cur.skip_blanks();
@@ -694,12 +720,7 @@ fn lex_meta_loose<'a>(mut cur: Cur<'a>, syn: Syntax) -> Result<Line<'a>, String>
             ))
         }
     }
-    while let Some(&c) = cur.b.get(cur.i) {
-        if !class(c, NAME_CONT) {
-            break;
-        }
-        cur.i += 1;
-    }
+    cur.i += run_len(cur.b.get(cur.i..).unwrap_or_default(), NAME_CONT);
     let name = cur.slice(start, cur.i);
     match cur.peek() {
         None => return Ok(Line::Comment),
@@ -748,12 +769,7 @@ fn lex_sample<'a>(
         }
         _ => return Err(format!("expected metric name, found {}", cur.found())),
     }
-    while let Some(&c) = cur.b.get(cur.i) {
-        if !class(c, NAME_CONT) {
-            break;
-        }
-        cur.i += 1;
-    }
+    cur.i += run_len(cur.b.get(cur.i..).unwrap_or_default(), NAME_CONT);
     let name = cur.slice(start, cur.i);
 
     // Labels.
@@ -1013,6 +1029,17 @@ mod tests {
         }
         // High bytes must not produce false positives.
         assert_eq!(find_newline(&[0x8a, 0x0b, 0xff, 0x09, 0x8a, 0x8a, 0x8a, 0x8a]), None);
+    }
+
+    #[test]
+    fn quote_search_matches_naive() {
+        let text = br#"abcdefgh\ijklmnop"qrstuvwxyz0123456789"\"#;
+        for start in 0..=text.len() {
+            let hay = &text[start..];
+            let naive = hay.iter().position(|&c| c == b'"' || c == b'\\').unwrap_or(hay.len());
+            assert_eq!(find_quote_or_backslash(hay), naive, "start {start}");
+        }
+        assert_eq!(find_quote_or_backslash(&[0xa2, 0xdc, 0x22 ^ 0x80, 0x5c ^ 0x80, 1, 2, 3, 4, 5]), 9);
     }
 
     #[test]

@@ -90,7 +90,13 @@ async fn throughput_rises_then_flattens_where_predicted() {
             "c={c}: measured {got:.0} tok/s vs predicted {want:.0} ({ratio:.2})"
         );
     }
-    let tp = |c: usize| measured.iter().find(|m| m.0 == c).map(|m| m.1).unwrap_or(0.0);
+    let tp = |c: usize| {
+        measured
+            .iter()
+            .find(|m| m.0 == c)
+            .map(|m| m.1)
+            .unwrap_or(0.0)
+    };
     assert!(tp(8) > 3.5 * tp(1), "rises with concurrency");
     assert!(
         (tp(16) / tp(8) - 1.0).abs() < 0.12,
@@ -135,8 +141,14 @@ async fn ttft_and_itl_at_concurrency_one_match_the_profile() {
     itls.sort_by(f64::total_cmp);
     let ttft = ttfts[2];
     let itl = itls[itls.len() / 2];
-    eprintln!("ttft p50 {ttft:.4}s (predicted {:.4}), itl p50 {itl:.4}s (predicted {:.4})", pred.ttft_c1_s, pred.itl_c1_s);
-    assert!(ttft >= pred.ttft_c1_s * 0.95 && ttft < pred.ttft_c1_s * 1.25 + 0.004, "ttft {ttft}");
+    eprintln!(
+        "ttft p50 {ttft:.4}s (predicted {:.4}), itl p50 {itl:.4}s (predicted {:.4})",
+        pred.ttft_c1_s, pred.itl_c1_s
+    );
+    assert!(
+        ttft >= pred.ttft_c1_s * 0.95 && ttft < pred.ttft_c1_s * 1.25 + 0.004,
+        "ttft {ttft}"
+    );
     assert!((itl / pred.itl_c1_s - 1.0).abs() < 0.2, "itl {itl}");
 }
 
@@ -174,13 +186,23 @@ async fn kv_starved_saturates_with_waiting_and_preemptions() {
     for h in tasks {
         let s = h.await.expect("task");
         let ev = s.json();
-        assert_eq!(ev[ev.len() - 1]["usage"]["completion_tokens"], 128, "every request completes");
+        assert_eq!(
+            ev[ev.len() - 1]["usage"]["completion_tokens"],
+            128,
+            "every request completes"
+        );
     }
     let metrics = get_text(&t.client, &format!("{}/metrics", t.base)).await;
     let snap = t.sim.snapshot();
     eprintln!("max waiting {max_waiting}, max running {max_running}, max usage {max_usage:.3}, preemptions {}", snap.preemptions);
-    assert!(max_waiting >= 8, "requests queue beyond ~6-7 running: {max_waiting}");
-    assert!(max_running <= 8, "the cache holds ~6-7 sequences: {max_running}");
+    assert!(
+        max_waiting >= 8,
+        "requests queue beyond ~6-7 running: {max_waiting}"
+    );
+    assert!(
+        max_running <= 8,
+        "the cache holds ~6-7 sequences: {max_running}"
+    );
     assert!(max_usage > 0.9);
     assert!(snap.preemptions > 0);
     assert!(metrics.contains(&format!(
@@ -213,7 +235,10 @@ async fn shared_prefix_workload_hits_the_prefix_cache() {
     }
     assert_eq!(cached[0], 0);
     // Every later request reuses the full blocks of the shared part.
-    assert!(cached[1..].iter().all(|&c| c >= 240 && c % 16 == 0), "{cached:?}");
+    assert!(
+        cached[1..].iter().all(|&c| c >= 240 && c % 16 == 0),
+        "{cached:?}"
+    );
     let snap = t.sim.snapshot();
     assert_eq!(snap.prefix_cache_hits, cached.iter().sum::<u64>());
     let rate = snap.prefix_cache_hits as f64 / snap.prefix_cache_queries as f64;

@@ -133,7 +133,8 @@ async fn nim_flavor_serves_unprefixed_names_at_v1_metrics() {
     let mut cfg = config(Profile::named("balanced").expect("known"), 50.0);
     cfg.flavor = Flavor::Nim;
     let t = spawn(cfg).await;
-    let body = json!({"model": "tiny-llama", "prompt": "hello", "max_tokens": 4, "ignore_eos": true});
+    let body =
+        json!({"model": "tiny-llama", "prompt": "hello", "max_tokens": 4, "ignore_eos": true});
     let _ = t
         .client
         .post(format!("{}/v1/completions", t.base))
@@ -152,7 +153,10 @@ async fn nim_flavor_serves_unprefixed_names_at_v1_metrics() {
     assert!(!text.contains("vllm:"));
     assert_eq!(value(&ours, "generation_tokens_total", None), 4.0);
     assert_eq!(value(&ours, "num_request_max", None), 64.0);
-    assert_eq!(value(&ours, "time_per_output_token_seconds_count", None), 3.0);
+    assert_eq!(
+        value(&ours, "time_per_output_token_seconds_count", None),
+        3.0
+    );
     assert_eq!(
         text,
         get_text(&t.client, &format!("{}/metrics", t.base)).await
@@ -196,7 +200,10 @@ async fn gpu_page_looks_like_dcgm_exporter_and_follows_the_kv_cache() {
             })
             .collect::<Vec<_>>()
     };
-    assert_eq!(strip_pod(family_shapes(&idle)), strip_pod(family_shapes(&real)));
+    assert_eq!(
+        strip_pod(family_shapes(&idle)),
+        strip_pod(family_shapes(&real))
+    );
     let label_order: Vec<String> = idle.families[0].samples[0]
         .labels
         .iter()
@@ -204,12 +211,23 @@ async fn gpu_page_looks_like_dcgm_exporter_and_follows_the_kv_cache() {
         .collect();
     assert_eq!(
         label_order,
-        ["gpu", "UUID", "pci_bus_id", "device", "modelName", "Hostname", "DCGM_FI_DRIVER_VERSION"]
+        [
+            "gpu",
+            "UUID",
+            "pci_bus_id",
+            "device",
+            "modelName",
+            "Hostname",
+            "DCGM_FI_DRIVER_VERSION"
+        ]
     );
     let fb_used = |page: &Exposition| value(page, "DCGM_FI_DEV_FB_USED", Some(("gpu", "1")));
     let idle_used = fb_used(&idle);
     assert_eq!(idle_used, 8192.0, "16 GiB of weights split over 2 GPUs");
-    assert_eq!(value(&idle, "DCGM_FI_DEV_GPU_UTIL", Some(("gpu", "0"))), 0.0);
+    assert_eq!(
+        value(&idle, "DCGM_FI_DEV_GPU_UTIL", Some(("gpu", "0"))),
+        0.0
+    );
 
     // Load: 8 long decodes of 1000-token prompts hold ~63 blocks x 2 MiB each.
     let mut handles = Vec::new();

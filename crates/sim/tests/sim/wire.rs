@@ -34,13 +34,20 @@ async fn chat_stream_matches_the_vllm_capture_event_by_event() {
     assert_eq!(s.content_type, "text/event-stream; charset=utf-8");
     let ours: Vec<String> = s.events.iter().map(|(_, e)| e.clone()).collect();
     let real = captured_events(&fixture("vllm-live/sse_vllm_chat.txt"));
-    assert_eq!(ours.len(), real.len(), "1 role + 16 tokens + usage + [DONE]");
+    assert_eq!(
+        ours.len(),
+        real.len(),
+        "1 role + 16 tokens + usage + [DONE]"
+    );
     for (i, (a, b)) in ours.iter().zip(&real).enumerate() {
         assert_eq!(skeleton(a), skeleton(b), "event {i}: {a}\nvs capture {b}");
     }
     // The first event is role-only with empty content.
     let first: Value = serde_json::from_str(&ours[0]).expect("json");
-    assert_eq!(first["choices"][0]["delta"], json!({"role": "assistant", "content": ""}));
+    assert_eq!(
+        first["choices"][0]["delta"],
+        json!({"role": "assistant", "content": ""})
+    );
     assert!(first["id"].as_str().expect("id").starts_with("chatcmpl-"));
     let usage: Value = serde_json::from_str(&ours[ours.len() - 2]).expect("json");
     assert_eq!(usage["choices"], json!([]));
@@ -95,7 +102,11 @@ async fn usage_counts_match_tokenize_and_report_cached_tokens() {
         assert_eq!(usage["prompt_tokens"], 100);
         assert_eq!(usage["completion_tokens"], 5);
         assert_eq!(usage["total_tokens"], 105);
-        cached.push(usage["prompt_tokens_details"]["cached_tokens"].as_u64().expect("cached"));
+        cached.push(
+            usage["prompt_tokens_details"]["cached_tokens"]
+                .as_u64()
+                .expect("cached"),
+        );
     }
     // Second time round, the 6 full blocks of the prompt are cached.
     assert_eq!(cached, vec![0, 96]);
@@ -137,7 +148,9 @@ async fn continuous_usage_stats_ride_on_every_chunk() {
     let ev = s.json();
     assert_eq!(ev.len(), 1 + 6 + 1);
     for (i, e) in ev.iter().enumerate() {
-        let completion = e["usage"]["completion_tokens"].as_u64().expect("usage on every chunk");
+        let completion = e["usage"]["completion_tokens"]
+            .as_u64()
+            .expect("usage on every chunk");
         // role chunk: 0; token chunks 1..=6; final usage chunk 6.
         assert_eq!(completion, (i as u64).min(6), "event {i}");
         assert_eq!(
@@ -158,17 +171,26 @@ async fn min_tokens_and_pseudo_eos() {
             "min_tokens": 10, "stream": true, "stream_options": {"include_usage": true}});
         let s = post_stream(&t.client, &format!("{}/v1/completions", t.base), &body).await;
         let ev = s.json();
-        let n = ev[ev.len() - 1]["usage"]["completion_tokens"].as_u64().expect("n");
+        let n = ev[ev.len() - 1]["usage"]["completion_tokens"]
+            .as_u64()
+            .expect("n");
         let finish = ev[ev.len() - 2]["choices"][0]["finish_reason"].clone();
         assert!(n >= 11 || finish == "length", "min_tokens respected: {n}");
         if finish == "stop" {
-            assert_eq!(ev[ev.len() - 2]["choices"][0]["text"], "", "EOS has no text");
+            assert_eq!(
+                ev[ev.len() - 2]["choices"][0]["text"],
+                "",
+                "EOS has no text"
+            );
         }
         lengths.push((n, finish));
         // Deterministic: the same prompt stops at the same place.
         let again = post_stream(&t.client, &format!("{}/v1/completions", t.base), &body).await;
         let ev2 = again.json();
-        assert_eq!(ev2[ev2.len() - 1]["usage"]["completion_tokens"].as_u64(), Some(n));
+        assert_eq!(
+            ev2[ev2.len() - 1]["usage"]["completion_tokens"].as_u64(),
+            Some(n)
+        );
     }
     assert!(lengths.iter().any(|(_, f)| f == "stop"), "{lengths:?}");
     // ignore_eos always runs to max_tokens.
@@ -210,7 +232,10 @@ async fn errors_use_vllm_status_and_shape() {
     assert_eq!(body["error"]["type"], "Bad Request");
     assert_eq!(body["error"]["code"], 400);
     assert_eq!(body["error"]["param"], Value::Null);
-    assert!(body["error"]["message"].as_str().expect("msg").contains("json_invalid"));
+    assert!(body["error"]["message"]
+        .as_str()
+        .expect("msg")
+        .contains("json_invalid"));
 
     let (status, body) = post_raw(&t, "/v1/chat/completions", r#"{"messages": 3}"#).await;
     assert_eq!(status, 400);
@@ -232,7 +257,8 @@ async fn errors_use_vllm_status_and_shape() {
     let (status, body) = post_raw(
         &t,
         "/v1/completions",
-        &json!({"model": "tiny-llama", "prompt": prompt_tokens(100, 0), "max_tokens": 4000}).to_string(),
+        &json!({"model": "tiny-llama", "prompt": prompt_tokens(100, 0), "max_tokens": 4000})
+            .to_string(),
     )
     .await;
     assert_eq!(status, 400);
@@ -289,7 +315,10 @@ async fn models_version_health() {
         .json()
         .await
         .expect("json");
-    assert!(version["version"].as_str().expect("v").starts_with("0.32.0"));
+    assert!(version["version"]
+        .as_str()
+        .expect("v")
+        .starts_with("0.32.0"));
     let health = t
         .client
         .get(format!("{}/health", t.base))
@@ -316,7 +345,9 @@ async fn client_disconnect_frees_the_sequence() {
     let mut stream = futures_util::StreamExt::boxed(resp.bytes_stream());
     let mut got = 0;
     while got < 3 {
-        let _ = futures_util::StreamExt::next(&mut stream).await.expect("event");
+        let _ = futures_util::StreamExt::next(&mut stream)
+            .await
+            .expect("event");
         got += 1;
     }
     assert_eq!(t.sim.snapshot().running, 1);

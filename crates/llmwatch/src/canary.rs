@@ -1,0 +1,196 @@
+//! Canary probes in the daemon: one small streaming request per target per
+//! interval (deterministic offset plus jitter, never two in flight), each
+//! stored with its full timings. The rolling client-side signals
+//! (`probe_ttft_p95`, …) are computed from these rows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use llmwatch_probe::record::{Api, ProbeRecord};
+use llmwatch_probe::{Canary, ClientConfig, ProbeClient, Secret, Shape};
+use llmwatch_store::{ProbeRow, Store};
+use rand::Rng;
+use tokio::sync::watch;
+
+use crate::config::{ProbeApi, ProbeConfig, TargetConfig};
+use crate::scrape::schedule_offset;
+
+/// Converts a probe record into its stored row. Pure.
+pub fn probe_row(
+    target_id: i64,
+    run_id: Option<i64>,
+    shape: &str,
+    record: &ProbeRecord,
+) -> ProbeRow {
+    let seconds = |ns: u64| ns as f64 / 1e9;
+    ProbeRow {
+        target_id,
+        run_id,
+        ts_ms: i64::try_from(record.wall_sent_unix_ms).unwrap_or(i64::MAX),
+        api: record
+            .request
+            .api
+            .path()
+            .trim_start_matches("/v1/")
+            .to_string(),
+        model: record.request.model.clone(),
+        shape: shape.to_string(),
+        ok: record.is_ok(),
+        error_kind: record.error_kind().map(|kind| kind.as_str().to_string()),
+        error: record.error.as_ref().map(ToString::to_string),
+        http_status: record.http_status,
+        ttfb_s: record.ttfb_ns.map(seconds),
+        ttft_s: record.ttft_ns.map(seconds),
+        tpot_s: record.tpot_ns().map(|ns| ns / 1e9),
+        e2e_s: seconds(record.e2e_ns),
+        itl_s: record
+            .per_token_itl_ns()
+            .iter()
+            .map(|ns| ns / 1e9)
+            .collect(),
+        prompt_tokens: record
+            .usage
+            .as_ref()
+            .and_then(|u| u.prompt_tokens)
+            .and_then(|t| i64::try_from(t).ok()),
+        output_tokens: i64::try_from(record.output_tokens).unwrap_or(i64::MAX),
+        cached_tokens: record
+            .usage
+            .as_ref()
+            .and_then(|u| u.cached_tokens)
+            .and_then(|t| i64::try_from(t).ok()),
+        finish_reason: record.finish_reason.clone(),
+        record_json: serde_json::to_string(record).unwrap_or_else(|_| "{}".to_string()),
+    }
+}
+
+/// Asks `/v1/models` for the first model a server serves.
+pub async fn discover_model(client: &reqwest::Client, base_url: &str) -> Result<String, String> {
+    let url = crate::config::join_url(base_url.trim_end_matches("/v1"), "/v1/models");
+    let response = tokio::time::timeout(Duration::from_secs(5), client.get(&url).send())
+        .await
+        .map_err(|_| format!("{url}: timed out"))?
+        .map_err(|err| format!("{url}: {err}"))?;
+    if !response.status().is_success() {
+        return Err(format!("{url}: HTTP {}", response.status().as_u16()));
+    }
+    let body = tokio::time::timeout(Duration::from_secs(5), response.bytes())
+        .await
+        .map_err(|_| format!("{url}: timed out reading the body"))?
+        .map_err(|err| format!("{url}: {err}"))?;
+    if body.len() > 1 << 20 {
+        return Err(format!("{url}: answer larger than 1 MiB"));
+    }
+    let json: serde_json::Value =
+        serde_json::from_slice(&body).map_err(|err| format!("{url}: not JSON: {err}"))?;
+    json.pointer("/data/0/id")
+        .and_then(|id| id.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| format!("{url}: no model in `data`"))
+}
+
+/// Everything one target's canary loop needs.
+pub struct CanaryJob {
+    pub target_id: i64,
+    pub name: String,
+    pub base_url: String,
+    pub api_key: Option<Secret>,
+    pub probe: ProbeConfig,
+}
+
+impl CanaryJob {
+    pub fn from_config(target_id: i64, target: &TargetConfig) -> Option<CanaryJob> {
+        let probe = target.probe.clone()?;
+        let api_key = target
+            .api_key_env
+            .as_ref()
+            .and_then(|var| std::env::var(var).ok())
+            .map(Secret::new);
+        Some(CanaryJob {
+            target_id,
+            name: target.name.clone(),
+            base_url: target.url.clone(),
+            api_key,
+            probe,
+        })
+    }
+}
+
+/// Fires the canary of one target every `probe.interval` until shutdown.
+pub async fn run_canary_loop(job: CanaryJob, store: Store, mut shutdown: watch::Receiver<bool>) {
+    let shape = match Shape::parse(&job.probe.shape) {
+        Ok(shape) => shape,
+        Err(err) => {
+            // check-config refuses this; guard anyway.
+            tracing::error!(target = %job.name, error = %err, "canary disabled");
+            return;
+        }
+    };
+    let mut client_config = ClientConfig::new(job.base_url.clone());
+    client_config.api_key = job.api_key.clone();
+    client_config.timeout = job.probe.timeout;
+    let client = match ProbeClient::new(client_config) {
+        Ok(client) => client,
+        Err(err) => {
+            tracing::error!(target = %job.name, error = %err, "canary disabled");
+            return;
+        }
+    };
+    let api = match job.probe.api {
+        ProbeApi::Chat => Api::Chat,
+        ProbeApi::Completions => Api::Completions,
+    };
+    let interval = job.probe.interval;
+    // A different phase from the scrape of the same target.
+    let offset = schedule_offset(&format!("{}/probe", job.name), interval);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + offset, interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    let max_jitter_ms = (interval.as_millis() / 10).min(1000) as u64;
+    let mut canary: Option<Arc<Canary>> = None;
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        if max_jitter_ms > 0 {
+            let jitter = rand::rng().random_range(0..=max_jitter_ms);
+            tokio::time::sleep(Duration::from_millis(jitter)).await;
+        }
+        if canary.is_none() {
+            let model = match &job.probe.model {
+                Some(model) => model.clone(),
+                None => match discover_model(client.http(), &job.base_url).await {
+                    Ok(model) => model,
+                    Err(err) => {
+                        tracing::warn!(target = %job.name, error = %err, "canary: no model yet");
+                        continue;
+                    }
+                },
+            };
+            canary = Some(Arc::new(Canary::new(client.clone(), api, model, shape)));
+        }
+        let Some(current) = canary.clone() else {
+            continue;
+        };
+        // The probe runs in its own task so a slow stream never delays the
+        // next tick's busy check or shutdown.
+        let store = store.clone();
+        let name = job.name.clone();
+        let target_id = job.target_id;
+        let shape_label = job.probe.shape.clone();
+        tokio::spawn(async move {
+            match current.probe().await {
+                Ok(record) => {
+                    if let Some(error) = &record.error {
+                        tracing::warn!(target = %name, error = %error, "canary probe failed");
+                    }
+                    let row = probe_row(target_id, None, &shape_label, &record);
+                    if let Err(err) = store.write_probe(&row).await {
+                        tracing::error!(target = %name, error = %err, "storing a canary probe failed");
+                    }
+                }
+                Err(busy) => tracing::debug!(target = %name, "{busy}: tick skipped"),
+            }
+        });
+    }
+}

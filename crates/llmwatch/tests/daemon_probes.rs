@@ -1,0 +1,88 @@
+//! Canary probes in the daemon against the simulator over loopback: probes
+//! are stored with their timings and roll up into client-side signals; a
+//! target that starts failing shows up in `probe_error_rate`.
+
+use std::time::Duration;
+
+use llmwatch::config::Config;
+use llmwatch::daemon;
+use llmwatch::scrape::now_ms;
+use llmwatch::sim_cmd::{self, SimArgs};
+use llmwatch_core::signals::Signal;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canaries_are_stored_and_become_signals() {
+    let (sim, engine, _) = sim_cmd::start(&SimArgs {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        profile: "balanced".into(),
+        flavor: "vllm".into(),
+        gpu_addr: None,
+        time_scale: 10.0,
+        model: "sim-model".into(),
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("llmwatch.db");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\n\
+         [[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
+         [targets.probe]\ninterval = \"200ms\"\nshape = \"64x16\"\napi = \"chat\"\n",
+        db.display().to_string()
+    );
+    let config = Config::parse(&toml, std::path::Path::new("t.toml")).unwrap();
+    let running = daemon::start(config).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let store = running.store.clone();
+    let target = store.target_by_name("sim").await.unwrap().unwrap();
+    let probes = store.probes(target.id, 0, i64::MAX, 1000).await.unwrap();
+    assert!(probes.len() >= 5, "only {} canaries", probes.len());
+    for probe in &probes {
+        assert!(probe.ok, "{:?}", probe.error);
+        assert_eq!(probe.model, "sim-model", "model discovered from /v1/models");
+        assert_eq!(probe.output_tokens, 16);
+        let prompt = probe
+            .prompt_tokens
+            .expect("server-reported prompt tokens kept");
+        assert!(
+            (60..=96).contains(&prompt),
+            "prompt of {prompt} tokens for a 64-token shape"
+        );
+        assert_eq!(probe.itl_s.len(), 15);
+        assert!(probe.ttft_s.unwrap() > 0.0 && probe.ttft_s.unwrap() < probe.e2e_s);
+        assert!(probe.record_json.contains("\"events\""));
+    }
+    let signals = store
+        .probe_signals(target.id, now_ms(), 60_000)
+        .await
+        .unwrap();
+    let value = |signal| signals.iter().find(|(s, _)| *s == signal).map(|(_, v)| *v);
+    assert_eq!(value(Signal::ProbeErrorRate), Some(0.0));
+    assert!(value(Signal::ProbeTtftP95).unwrap() > 0.0);
+    assert!(value(Signal::ProbeItlP95).unwrap() > 0.0);
+
+    // The target starts failing: new canaries are recorded as errors.
+    sim.set_failing(true);
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    running.shutdown().await;
+    let recent = store
+        .probes(target.id, now_ms() - 900, i64::MAX, 1000)
+        .await
+        .unwrap();
+    assert!(!recent.is_empty());
+    assert!(recent.iter().all(|p| !p.ok), "{recent:?}");
+    assert!(
+        recent[0].error.as_deref().unwrap_or("").contains("500"),
+        "{:?}",
+        recent[0].error
+    );
+    let signals = store.probe_signals(target.id, now_ms(), 900).await.unwrap();
+    assert_eq!(
+        signals
+            .iter()
+            .find(|(s, _)| *s == Signal::ProbeErrorRate)
+            .map(|(_, v)| *v),
+        Some(1.0)
+    );
+}

@@ -1,0 +1,228 @@
+//! Probe records: written one at a time (a canary fires every few seconds at
+//! most), read back by window for the rolling client-side signals.
+
+use llmwatch_core::probe_signals::{probe_signals, ProbeTimings};
+use llmwatch_core::signals::Signal;
+use sqlx::Row;
+
+use crate::{Point, Range, Store, StoreError};
+
+/// One stored probe.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct ProbeRow {
+    pub target_id: i64,
+    pub run_id: Option<i64>,
+    /// Wall-clock send time, Unix ms.
+    pub ts_ms: i64,
+    pub api: String,
+    pub model: String,
+    pub shape: String,
+    pub ok: bool,
+    pub error_kind: Option<String>,
+    pub error: Option<String>,
+    pub http_status: Option<u16>,
+    pub ttfb_s: Option<f64>,
+    pub ttft_s: Option<f64>,
+    pub tpot_s: Option<f64>,
+    pub e2e_s: f64,
+    pub itl_s: Vec<f64>,
+    pub prompt_tokens: Option<i64>,
+    pub output_tokens: i64,
+    pub cached_tokens: Option<i64>,
+    pub finish_reason: Option<String>,
+    /// The full probe record as JSON.
+    pub record_json: String,
+}
+
+impl ProbeRow {
+    fn timings(&self) -> ProbeTimings {
+        ProbeTimings {
+            ok: self.ok,
+            ttft_s: self.ttft_s,
+            tpot_s: self.tpot_s,
+            e2e_s: self.e2e_s,
+            itl_s: self.itl_s.clone(),
+        }
+    }
+}
+
+fn pack_f64s(values: &[f64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+fn unpack_f64s(blob: &[u8]) -> Result<Vec<f64>, StoreError> {
+    if blob.len() % 8 != 0 {
+        return Err(StoreError::Corrupt(format!(
+            "ITL blob of {} bytes is not a whole number of f64s",
+            blob.len()
+        )));
+    }
+    Ok(blob
+        .chunks_exact(8)
+        .map(|chunk| {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(chunk);
+            f64::from_le_bytes(bytes)
+        })
+        .collect())
+}
+
+/// Is `signal` computed from probes rather than scrapes?
+pub fn is_probe_signal(signal: Signal) -> bool {
+    matches!(
+        signal,
+        Signal::ProbeTtftP50
+            | Signal::ProbeTtftP95
+            | Signal::ProbeItlP50
+            | Signal::ProbeItlP95
+            | Signal::ProbeTpotP95
+            | Signal::ProbeE2eP95
+            | Signal::ProbeErrorRate
+    )
+}
+
+impl Store {
+    /// Stores one probe; returns its id.
+    pub async fn write_probe(&self, probe: &ProbeRow) -> Result<i64, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO probes (target_id, run_id, ts_ms, api, model, shape, ok, error_kind, error,
+                http_status, ttfb_s, ttft_s, tpot_s, e2e_s, itl_s, prompt_tokens, output_tokens,
+                cached_tokens, finish_reason, record)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(probe.target_id)
+        .bind(probe.run_id)
+        .bind(probe.ts_ms)
+        .bind(&probe.api)
+        .bind(&probe.model)
+        .bind(&probe.shape)
+        .bind(probe.ok)
+        .bind(probe.error_kind.as_deref())
+        .bind(probe.error.as_deref())
+        .bind(probe.http_status.map(i64::from))
+        .bind(probe.ttfb_s)
+        .bind(probe.ttft_s)
+        .bind(probe.tpot_s)
+        .bind(probe.e2e_s)
+        .bind(pack_f64s(&probe.itl_s))
+        .bind(probe.prompt_tokens)
+        .bind(probe.output_tokens)
+        .bind(probe.cached_tokens)
+        .bind(probe.finish_reason.as_deref())
+        .bind(&probe.record_json)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get("id")?)
+    }
+
+    /// Probes of a target sent in `[from_ms, to_ms]`, oldest first, at most `limit`.
+    pub async fn probes(
+        &self,
+        target_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<ProbeRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT target_id, run_id, ts_ms, api, model, shape, ok, error_kind, error, http_status,
+                ttfb_s, ttft_s, tpot_s, e2e_s, itl_s, prompt_tokens, output_tokens, cached_tokens,
+                finish_reason, record
+             FROM probes WHERE target_id = ? AND ts_ms BETWEEN ? AND ? ORDER BY ts_ms LIMIT ?",
+        )
+        .bind(target_id)
+        .bind(from_ms)
+        .bind(to_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ProbeRow {
+                    target_id: row.try_get("target_id")?,
+                    run_id: row.try_get("run_id")?,
+                    ts_ms: row.try_get("ts_ms")?,
+                    api: row.try_get("api")?,
+                    model: row.try_get("model")?,
+                    shape: row.try_get("shape")?,
+                    ok: row.try_get("ok")?,
+                    error_kind: row.try_get("error_kind")?,
+                    error: row.try_get("error")?,
+                    http_status: row
+                        .try_get::<Option<i64>, _>("http_status")?
+                        .and_then(|s| u16::try_from(s).ok()),
+                    ttfb_s: row.try_get("ttfb_s")?,
+                    ttft_s: row.try_get("ttft_s")?,
+                    tpot_s: row.try_get("tpot_s")?,
+                    e2e_s: row.try_get("e2e_s")?,
+                    itl_s: unpack_f64s(&row.try_get::<Vec<u8>, _>("itl_s")?)?,
+                    prompt_tokens: row.try_get("prompt_tokens")?,
+                    output_tokens: row.try_get("output_tokens")?,
+                    cached_tokens: row.try_get("cached_tokens")?,
+                    finish_reason: row.try_get("finish_reason")?,
+                    record_json: row.try_get("record")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Rolling probe signals over `(now_ms − window_ms, now_ms]`.
+    pub async fn probe_signals(
+        &self,
+        target_id: i64,
+        now_ms: i64,
+        window_ms: i64,
+    ) -> Result<Vec<(Signal, f64)>, StoreError> {
+        let probes = self
+            .probes(target_id, now_ms - window_ms + 1, now_ms, u32::MAX)
+            .await?;
+        let timings: Vec<ProbeTimings> = probes.iter().map(ProbeRow::timings).collect();
+        Ok(probe_signals(&timings))
+    }
+
+    /// A probe signal at each step of `range`, each over the `window_ms`
+    /// before it.
+    pub async fn probe_signal_series(
+        &self,
+        target_id: i64,
+        signal: Signal,
+        range: Range,
+        window_ms: i64,
+    ) -> Result<Vec<Point>, StoreError> {
+        let probes = self
+            .probes(
+                target_id,
+                range.from_ms - window_ms + 1,
+                range.to_ms,
+                u32::MAX,
+            )
+            .await?;
+        let mut points = Vec::new();
+        let mut t = range.from_ms;
+        while t <= range.to_ms {
+            let start = probes.partition_point(|p| p.ts_ms <= t - window_ms);
+            let end = probes.partition_point(|p| p.ts_ms <= t);
+            let timings: Vec<ProbeTimings> =
+                probes[start..end].iter().map(ProbeRow::timings).collect();
+            if let Some((_, value)) = probe_signals(&timings)
+                .into_iter()
+                .find(|(s, _)| *s == signal)
+            {
+                points.push(Point { ts_ms: t, value });
+            }
+            t += range.step_ms;
+        }
+        Ok(points)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn itl_blob_round_trips() {
+        let values = vec![0.001, 0.0125, 3.5];
+        assert_eq!(unpack_f64s(&pack_f64s(&values)).unwrap(), values);
+        assert!(unpack_f64s(&[1, 2, 3]).is_err());
+    }
+}

@@ -2,6 +2,7 @@
 //! server and the commands. Kept as a library so integration tests drive the
 //! same code the binary runs.
 
+pub mod bench_cmd;
 pub mod canary;
 pub mod config;
 pub mod daemon;

@@ -8,7 +8,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use llmwatch::config::Config;
-use llmwatch::{daemon, demo, inspect, sim_cmd};
+use llmwatch::{bench_cmd, daemon, demo, inspect, sim_cmd};
 
 #[derive(Parser)]
 #[command(
@@ -66,6 +66,8 @@ enum Command {
     },
     /// Validate a config file; errors name the field.
     CheckConfig { file: PathBuf },
+    /// One run against one target, printed like `vllm bench serve`.
+    Bench(bench_cmd::BenchArgs),
 }
 
 fn main() -> std::process::ExitCode {
@@ -141,6 +143,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
+        Command::Bench(args) => bench_cmd::run_cli(args).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file)?;
             println!(

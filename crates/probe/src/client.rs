@@ -320,7 +320,7 @@ impl ProbeClient {
                     rec.body_bytes = body_bytes;
                     return Err(ProbeError::StreamCut {
                         events: rec.total_events,
-                        detail: Some(error_chain(&e)),
+                        detail: Some(reqwest_chain(&e)),
                     });
                 }
                 None => break,
@@ -475,7 +475,7 @@ async fn read_error_body(mut resp: reqwest::Response) -> String {
 /// from rustls inside hyper's connect error, so they are recognized by the
 /// error chain's text (rustls is not a direct dependency to downcast to).
 fn classify(e: &reqwest::Error, url: &str, https: bool) -> ProbeError {
-    let message = error_chain(e);
+    let message = reqwest_chain(e);
     let lower = format!("{message} {e:?}").to_ascii_lowercase();
     let tls_words = [
         "tls",
@@ -507,7 +507,17 @@ fn classify(e: &reqwest::Error, url: &str, https: bool) -> ProbeError {
     ProbeError::Request { message }
 }
 
-/// The error and its sources, joined, without reqwest's URL prefix noise.
+/// A reqwest error's causes, without its "error sending request for url
+/// (…)" head: the record already names the URL.
+fn reqwest_chain(e: &reqwest::Error) -> String {
+    use std::error::Error as _;
+    match e.source() {
+        Some(src) if e.url().is_some() => error_chain(src),
+        _ => error_chain(e),
+    }
+}
+
+/// The error and its sources, joined.
 fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts: Vec<String> = vec![e.to_string()];
     let mut src = e.source();

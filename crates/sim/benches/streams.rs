@@ -114,12 +114,19 @@ fn main() {
     let secs = if quick { 0.3 } else { 2.0 };
 
     println!("# zero-cost profile (engine flat out), sim on 1 core");
-    println!("{:>12} {:>14} {:>22}", "concurrency", "events/s", "events/s per stream");
+    println!(
+        "{:>12} {:>14} {:>22}",
+        "concurrency", "events/s", "events/s per stream"
+    );
     let mut zero = Profile::zero_cost();
     zero.max_num_seqs = 8192;
     zero.eos_probability = 0.0;
     let addr = start_sim(zero);
-    let levels: &[usize] = if quick { &[1, 64] } else { &[1, 8, 64, 256, 1024] };
+    let levels: &[usize] = if quick {
+        &[1, 64]
+    } else {
+        &[1, 8, 64, 256, 1024]
+    };
     for &c in levels {
         let r = load(addr, c, 256, secs);
         println!("{c:>12} {r:>14.0} {:>22.1}", r / c as f64);
@@ -127,13 +134,20 @@ fn main() {
 
     println!();
     println!("# paced profile: 10 ms per step => 100 events/s per stream expected");
-    println!("{:>12} {:>14} {:>14} {:>10}", "concurrency", "events/s", "expected", "ratio");
+    println!(
+        "{:>12} {:>14} {:>14} {:>10}",
+        "concurrency", "events/s", "expected", "ratio"
+    );
     let mut paced = Profile::zero_cost();
     paced.step_base_s = 0.010;
     paced.max_num_seqs = 8192;
     paced.eos_probability = 0.0;
     let addr = start_sim(paced);
-    let levels: &[usize] = if quick { &[16] } else { &[64, 256, 512, 1024, 2048] };
+    let levels: &[usize] = if quick {
+        &[16]
+    } else {
+        &[64, 256, 512, 1024, 2048]
+    };
     for &c in levels {
         let r = load(addr, c, 256, secs.max(0.3) * 1.5);
         let expected = 100.0 * c as f64;

@@ -478,7 +478,12 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
         details: inner.config.prompt_tokens_details,
     };
     if p.stream {
+        let chunk_head = out.head(match out.api {
+            Api::Chat => "chat.completion.chunk",
+            Api::Completions => "text_completion",
+        });
         let state = StreamState {
+            chunk_head,
             out,
             rx,
             pending: VecDeque::new(),
@@ -487,16 +492,36 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
             continuous: p.options.continuous_usage_stats.unwrap_or(false),
             done: false,
         };
+        // One frame per wake-up: every event already produced is sent in
+        // one write (a chat's role chunk and first token, or a backlog),
+        // and nothing is held back waiting for more.
         let stream = futures_util::stream::unfold(state, |mut s| async move {
             loop {
-                if let Some(b) = s.pending.pop_front() {
-                    return Some((Ok::<Bytes, Infallible>(b), s));
+                if !s.pending.is_empty() {
+                    let frame = if s.pending.len() == 1 {
+                        s.pending.pop_front().unwrap_or_default()
+                    } else {
+                        let mut buf = Vec::new();
+                        for b in s.pending.drain(..) {
+                            buf.extend_from_slice(&b);
+                        }
+                        Bytes::from(buf)
+                    };
+                    return Some((Ok::<Bytes, Infallible>(frame), s));
                 }
                 if s.done {
                     return None;
                 }
                 match s.rx.recv().await {
-                    Some(ev) => s.on_event(ev),
+                    Some(ev) => {
+                        s.on_event(ev);
+                        while !s.done {
+                            match s.rx.try_recv() {
+                                Ok(ev) => s.on_event(ev),
+                                Err(_) => break,
+                            }
+                        }
+                    }
                     None => s.done = true,
                 }
             }
@@ -565,6 +590,8 @@ impl Out {
 
 struct StreamState {
     out: Out,
+    /// `{"id":…,"object":…,"created":…,"model":…` of every chunk, built once.
+    chunk_head: String,
     rx: mpsc::UnboundedReceiver<TokenEvent>,
     pending: VecDeque<Bytes>,
     completion_tokens: usize,
@@ -603,7 +630,7 @@ impl StreamState {
                     // vLLM sends a role-only chunk with empty content first.
                     let json = format!(
                         r#"{},"choices":[{{"index":0,"delta":{{"role":"assistant","content":""}},"logprobs":null,"finish_reason":null}}]{},"prompt_token_ids":null,"prompt_text":null}}"#,
-                        self.out.head("chat.completion.chunk"),
+                        self.chunk_head,
                         self.cont_usage()
                     );
                     self.push(json);
@@ -617,7 +644,7 @@ impl StreamState {
                 };
                 let json = format!(
                     r#"{},"choices":[{{"index":0,"delta":{{"content":{text}}},"logprobs":null,{tail}}}]{}}}"#,
-                    self.out.head("chat.completion.chunk"),
+                    self.chunk_head,
                     self.cont_usage()
                 );
                 self.push(json);
@@ -630,7 +657,7 @@ impl StreamState {
                 };
                 let json = format!(
                     r#"{},"choices":[{{"index":0,"text":{text},"logprobs":null,"finish_reason":{f},"stop_reason":null,"prompt_token_ids":null,"token_ids":null}}]{}}}"#,
-                    self.out.head("text_completion"),
+                    self.chunk_head,
                     self.cont_usage()
                 );
                 self.push(json);
@@ -638,13 +665,9 @@ impl StreamState {
         }
         if ev.finish.is_some() {
             if self.include_usage {
-                let object = match self.out.api {
-                    Api::Chat => "chat.completion.chunk",
-                    Api::Completions => "text_completion",
-                };
                 let json = format!(
                     r#"{},"choices":[],"usage":{},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}"#,
-                    self.out.head(object),
+                    self.chunk_head,
                     self.out
                         .usage(self.completion_tokens, ev.cached_tokens, true)
                 );

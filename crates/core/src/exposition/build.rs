@@ -229,7 +229,7 @@ pub(crate) fn run(input: &[u8], format: Format, strict: bool) -> (Exposition<'_>
     let om = format == Format::OpenMetrics;
     let mut builder = Builder::default();
     let mut errors = Vec::new();
-    let mut scratch: Vec<Label<'_>> = Vec::with_capacity(32);
+    let mut hint = 0usize;
     let mut lines = Lines::new(input);
     let mut seen_eof = false;
     let mut reported_after_eof = false;
@@ -249,7 +249,7 @@ pub(crate) fn run(input: &[u8], format: Format, strict: bool) -> (Exposition<'_>
             reported_after_eof = true;
             errors.push(ParseError::new(no, "text after '# EOF'"));
         }
-        let result = match lex_line(line, syn, &mut scratch) {
+        let result = match lex_line(line, syn, &mut hint) {
             Err(reason) => Err(reason),
             Ok(Line::Empty | Line::Comment) => Ok(()),
             Ok(Line::Eof) => {

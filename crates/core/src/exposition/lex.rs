@@ -416,6 +416,7 @@ pub(crate) fn unescape_help(text: &str, om: bool) -> Cow<'_, str> {
 
 /// A quoted label value; `cur` is just past the opening `"` and ends just
 /// past the closing one. Borrowed unless it holds an escape.
+#[inline(always)]
 fn lex_quoted<'a>(cur: &mut Cur<'a>, syn: Syntax) -> Result<Cow<'a, str>, String> {
     let start = cur.i;
     let b = cur.b;
@@ -590,13 +591,13 @@ fn check_duplicate_labels(labels: &[Label<'_>]) -> Result<(), String> {
 pub(crate) fn lex_line<'a>(
     line: &'a str,
     syn: Syntax,
-    scratch: &mut Vec<Label<'a>>,
+    hint: &mut usize,
 ) -> Result<Line<'a>, String> {
     if syn.om_strict() {
         return match line.as_bytes().first() {
             None => Err("blank lines are not allowed in OpenMetrics".into()),
             Some(b'#') => lex_meta_strict(line),
-            Some(_) => lex_sample(Cur::new(line), syn, scratch).map(|(n, s)| Line::Sample(n, s)),
+            Some(_) => lex_sample(Cur::new(line), syn, hint).map(|(n, s)| Line::Sample(n, s)),
         };
     }
     let line = line.strip_suffix('\r').unwrap_or(line);
@@ -605,7 +606,7 @@ pub(crate) fn lex_line<'a>(
     match cur.peek() {
         None => Ok(Line::Empty),
         Some(b'#') => lex_meta_loose(cur, syn),
-        Some(_) => lex_sample(cur, syn, scratch).map(|(n, s)| Line::Sample(n, s)),
+        Some(_) => lex_sample(cur, syn, hint).map(|(n, s)| Line::Sample(n, s)),
     }
 }
 
@@ -754,7 +755,7 @@ fn lex_meta_loose<'a>(mut cur: Cur<'a>, syn: Syntax) -> Result<Line<'a>, String>
 fn lex_sample<'a>(
     mut cur: Cur<'a>,
     syn: Syntax,
-    scratch: &mut Vec<Label<'a>>,
+    hint: &mut usize,
 ) -> Result<(&'a str, Sample<'a>), String> {
     let loose = syn.loose();
     // Name.
@@ -781,20 +782,14 @@ fn lex_sample<'a>(
     }
     let labels = if cur.peek() == Some(b'{') {
         cur.i += 1;
-        scratch.clear();
-        let res = lex_labels(&mut cur, syn, scratch);
-        if let Err(e) = res {
-            scratch.clear();
-            return Err(e);
-        }
+        // Sized like the previous sample's label set: one allocation, no
+        // copy, in the common case of runs of samples with equal label sets.
+        let mut labels: Vec<Label<'a>> = Vec::with_capacity(*hint);
+        lex_labels(&mut cur, syn, &mut labels)?;
         if syn.strict {
-            if let Err(e) = check_duplicate_labels(scratch) {
-                scratch.clear();
-                return Err(e);
-            }
+            check_duplicate_labels(&labels)?;
         }
-        // Exactly-sized, one allocation, moves the Cows.
-        let labels: Vec<Label<'a>> = scratch.drain(..).collect();
+        *hint = labels.len();
         if loose {
             cur.skip_blanks();
         } else if cur.peek() == Some(b' ') {
@@ -900,16 +895,12 @@ fn lex_sample<'a>(
         }
         cur.i += 1;
     }
-    sample.exemplar = Some(lex_exemplar(cur, syn, scratch)?);
+    sample.exemplar = Some(lex_exemplar(cur, syn)?);
     Ok((name, sample))
 }
 
 /// `{labels} value [timestamp]`; `cur` is at `{`.
-fn lex_exemplar<'a>(
-    mut cur: Cur<'a>,
-    syn: Syntax,
-    scratch: &mut Vec<Label<'a>>,
-) -> Result<Exemplar<'a>, String> {
+fn lex_exemplar<'a>(mut cur: Cur<'a>, syn: Syntax) -> Result<Exemplar<'a>, String> {
     let loose = syn.loose();
     if cur.peek() != Some(b'{') {
         return Err(format!(
@@ -918,18 +909,11 @@ fn lex_exemplar<'a>(
         ));
     }
     cur.i += 1;
-    scratch.clear();
-    if let Err(e) = lex_labels(&mut cur, syn, scratch) {
-        scratch.clear();
-        return Err(e);
-    }
+    let mut labels: Vec<Label<'a>> = Vec::new();
+    lex_labels(&mut cur, syn, &mut labels)?;
     if syn.strict {
-        if let Err(e) = check_duplicate_labels(scratch) {
-            scratch.clear();
-            return Err(e);
-        }
+        check_duplicate_labels(&labels)?;
     }
-    let labels: Vec<Label<'a>> = scratch.drain(..).collect();
     if syn.om_strict() {
         let chars: usize = labels
             .iter()
@@ -1009,7 +993,7 @@ mod tests {
     }
 
     fn sample(line: &str, syn: Syntax) -> Result<Sample<'_>, String> {
-        let mut scratch = Vec::new();
+        let mut scratch = 0usize;
         match lex_line(line, syn, &mut scratch)? {
             Line::Sample(_, s) => Ok(s),
             other => Err(format!("not a sample: {other:?}")),
@@ -1169,7 +1153,7 @@ mod tests {
 
     #[test]
     fn metadata_lines() {
-        let mut scratch = Vec::new();
+        let mut scratch = 0usize;
         let l = lex_line("  #    TYPE    name2 gauge", prom(), &mut scratch).expect("ok");
         assert!(matches!(l, Line::Type("name2", MetricType::Gauge)));
         let l = lex_line(" # HELP  name2  \tdoc str\"ing 2", prom(), &mut scratch).expect("ok");

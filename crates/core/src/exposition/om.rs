@@ -424,7 +424,7 @@ pub(crate) fn parse_strict(input: &[u8]) -> Result<Exposition<'_>, ParseError> {
         seen_names: HashSet::new(),
         families: Vec::new(),
     };
-    let mut scratch: Vec<Label<'_>> = Vec::new();
+    let mut hint = 0usize;
     let mut lines = Lines::new(input);
     let mut eof = false;
     for (no, line) in lines.by_ref() {
@@ -432,7 +432,7 @@ pub(crate) fn parse_strict(input: &[u8]) -> Result<Exposition<'_>, ParseError> {
         if eof {
             return err(no, "text after '# EOF'");
         }
-        match lex_line(line, syn, &mut scratch).map_err(|r| ParseError::new(no, r))? {
+        match lex_line(line, syn, &mut hint).map_err(|r| ParseError::new(no, r))? {
             Line::Eof => eof = true,
             Line::Empty => return err(no, "blank lines are not allowed in OpenMetrics"),
             Line::Comment => return err(no, "comments are not allowed in OpenMetrics"),

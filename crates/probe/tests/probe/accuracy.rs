@@ -28,21 +28,21 @@ fn total_tokens() -> u64 {
 /// first token event (2 tokens) 30 ms after the headers; then an event
 /// every `interval`; finish+usage; [DONE] 3 ms later.
 fn script(continuous_usage: bool, interval: u64, phase_step: Duration) -> Script {
-    let mut events = vec![Ev { at: ms(5), data: role_chunk(continuous_usage) }];
+    let mut events = vec![Ev { at: ms(5), data: role_chunk(continuous_usage).into() }];
     let mut cum = FIRST_TOKENS;
     events.push(Ev {
         at: ms(FIRST_TOKEN_MS),
-        data: chat_chunk("Hello there", continuous_usage.then_some(cum)),
+        data: chat_chunk("Hello there", continuous_usage.then_some(cum)).into(),
     });
     for (k, t) in PATTERN.iter().enumerate() {
         cum += t;
         events.push(Ev {
             at: ms(FIRST_TOKEN_MS + interval * (k as u64 + 1)),
-            data: chat_chunk(" tok", continuous_usage.then_some(cum)),
+            data: chat_chunk(" tok", continuous_usage.then_some(cum)).into(),
         });
     }
     let end = FIRST_TOKEN_MS + interval * (PATTERN.len() as u64 + 1);
-    events.push(Ev { at: ms(end), data: finish_chunk(cum) });
+    events.push(Ev { at: ms(end), data: finish_chunk(cum).into() });
     events.push(Ev { at: ms(end + 3), data: "data: [DONE]\n\n".into() });
     Script::Stream {
         header_delay: ms(HEADER_DELAY_MS),
@@ -245,10 +245,10 @@ async fn concurrency_1_one_token_per_event() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_64_continuous_usage() {
-    accurate(64, 64, true, 40).await;
+    accurate(64, 64, true, 60).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrency_64_one_token_per_event() {
-    accurate(64, 64, false, 40).await;
+    accurate(64, 64, false, 60).await;
 }

@@ -43,7 +43,7 @@ pub fn boost_priority() {
 #[derive(Clone, Debug)]
 pub struct Ev {
     pub at: Duration,
-    pub data: String,
+    pub data: Vec<u8>,
 }
 
 /// What the server does for every request.

@@ -3,3 +3,8 @@
 
 mod accuracy;
 mod helpers;
+mod fixtures;
+mod faults;
+mod load;
+mod sim;
+mod sse_prop;

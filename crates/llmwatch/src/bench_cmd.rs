@@ -1,0 +1,162 @@
+//! `llmwatch bench`: one run against one target, printed in the spirit of
+//! `vllm bench serve` (plus p90/p95, the scheduled-vs-sent view and the
+//! client self-check) and optionally written as JSON.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use llmwatch_probe::record::Api;
+use llmwatch_probe::{
+    run, Bound, Calibrator, ClientConfig, Load, Objectives, ProbeClient, PromptKind, RunConfig,
+    RunResult, Secret, Shape, Workload,
+};
+
+use crate::canary::discover_model;
+use crate::config::parse_duration;
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000
+    #[arg(long)]
+    pub url: String,
+    /// Model to ask for (default: the first of /v1/models).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// chat or completions.
+    #[arg(long, default_value = "chat")]
+    pub api: String,
+    /// INPUTxOUTPUT tokens.
+    #[arg(long, default_value = "512x128")]
+    pub shape: String,
+    /// random | shared-prefix[:RATIO] | rag[:DOCS]
+    #[arg(long, default_value = "random")]
+    pub prompt: String,
+    /// Requests in flight (closed loop); with --rate, the cap on in-flight requests.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: u32,
+    /// Measured requests (warm-up not counted).
+    #[arg(long, default_value_t = 200)]
+    pub requests: u64,
+    /// Send for this long instead of a request count (e.g. 60s).
+    #[arg(long)]
+    pub duration: Option<String>,
+    /// Open loop: mean requests per second (Poisson, or gamma with --burstiness).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Gamma shape of arrival gaps: 1 = Poisson, < 1 burstier.
+    #[arg(long, default_value_t = 1.0)]
+    pub burstiness: f64,
+    /// Requests sent first and left out of the statistics.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Goodput objectives, e.g. 1s, 50ms.
+    #[arg(long)]
+    pub slo_ttft_p95: Option<String>,
+    #[arg(long)]
+    pub slo_itl_p95: Option<String>,
+    #[arg(long)]
+    pub slo_e2e_p95: Option<String>,
+    /// Environment variable holding the API key (never printed).
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// Deadline for one request.
+    #[arg(long, default_value = "10m")]
+    pub timeout: String,
+    /// Write the full result (every probe's timings) as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+fn optional_duration(flag: &str, value: &Option<String>) -> anyhow::Result<Option<Duration>> {
+    value
+        .as_deref()
+        .map(|v| parse_duration(v).map_err(|err| anyhow::anyhow!("--{flag}: {err}")))
+        .transpose()
+}
+
+/// Turns CLI arguments into a run: client, workload, config.
+pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload, RunConfig)> {
+    let api = Api::parse(&args.api)
+        .with_context(|| format!("--api: expected chat or completions, got {:?}", args.api))?;
+    let shape = Shape::parse(&args.shape).context("--shape")?;
+    let kind = PromptKind::parse(&args.prompt).context("--prompt")?;
+    let mut client_config = ClientConfig::new(args.url.clone());
+    client_config.timeout =
+        parse_duration(&args.timeout).map_err(|err| anyhow::anyhow!("--timeout: {err}"))?;
+    if let Some(var) = &args.api_key_env {
+        let key = std::env::var(var)
+            .with_context(|| format!("--api-key-env: environment variable {var} is not set"))?;
+        client_config.api_key = Some(Secret::new(key));
+    }
+    let client = ProbeClient::new(client_config)?;
+    let model = match &args.model {
+        Some(model) => model.clone(),
+        None => discover_model(client.http(), &args.url)
+            .await
+            .map_err(|err| anyhow::anyhow!("no --model given and discovery failed: {err}"))?,
+    };
+    let calibrator = Calibrator::new();
+    let mut workload =
+        Workload::prepare(&client, &calibrator, api, &model, shape, kind, args.seed).await;
+    workload.temperature = args.temperature;
+    let load = match args.rate {
+        Some(rate) => Load::Rate {
+            per_second: rate,
+            burstiness: args.burstiness,
+            max_concurrency: Some(args.concurrency),
+        },
+        None => Load::Concurrency {
+            concurrency: args.concurrency,
+        },
+    };
+    let bound = match optional_duration("duration", &args.duration)? {
+        Some(duration) => Bound::Duration(duration),
+        None => Bound::Requests(args.requests),
+    };
+    if args.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    let config = RunConfig {
+        load,
+        bound,
+        warmup_requests: args.warmup,
+        objectives: Objectives {
+            ttft_p95: optional_duration("slo-ttft-p95", &args.slo_ttft_p95)?,
+            itl_p95: optional_duration("slo-itl-p95", &args.slo_itl_p95)?,
+            e2e_p95: optional_duration("slo-e2e-p95", &args.slo_e2e_p95)?,
+        },
+        seed: args.seed,
+        ..RunConfig::closed(args.concurrency, args.requests)
+    };
+    Ok((client, workload, config))
+}
+
+/// Runs the bench and returns its result.
+pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
+    let (client, workload, config) = prepare(args).await?;
+    if !workload.calibration.exact {
+        eprintln!(
+            "note: {} has no /tokenize; prompt length is approximate (server-reported tokens are recorded)",
+            args.url
+        );
+    }
+    let result = run(&client, &config, |i| workload.request(i)).await?;
+    Ok(result)
+}
+
+pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
+    let result = bench(&args).await?;
+    print!("{}", llmwatch_probe::render_table(&result));
+    if let Some(path) = &args.json {
+        let json = serde_json::to_vec_pretty(&result)?;
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

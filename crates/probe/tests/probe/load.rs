@@ -1,0 +1,243 @@
+//! Load generators, warm-up, bounds, report, calibration and the canary.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::routing::post;
+use axum::{Json, Router};
+use llmwatch_probe::{
+    render_table, run, Api, Bound, Calibrator, Canary, CanaryBusy, ClientConfig, Load, Objectives,
+    ProbeClient, ProbeRequest, PromptKind, RunConfig, RunResult, Shape, Workload,
+};
+
+use crate::helpers::*;
+
+fn quick_stream() -> Script {
+    let mut ev = vec![Ev { at: ms(1), data: role_chunk(false).into() }];
+    for i in 0..4 {
+        ev.push(Ev { at: ms(3 + i), data: chat_chunk("tok", None).into() });
+    }
+    ev.push(Ev { at: ms(8), data: finish_chunk(4).into() });
+    ev.push(Ev { at: ms(8), data: "data: [DONE]\n\n".into() });
+    stream_script(ms(2), ev)
+}
+
+fn mk(i: u64) -> ProbeRequest {
+    ProbeRequest::fixed(Api::Chat, "m", format!("req-{i}"), 4)
+}
+
+#[tokio::test]
+async fn closed_loop_counts_and_warmup() {
+    let server = spawn_server(quick_stream());
+    let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
+    let mut cfg = RunConfig::closed(4, 20);
+    cfg.warmup_requests = 3;
+    let r = run(&client, &cfg, mk).await.unwrap();
+    assert_eq!(r.requests, 20);
+    assert_eq!(r.successful, 20);
+    assert_eq!(r.warmup_requests, 3);
+    // Warm-ups are numbered first and left out.
+    let seqs: Vec<u64> = r.records.iter().map(|x| x.seq.unwrap()).collect();
+    assert_eq!(seqs, (3..23).collect::<Vec<_>>());
+    assert_eq!(server.stamps.lock().unwrap().len(), 23);
+    assert_eq!(r.total_output_tokens, 80);
+    assert_eq!(r.total_input_tokens, 200);
+    assert_eq!(r.total_cached_tokens, 80);
+    assert!(r.request_throughput > 0.0 && r.output_throughput > 0.0);
+    // Closed loop: sent right when scheduled.
+    assert!(r.dispatch_lag_ms.p99.unwrap() < 5.0, "{:?}", r.dispatch_lag_ms);
+    assert_eq!(r.self_check.scheduler_lag_p99_ms.is_some(), true);
+    assert!(r.self_check.cpu_cores.is_some());
+}
+
+#[tokio::test]
+async fn open_loop_poisson_schedule() {
+    let server = spawn_server(quick_stream());
+    let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
+    let cfg = RunConfig {
+        load: Load::Rate { per_second: 200.0, burstiness: 1.0, max_concurrency: None },
+        bound: Bound::Requests(60),
+        warmup_requests: 0,
+        objectives: Objectives::default(),
+        limits: Default::default(),
+        seed: 42,
+    };
+    let started = Instant::now();
+    let r = run(&client, &cfg, mk).await.unwrap();
+    assert_eq!(r.successful, 60);
+    // 60 arrivals at 200/s: ~0.3 s of schedule (Poisson, so loosely).
+    let took = started.elapsed().as_secs_f64();
+    assert!(took > 0.1 && took < 1.5, "took {took}");
+    // Scheduled instants are ideal: dispatch lag is small but recorded.
+    assert!(r.dispatch_lag_ms.n == 60);
+    // The same seed gives the same schedule.
+    let gaps = |r: &RunResult| -> Vec<u64> {
+        r.records.iter().map(|x| x.wall_sent_unix_ms).collect()
+    };
+    assert_eq!(gaps(&r).len(), 60);
+}
+
+#[tokio::test]
+async fn capped_open_loop_counts_waiting_as_dispatch_lag() {
+    // 1 slot, 100 req/s, each request ~10 ms+: requests queue for the slot;
+    // from-scheduled latency includes the wait, from-sent does not.
+    let server = spawn_server(quick_stream());
+    let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
+    let cfg = RunConfig {
+        load: Load::Rate { per_second: 400.0, burstiness: 1.0, max_concurrency: Some(1) },
+        bound: Bound::Requests(20),
+        warmup_requests: 0,
+        objectives: Objectives::default(),
+        limits: Default::default(),
+        seed: 1,
+    };
+    let r = run(&client, &cfg, mk).await.unwrap();
+    assert_eq!(r.successful, 20);
+    let lag = r.dispatch_lag_ms.p99.unwrap();
+    assert!(lag > 20.0, "dispatch lag p99 {lag}");
+    assert!(r.ttft_from_scheduled_ms.p99.unwrap() > r.ttft_ms.p99.unwrap() + 10.0);
+    assert!(r.self_check.client_bound, "dispatch lag must flag the run");
+    assert!(r.self_check.reasons.iter().any(|x| x.starts_with("dispatch lag p99")));
+}
+
+#[tokio::test]
+async fn duration_bound_and_bad_configs() {
+    let server = spawn_server(quick_stream());
+    let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
+    let mut cfg = RunConfig::closed(2, 1);
+    cfg.bound = Bound::Duration(Duration::from_millis(150));
+    let started = Instant::now();
+    let r = run(&client, &cfg, mk).await.unwrap();
+    assert!(started.elapsed() < Duration::from_millis(1500));
+    assert!(r.requests >= 4, "{}", r.requests);
+    assert!(r.duration_s >= 0.1);
+    for bad in [
+        Load::Concurrency { concurrency: 0 },
+        Load::Rate { per_second: 0.0, burstiness: 1.0, max_concurrency: None },
+        Load::Rate { per_second: 1.0, burstiness: f64::NAN, max_concurrency: None },
+    ] {
+        cfg.load = bad;
+        let e = run(&client, &cfg, mk).await.unwrap_err();
+        assert!(!e.to_string().is_empty());
+    }
+}
+
+#[tokio::test]
+async fn goodput_and_report() {
+    let server = spawn_server(quick_stream());
+    let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
+    let mut cfg = RunConfig::closed(2, 10);
+    cfg.objectives = Objectives {
+        ttft_p95: Some(Duration::from_secs(1)),
+        itl_p95: Some(Duration::from_millis(500)),
+        e2e_p95: Some(Duration::from_secs(2)),
+    };
+    let r = run(&client, &cfg, mk).await.unwrap();
+    assert_eq!(r.good_requests, 10);
+    assert!(r.goodput > 0.0);
+    cfg.objectives.ttft_p95 = Some(Duration::from_micros(10));
+    let r = run(&client, &cfg, mk).await.unwrap();
+    assert_eq!(r.good_requests, 0);
+    let table = render_table(&r);
+    for needle in [
+        "============ Serving Benchmark Result ============",
+        "Successful requests:                     10",
+        "Benchmark duration (s):",
+        "Total input tokens:                      100",
+        "Total generated tokens:                  40",
+        "Request throughput (req/s):",
+        "Output token throughput (tok/s):",
+        "---------------Time to First Token----------------",
+        "Mean TTFT (ms):",
+        "Median TTFT (ms):",
+        "P99 TTFT (ms):",
+        "-----Time per Output Token (excl. 1st token)------",
+        "---------------Inter-token Latency----------------",
+        "----------------End-to-end Latency----------------",
+        "Request goodput (req/s):",
+        "P99 TTFT from scheduled (ms):",
+        "Client CPU (cores):",
+        "Scheduler lag P99 (ms):",
+        "==================================================",
+    ] {
+        assert!(table.contains(needle), "missing {needle:?} in\n{table}");
+    }
+    let json = serde_json::to_value(&r).unwrap();
+    assert_eq!(json["successful"], 10);
+    assert!(json["ttft_ms"]["p95"].is_number());
+    assert!(json["self_check"]["client_bound"].is_boolean());
+    assert_eq!(json["records"].as_array().unwrap().len(), 10);
+    assert!(json["records"][0]["events"][0]["at_ns"].is_number());
+}
+
+/// A fake `/tokenize` counting one token per whitespace word, plus one.
+fn tokenize_server(calls: Arc<Mutex<u32>>) -> TestServer {
+    let stamps: Stamps = Arc::default();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        rt.block_on(async move {
+            let app = Router::new().route(
+                "/tokenize",
+                post(move |Json(v): Json<serde_json::Value>| {
+                    let calls = calls.clone();
+                    async move {
+                        *calls.lock().unwrap() += 1;
+                        let p = v["prompt"].as_str().unwrap_or("");
+                        Json(serde_json::json!({"count": p.split_whitespace().count() + 1, "max_model_len": 4096}))
+                    }
+                }),
+            );
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    TestServer { addr: rx.recv().unwrap(), stamps }
+}
+
+#[tokio::test]
+async fn calibration_is_exact_and_cached() {
+    let calls = Arc::new(Mutex::new(0));
+    let server = tokenize_server(calls.clone());
+    let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
+    let cal = Calibrator::new();
+    for kind in [PromptKind::Random, PromptKind::SharedPrefix { hit_ratio: 0.5 }, PromptKind::Rag { documents: 3 }] {
+        let c = cal.calibrate(&client, "m", kind, 300).await;
+        assert!(c.exact);
+        assert_eq!(c.tokens, Some(300), "{kind:?}: {c:?}");
+        let w = Workload::prepare(&client, &cal, Api::Completions, "m", Shape::new(300, 8), kind, 1).await;
+        let p = w.request(5).prompt;
+        assert_eq!(p.split_whitespace().count() + 1, 300, "{kind:?}");
+    }
+    let before = *calls.lock().unwrap();
+    cal.calibrate(&client, "m", PromptKind::Random, 300).await;
+    assert_eq!(*calls.lock().unwrap(), before, "cached");
+    // A target without /tokenize: approximate, flagged.
+    let plain = spawn_server(quick_stream());
+    let client = ProbeClient::new(ClientConfig::new(plain.url())).unwrap();
+    let c = cal.calibrate(&client, "m", PromptKind::Random, 400).await;
+    assert!(!c.exact);
+    assert_eq!(c.words, 300);
+}
+
+#[tokio::test]
+async fn canary_one_at_a_time() {
+    let server = spawn_server(quick_stream());
+    let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
+    let canary = Canary::new(client, Api::Chat, "m", Shape::CANARY);
+    let (a, b) = tokio::join!(canary.probe(), async {
+        tokio::time::sleep(ms(1)).await;
+        canary.probe().await
+    });
+    let rec = a.unwrap();
+    assert!(rec.is_ok(), "{:?}", rec.error);
+    assert_eq!(rec.request.max_tokens, 16);
+    assert_eq!(b.unwrap_err(), CanaryBusy);
+    let again = canary.probe().await.unwrap();
+    assert_eq!(again.seq, Some(1));
+    // Prompts are nonce-salted.
+    let ids: HashMap<String, Vec<Instant>> = server.stamps.lock().unwrap().clone();
+    assert_eq!(ids.len(), 2);
+}

@@ -1,0 +1,41 @@
+//! Against the simulator: a calibrated run gives sane statistics.
+
+use llmwatch_probe::{
+    render_table, run, Api, Calibrator, ClientConfig, ProbeClient, PromptKind, RunConfig, Shape,
+    Workload,
+};
+use llmwatch_sim::{serve, Profile, Sim, SimConfig};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twenty_requests_at_concurrency_4() {
+    let mut cfg = SimConfig::new(Profile::named("balanced").unwrap());
+    cfg.time_scale = 4.0;
+    let sim = Sim::start(cfg).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, sim.router()));
+    let client = ProbeClient::new(ClientConfig::new(format!("http://{addr}"))).unwrap();
+    let cal = Calibrator::new();
+    let shape = Shape::new(128, 32);
+    let w = Workload::prepare(&client, &cal, Api::Completions, "sim-llama", shape, PromptKind::Random, 7).await;
+    assert!(w.calibration.exact, "the sim has /tokenize: {:?}", w.calibration);
+    let r = run(&client, &RunConfig::closed(4, 20), |i| w.request(i)).await.unwrap();
+    println!("{}", render_table(&r));
+    assert_eq!(r.successful, 20, "{:?}", r.error_examples);
+    assert_eq!(r.total_output_tokens, 20 * 32);
+    assert_eq!(r.output_tokens_estimated, 0);
+    // Calibrated input: the server counts exactly what /tokenize said.
+    for rec in &r.records {
+        let p = rec.usage.as_ref().unwrap().prompt_tokens.unwrap();
+        assert_eq!(Some(p as u32), w.calibration.tokens, "prompt tokens");
+        assert_eq!(rec.usage.as_ref().unwrap().cached_tokens.unwrap_or(0) < 16, true, "nonce defeats the prefix cache");
+    }
+    let ttft = r.ttft_ms.p50.unwrap();
+    let itl = r.itl_ms.p50.unwrap();
+    let tpot = r.tpot_ms.p50.unwrap();
+    assert!(ttft > 0.0 && ttft < 500.0, "TTFT {ttft}");
+    assert!(itl > 0.5 && itl < 50.0, "ITL {itl}");
+    assert!((tpot - itl).abs() < itl, "TPOT {tpot} vs ITL {itl}");
+    assert!(r.e2e_ms.p50.unwrap() > ttft);
+    assert!(r.request_throughput > 1.0);
+}

@@ -30,7 +30,12 @@ pub fn probe_signals(probes: &[ProbeTimings]) -> Vec<(Signal, f64)> {
         values
     };
     let ttft = sorted(probes.iter().filter_map(|p| p.ttft_s).collect());
-    let itl = sorted(probes.iter().flat_map(|p| p.itl_s.iter().copied()).collect());
+    let itl = sorted(
+        probes
+            .iter()
+            .flat_map(|p| p.itl_s.iter().copied())
+            .collect(),
+    );
     let tpot = sorted(probes.iter().filter_map(|p| p.tpot_s).collect());
     let e2e = sorted(probes.iter().filter(|p| p.ok).map(|p| p.e2e_s).collect());
     let failed = probes.iter().filter(|p| !p.ok).count();
@@ -71,7 +76,9 @@ mod tests {
 
     #[test]
     fn percentiles_over_every_probe_and_every_gap() {
-        let probes: Vec<_> = (1..=20).map(|i| ok(i as f64 * 0.1, &[0.01, 0.03])).collect();
+        let probes: Vec<_> = (1..=20)
+            .map(|i| ok(i as f64 * 0.1, &[0.01, 0.03]))
+            .collect();
         let signals = probe_signals(&probes);
         // 20 TTFTs 0.1..2.0: p50 between the 10th and 11th, p95 near the top.
         assert!((value(&signals, Signal::ProbeTtftP50).unwrap() - 1.05).abs() < 1e-9);

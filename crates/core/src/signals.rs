@@ -192,6 +192,61 @@ impl Signal {
     }
 }
 
+impl Signal {
+    /// The catalog metrics this signal is computed from: a query for one
+    /// signal only needs to decode these. Probe signals come from probe
+    /// records and need none.
+    pub fn inputs(&self) -> &'static [CatalogMetric] {
+        use CatalogMetric as M;
+        const GPU: &[CatalogMetric] = &[
+            M::GpuUtil,
+            M::GpuMemUsedBytes,
+            M::GpuMemTotalBytes,
+            M::GpuMemBwUtil,
+            M::GpuPowerWatts,
+            M::GpuTempCelsius,
+            M::GpuTensorActive,
+        ];
+        match self {
+            Signal::KvCacheUsage => &[M::KvCacheUsage],
+            Signal::RequestsRunning => &[M::RequestsRunning],
+            Signal::RequestsWaiting => &[M::RequestsWaiting],
+            Signal::PrefixCacheHitRate => &[
+                M::PrefixCacheHitsTotal,
+                M::PrefixCacheQueriesTotal,
+                M::PrefixCacheHitRate,
+            ],
+            Signal::PreemptionsRate => &[M::PreemptionsTotal],
+            Signal::ServerTtftP50 | Signal::ServerTtftP95 | Signal::ServerTtftMean => {
+                &[M::TtftSeconds]
+            }
+            Signal::ServerItlP50 | Signal::ServerItlP95 | Signal::ServerItlMean => &[M::ItlSeconds],
+            Signal::ServerE2eP95 | Signal::ServerE2eMean => &[M::E2eSeconds],
+            Signal::ServerQueueTimeP95 => &[M::QueueTimeSeconds],
+            Signal::PromptTokensRate => &[M::PromptTokensTotal],
+            Signal::GenerationTokensRate => &[M::GenerationTokensTotal],
+            Signal::RequestRate => &[M::RequestsSuccessTotal],
+            Signal::GpuUtil
+            | Signal::GpuMemUsedRatio
+            | Signal::GpuMemUsedRatioMax
+            | Signal::GpuMemUsedRatioMin
+            | Signal::GpuMemUsedBytes
+            | Signal::GpuMemBwUtil
+            | Signal::GpuPowerW
+            | Signal::GpuCount
+            | Signal::GpuTempMax
+            | Signal::GpuTensorActive => GPU,
+            Signal::ProbeTtftP50
+            | Signal::ProbeTtftP95
+            | Signal::ProbeItlP50
+            | Signal::ProbeItlP95
+            | Signal::ProbeTpotP95
+            | Signal::ProbeE2eP95
+            | Signal::ProbeErrorRate => &[],
+        }
+    }
+}
+
 impl fmt::Display for Signal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.as_str())

@@ -7,7 +7,10 @@ use std::path::{Path, PathBuf};
 use llmwatch_core::exposition::{parse, parse_lenient, Format, MetricType};
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/fixtures"
+    ))
 }
 
 fn read(path: &Path) -> Vec<u8> {
@@ -18,13 +21,21 @@ fn read(path: &Path) -> Vec<u8> {
 fn json_str<'a>(json: &'a str, key: &str) -> Option<&'a str> {
     let at = json.find(&format!("\"{key}\""))?;
     let rest = json.get(at + key.len() + 2..)?;
-    let rest = rest.trim_start().strip_prefix(':')?.trim_start().strip_prefix('"')?;
+    let rest = rest
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start()
+        .strip_prefix('"')?;
     rest.get(..rest.find('"')?)
 }
 
 fn json_bool(json: &str, key: &str) -> Option<bool> {
     let at = json.find(&format!("\"{key}\""))?;
-    let rest = json.get(at + key.len() + 2..)?.trim_start().strip_prefix(':')?.trim_start();
+    let rest = json
+        .get(at + key.len() + 2..)?
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start();
     if rest.starts_with("true") {
         Some(true)
     } else if rest.starts_with("false") {
@@ -46,7 +57,11 @@ fn openmetrics_suite() {
     let mut agreed = 0;
     let mut disagreements = Vec::new();
     for case in &cases {
-        let name = case.file_name().and_then(|n| n.to_str()).unwrap_or("?").to_owned();
+        let name = case
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or("?")
+            .to_owned();
         let json = String::from_utf8(read(&case.join("test.json"))).expect("test.json is UTF-8");
         let should_parse = json_bool(&json, "shouldParse").expect("shouldParse");
         let file = json_str(&json, "file").unwrap_or("metrics");
@@ -64,18 +79,30 @@ fn openmetrics_suite() {
     }
     println!("openmetrics conformance: {agreed} agreed / {}", cases.len());
     assert_eq!(cases.len(), 211, "the suite has 211 cases");
-    assert!(disagreements.is_empty(), "disagreements:\n{}", disagreements.join("\n"));
+    assert!(
+        disagreements.is_empty(),
+        "disagreements:\n{}",
+        disagreements.join("\n")
+    );
 }
 
 fn om_case(name: &str) -> Vec<u8> {
-    read(&fixtures().join("openmetrics-suite/parsers").join(name).join("metrics"))
+    read(
+        &fixtures()
+            .join("openmetrics-suite/parsers")
+            .join(name)
+            .join("metrics"),
+    )
 }
 
 #[test]
 fn openmetrics_valid_cases_have_the_right_values() {
     let input = om_case("uint64_counter");
     let exp = parse(&input, Format::OpenMetrics).expect("valid");
-    assert_eq!(exp.families[0].samples[0].value, 9_223_372_036_854_775_808.0);
+    assert_eq!(
+        exp.families[0].samples[0].value,
+        9_223_372_036_854_775_808.0
+    );
 
     let input = om_case("escaping");
     let exp = parse(&input, Format::OpenMetrics).expect("valid");
@@ -87,7 +114,11 @@ fn openmetrics_valid_cases_have_the_right_values() {
 
     let input = om_case("timestamps");
     let exp = parse(&input, Format::OpenMetrics).expect("valid");
-    let ts: Vec<Option<f64>> = exp.families[0].samples.iter().map(|s| s.timestamp).collect();
+    let ts: Vec<Option<f64>> = exp.families[0]
+        .samples
+        .iter()
+        .map(|s| s.timestamp)
+        .collect();
     assert_eq!(ts[..3], [Some(0.0), Some(0.0), Some(1.1)]);
     assert_eq!(ts[4], Some(1500.0));
 
@@ -143,7 +174,11 @@ fn openmetrics_rejections_name_line_and_reason() {
 }
 
 fn expfmt(name: &str) -> Vec<u8> {
-    read(&fixtures().join("prometheus-text-suite/prometheus-common-expfmt/fuzz-corpus").join(name))
+    read(
+        &fixtures()
+            .join("prometheus-text-suite/prometheus-common-expfmt/fuzz-corpus")
+            .join(name),
+    )
 }
 
 #[test]
@@ -157,7 +192,11 @@ fn prometheus_expfmt_corpus() {
         .collect();
     entries.sort();
     for path in entries {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
         let input = read(&path);
         if name.starts_with("from_test_parse_error_") {
             let res = parse(&input, Format::PrometheusText);
@@ -169,7 +208,11 @@ fn prometheus_expfmt_corpus() {
             // (unknown escapes pass through, as in Prometheus' own parser).
             let (_, errors) = parse_lenient(&input, Format::PrometheusText);
             let lenient_ok = ["from_test_parse_error_0", "from_test_parse_error_1"];
-            assert_eq!(errors.is_empty(), lenient_ok.contains(&name.as_str()), "{name}: {errors:?}");
+            assert_eq!(
+                errors.is_empty(),
+                lenient_ok.contains(&name.as_str()),
+                "{name}: {errors:?}"
+            );
             bad += 1;
         } else if name.starts_with("from_test_parse_") || name == "minimal" {
             if let Err(e) = parse(&input, Format::PrometheusText) {
@@ -184,13 +227,21 @@ fn prometheus_expfmt_corpus() {
     // Values of the accepted ones.
     let input = expfmt("from_test_parse_2");
     let exp = parse(&input, Format::PrometheusText).expect("valid");
-    let name = exp.families.iter().find(|f| f.name == "name").expect("name");
+    let name = exp
+        .families
+        .iter()
+        .find(|f| f.name == "name")
+        .expect("name");
     assert_eq!(name.metric_type, MetricType::Counter);
     assert_eq!(name.help.as_deref(), Some("two-line\n doc  str\\ing"));
     assert!(name.samples[0].value.is_nan());
     assert_eq!(name.samples[1].label("basename"), Some("base\"v\\al\nue"));
     assert_eq!(name.samples[1].timestamp, Some(1_234_567.890));
-    let name2 = exp.families.iter().find(|f| f.name == "name2").expect("name2");
+    let name2 = exp
+        .families
+        .iter()
+        .find(|f| f.name == "name2")
+        .expect("name2");
     assert_eq!(name2.metric_type, MetricType::Gauge);
     assert_eq!(name2.help.as_deref(), Some("doc str\"ing 2"));
     assert_eq!(name2.samples[0].value, f64::INFINITY);
@@ -198,12 +249,20 @@ fn prometheus_expfmt_corpus() {
 
     let input = expfmt("from_test_parse_3");
     let exp = parse(&input, Format::PrometheusText).expect("valid");
-    let summary = exp.families.iter().find(|f| f.name == "my_summary").expect("summary");
+    let summary = exp
+        .families
+        .iter()
+        .find(|f| f.name == "my_summary")
+        .expect("summary");
     assert_eq!(summary.metric_type, MetricType::Summary);
     // Interleaved with `decoy`, `fake_sum` and another summary, still grouped.
     assert_eq!(summary.samples.len(), 8);
     assert!(exp.families.iter().any(|f| f.name == "fake_sum"));
-    let sum = summary.samples.iter().find(|s| s.name == "my_summary_sum" && s.label("n1") == Some("val2")).expect("sum");
+    let sum = summary
+        .samples
+        .iter()
+        .find(|s| s.name == "my_summary_sum" && s.label("n1") == Some("val2"))
+        .expect("sum");
     assert_eq!((sum.value, sum.timestamp), (8.0, Some(0.015)));
 
     let input = expfmt("from_test_parse_4");
@@ -217,7 +276,8 @@ fn prometheus_expfmt_corpus() {
 
 #[test]
 fn prometheus_expfmt_testdata_text() {
-    let input = read(&fixtures().join("prometheus-text-suite/prometheus-common-expfmt/testdata_text"));
+    let input =
+        read(&fixtures().join("prometheus-text-suite/prometheus-common-expfmt/testdata_text"));
     let exp = parse(&input, Format::PrometheusText).expect("valid");
     let (lenient, errors) = parse_lenient(&input, Format::PrometheusText);
     assert!(errors.is_empty(), "{errors:?}");
@@ -226,7 +286,11 @@ fn prometheus_expfmt_testdata_text() {
 }
 
 fn textparse(name: &str) -> Vec<u8> {
-    read(&fixtures().join("prometheus-text-suite/prometheus-textparse").join(name))
+    read(
+        &fixtures()
+            .join("prometheus-text-suite/prometheus-textparse")
+            .join(name),
+    )
 }
 
 #[test]
@@ -262,7 +326,10 @@ fn prometheus_textparse_corpora() {
         e.families.iter().map(|f| f.samples.len()).sum()
     };
     assert_eq!(samples(&exp), samples(&bare));
-    assert!(bare.families.iter().all(|f| f.metric_type == MetricType::Unknown));
+    assert!(bare
+        .families
+        .iter()
+        .all(|f| f.metric_type == MetricType::Unknown));
 }
 
 #[test]
@@ -273,18 +340,35 @@ fn prometheus_textparse_test_inputs() {
     println!("TestPromParse lenient errors: {errors:?}");
     assert!(errors.is_empty(), "{errors:?}");
     let all: Vec<_> = exp.families.iter().flat_map(|f| f.samples.iter()).collect();
-    let gc = exp.families.iter().find(|f| f.name == "go_gc_duration_seconds").expect("gc");
+    let gc = exp
+        .families
+        .iter()
+        .find(|f| f.name == "go_gc_duration_seconds")
+        .expect("gc");
     assert_eq!(gc.metric_type, MetricType::Summary);
     assert_eq!(gc.samples.len(), 11);
     assert_eq!(gc.samples[9].label("quantile"), Some("2.0"));
     assert_eq!(gc.samples[9].label("a"), Some("b"));
-    let g = all.iter().find(|s| s.name == "go_goroutines").expect("goroutines");
+    let g = all
+        .iter()
+        .find(|s| s.name == "go_goroutines")
+        .expect("goroutines");
     assert_eq!((g.value, g.timestamp), (33.0, Some(123.123)));
-    let quoted = all.iter().find(|s| s.name == "testmetric" && s.label("label").is_some()).expect("quoted");
+    let quoted = all
+        .iter()
+        .find(|s| s.name == "testmetric" && s.label("label").is_some())
+        .expect("quoted");
     assert_eq!(quoted.label("label"), Some("\"bar\""));
-    let nul = all.iter().find(|s| s.name == "null_byte_metric").expect("nul");
+    let nul = all
+        .iter()
+        .find(|s| s.name == "null_byte_metric")
+        .expect("nul");
     assert_eq!(nul.label("a"), Some("abc\0"));
-    let counter = exp.families.iter().find(|f| f.name == "some_counter_total").expect("counter");
+    let counter = exp
+        .families
+        .iter()
+        .find(|f| f.name == "some_counter_total")
+        .expect("counter");
     assert_eq!(counter.help.as_deref(), Some("Help after type."));
 
     // TestOpenMetricsParse: exemplars, _created between samples, fizz_created.

@@ -10,7 +10,10 @@ use llmwatch_core::exposition::{
 };
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures"))
+    PathBuf::from(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/fixtures"
+    ))
 }
 
 fn read(rel: &str) -> Vec<u8> {
@@ -19,7 +22,9 @@ fn read(rel: &str) -> Vec<u8> {
 }
 
 fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = fs::read_dir(dir) else { return };
+    let Ok(entries) = fs::read_dir(dir) else {
+        return;
+    };
     for entry in entries.flatten() {
         let path = entry.path();
         if path.is_dir() {
@@ -40,7 +45,9 @@ fn is_exposition(name: &str) -> bool {
 /// Files that are exposition snippets from documentation, with `...` lines
 /// standing for elided samples: each `...` line is one error, nothing else.
 fn elided_lines(text: &[u8]) -> usize {
-    text.split(|&c| c == b'\n').filter(|l| l.trim_ascii() == b"...").count()
+    text.split(|&c| c == b'\n')
+        .filter(|l| l.trim_ascii() == b"...")
+        .count()
 }
 
 /// Files that are malformed on purpose (for a 0.0.4 parser): Prometheus 3
@@ -54,7 +61,11 @@ fn every_fixture_parses_leniently() {
     files.sort();
     let mut checked = 0;
     for path in files {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default().to_owned();
+        let name = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .unwrap_or_default()
+            .to_owned();
         if !is_exposition(&name) {
             continue;
         }
@@ -64,12 +75,18 @@ fn every_fixture_parses_leniently() {
         let samples: usize = exp.families.iter().map(|f| f.samples.len()).sum();
         let elided = elided_lines(&body);
         if MALFORMED.contains(&name.as_str()) {
-            let lines = body.split(|&c| c == b'\n').filter(|l| !l.is_empty()).count();
+            let lines = body
+                .split(|&c| c == b'\n')
+                .filter(|l| !l.is_empty())
+                .count();
             assert_eq!(errors.len(), lines, "{name}: every line is an error");
             assert_eq!(samples, 0, "{name}");
         } else {
             assert_eq!(errors.len(), elided, "{}: {errors:?}", path.display());
-            assert!(errors.iter().all(|e| e.reason.contains("'.'")), "{name}: {errors:?}");
+            assert!(
+                errors.iter().all(|e| e.reason.contains("'.'")),
+                "{name}: {errors:?}"
+            );
             assert!(samples > 0, "{name}: no samples");
         }
         checked += 1;
@@ -109,14 +126,20 @@ fn vllm_live_idle() {
     assert!(errors.is_empty(), "{errors:?}");
     let kv = family(&exp, "vllm:kv_cache_usage_perc");
     assert_eq!(kv.metric_type, MetricType::Gauge);
-    assert_eq!(kv.help.as_deref(), Some("KV-cache usage. 1 means 100 percent usage."));
+    assert_eq!(
+        kv.help.as_deref(),
+        Some("KV-cache usage. 1 means 100 percent usage.")
+    );
     let s = &kv.samples[0];
     assert_eq!(s.value, 0.0);
     assert_eq!(s.label("engine"), Some("0"));
     assert_eq!(s.label("model_name"), Some("tiny-llama"));
     let h = family(&exp, "vllm:request_prompt_tokens");
     assert_eq!(h.metric_type, MetricType::Histogram);
-    assert!(h.samples.iter().any(|s| s.name == "vllm:request_prompt_tokens_sum"));
+    assert!(h
+        .samples
+        .iter()
+        .any(|s| s.name == "vllm:request_prompt_tokens_sum"));
     assert!(h.samples.iter().any(|s| s.label("le") == Some("+Inf")));
     // The strict 0.0.4 parser agrees with the lenient one on a clean page.
     assert_eq!(parse(&body, Format::PrometheusText).expect("strict"), exp);
@@ -129,7 +152,11 @@ fn vllm_histogram_bucket_count() {
     assert!(errors.is_empty(), "{errors:?}");
     let h = family(&exp, "vllm:e2e_request_latency_seconds");
     assert_eq!(h.metric_type, MetricType::Histogram);
-    let b = sample_where(h, "vllm:e2e_request_latency_seconds_bucket", &[("le", "2.0")]);
+    let b = sample_where(
+        h,
+        "vllm:e2e_request_latency_seconds_bucket",
+        &[("le", "2.0")],
+    );
     assert_eq!(b.value, 2.0);
     assert_eq!(b.label("model_name"), Some("Qwen/Qwen3-0.6B"));
     // prometheus_client's 0.0.4 `_created` gauges are their own families.
@@ -149,7 +176,10 @@ fn nim_three_digit_exponent_and_no_final_newline() {
     // The last line, without '\n', is not lost.
     let last = family(&exp, "request_failure_total");
     assert_eq!(last.metric_type, MetricType::Counter);
-    assert_eq!(last.samples[0].label("model_name"), Some("meta/llama-3.1-8b-instruct"));
+    assert_eq!(
+        last.samples[0].label("model_name"),
+        Some("meta/llama-3.1-8b-instruct")
+    );
     // Go's strict parser wants the final newline.
     assert!(parse(&body, Format::PrometheusText).is_err());
 }
@@ -163,7 +193,11 @@ fn dcgm_no_final_newline_note_comments_long_label_sets() {
     let all: Vec<&Sample<'_>> = exp.families.iter().flat_map(|f| f.samples.iter()).collect();
     let last = all.iter().max_by_key(|s| s.labels.len()).expect("samples");
     assert!(last.labels.len() >= 10);
-    let tail = exp.families.last().and_then(|f| f.samples.last()).expect("last sample");
+    let tail = exp
+        .families
+        .last()
+        .and_then(|f| f.samples.last())
+        .expect("last sample");
     assert_eq!(tail.value, 0.000003);
     assert_eq!(tail.label("pod"), Some("ray-1111111"));
 
@@ -181,7 +215,10 @@ fn dcgm_no_final_newline_note_comments_long_label_sets() {
     assert_eq!(errors.len(), 2, "the two '...' lines");
     let temp = family(&exp, "DCGM_FI_DEV_MEMORY_TEMP");
     assert_eq!(temp.samples[0].value, 9_223_372_036_854_775_794.0);
-    assert_eq!(temp.samples[0].label("UUID"), Some("GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52"));
+    assert_eq!(
+        temp.samples[0].label("UUID"),
+        Some("GPU-604ac76c-d9cf-fef3-62e9-d92044ab6e52")
+    );
 }
 
 #[test]
@@ -237,7 +274,10 @@ fn escaped_label_values() {
     // Unescaping allocates; plain values borrow.
     assert!(matches!(s.labels[0].value, std::borrow::Cow::Owned(_)));
     let w = family(&exp, "wind_speed");
-    assert!(matches!(w.samples[0].labels[0].value, std::borrow::Cow::Borrowed(_)));
+    assert!(matches!(
+        w.samples[0].labels[0].value,
+        std::borrow::Cow::Borrowed(_)
+    ));
 
     let body = read("prometheus-text-suite/prometheus-common-expfmt/fuzz-corpus/from_test_parse_2");
     let (exp, errors) = parse_lenient(&body, Format::PrometheusText);
@@ -249,7 +289,10 @@ fn escaped_label_values() {
 #[test]
 fn concatenated_registries_and_openmetrics_negotiation() {
     // Dynamo worker: runtime + engine expositions concatenated.
-    for rel in ["dynamo/metrics_example.txt", "dynamo/metrics_example_worker_trtllm.txt"] {
+    for rel in [
+        "dynamo/metrics_example.txt",
+        "dynamo/metrics_example_worker_trtllm.txt",
+    ] {
         let body = read(rel);
         let (exp, errors) = parse_lenient(&body, detect_format(None, &body));
         assert!(errors.is_empty(), "{rel}: {errors:?}");
@@ -260,5 +303,8 @@ fn concatenated_registries_and_openmetrics_negotiation() {
     assert_eq!(detect_format(None, &body), Format::OpenMetrics);
     let (exp, errors) = parse_lenient(&body, Format::OpenMetrics);
     assert!(errors.is_empty(), "{errors:?}");
-    assert!(exp.families.iter().any(|f| f.metric_type == MetricType::Histogram));
+    assert!(exp
+        .families
+        .iter()
+        .any(|f| f.metric_type == MetricType::Histogram));
 }

@@ -10,8 +10,8 @@ fn fixture() -> &'static [u8] {
     static DATA: OnceLock<Vec<u8>> = OnceLock::new();
     DATA.get_or_init(|| {
         let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures");
-        let mut page = std::fs::read(format!("{dir}/vllm-live/metrics_vllm_idle.txt"))
-            .expect("vllm fixture");
+        let mut page =
+            std::fs::read(format!("{dir}/vllm-live/metrics_vllm_idle.txt")).expect("vllm fixture");
         // Add OpenMetrics constructs: exemplars, escapes, EOF.
         page.extend_from_slice(
             std::fs::read(format!("{dir}/openmetrics-suite/parsers/escaping/metrics"))
@@ -71,7 +71,10 @@ enum Mutation {
 fn mutation() -> impl Strategy<Value = Mutation> {
     prop_oneof![
         (any::<usize>(), any::<u8>()).prop_map(|(i, b)| Mutation::Flip(i, b)),
-        (any::<usize>(), prop::sample::select(b"{}\"=,# \n\\".to_vec()))
+        (
+            any::<usize>(),
+            prop::sample::select(b"{}\"=,# \n\\".to_vec())
+        )
             .prop_map(|(i, b)| Mutation::Insert(i, b)),
         any::<usize>().prop_map(Mutation::Delete),
         any::<usize>().prop_map(Mutation::Truncate),

@@ -449,3 +449,63 @@ fn triton_milliseconds_become_seconds() {
     assert_close(get(&s, Signal::ServerTtftP50), 0.4);
     assert_close(get(&s, Signal::ServerTtftMean), 0.3);
 }
+
+/// `Signal::inputs` is complete: computing a signal from only its inputs
+/// gives the same value as from the whole scrape (so stores may decode less).
+#[test]
+fn each_signal_needs_only_its_inputs() {
+    use llmwatch_core::catalog::detect_engine;
+    use llmwatch_core::exposition::parse_lenient;
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures");
+    let mut samples = Vec::new();
+    for file in [
+        "vllm/metrics_example.txt",
+        "dcgm-exporter/metrics_example.txt",
+    ] {
+        let body = std::fs::read(format!("{root}/{file}")).unwrap();
+        let (page, _) = parse_lenient(&body, Format::PrometheusText);
+        samples.extend(normalize(detect_engine(&page), &page));
+    }
+    // An earlier scrape: every counter and bucket at 60 %, gauges unchanged.
+    let earlier: Vec<_> = samples
+        .iter()
+        .map(|s| {
+            let mut s = s.clone();
+            if s.metric.kind() != llmwatch_core::catalog::MetricKind::Gauge {
+                s.value *= 0.6;
+            }
+            s
+        })
+        .collect();
+    let prev = Snapshot {
+        ts: 0.0,
+        samples: &earlier,
+    };
+    let cur = Snapshot {
+        ts: 10.0,
+        samples: &samples,
+    };
+    let full = signals_between(Some(prev), cur);
+    assert!(full.len() > 15, "{full:?}");
+    for (signal, value) in &full {
+        let only = |set: &[llmwatch_core::catalog::NormalizedSample]| {
+            set.iter()
+                .filter(|s| signal.inputs().contains(&s.metric))
+                .cloned()
+                .collect::<Vec<_>>()
+        };
+        let (p, c) = (only(&earlier), only(&samples));
+        let narrow = signals_between(
+            Some(Snapshot {
+                ts: 0.0,
+                samples: &p,
+            }),
+            Snapshot {
+                ts: 10.0,
+                samples: &c,
+            },
+        );
+        let got = narrow.iter().find(|(s, _)| s == signal).map(|(_, v)| *v);
+        assert_eq!(got, Some(*value), "{signal}");
+    }
+}

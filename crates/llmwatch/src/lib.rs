@@ -11,4 +11,5 @@ pub mod gpu_nvml;
 pub mod inspect;
 pub mod scrape;
 pub mod sim_cmd;
+pub mod sweep;
 pub mod web;

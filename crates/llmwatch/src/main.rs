@@ -68,6 +68,8 @@ enum Command {
     CheckConfig { file: PathBuf },
     /// One run against one target, printed like `vllm bench serve`.
     Bench(bench_cmd::BenchArgs),
+    /// One sweep at rising load with verdicts and diagnosis, or `--compare A B`.
+    Sweep(Box<llmwatch::sweep::cli::SweepArgs>),
 }
 
 fn main() -> std::process::ExitCode {
@@ -144,6 +146,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(args) => bench_cmd::run_cli(args).await,
+        Command::Sweep(args) => llmwatch::sweep::cli::run(*args).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file)?;
             println!(

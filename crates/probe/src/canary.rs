@@ -37,7 +37,11 @@ impl Canary {
             api,
             model: model.into(),
             shape,
-            prompts: PromptGenerator::new(PromptKind::Random, approx_words(shape.input_tokens), seed),
+            prompts: PromptGenerator::new(
+                PromptKind::Random,
+                approx_words(shape.input_tokens),
+                seed,
+            ),
             state: Mutex::new(0),
         }
     }

@@ -190,14 +190,19 @@ mod tests {
 
     #[test]
     fn role_only_and_empty_are_not_output() {
-        let c = parse_chunk(r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#).unwrap();
+        let c =
+            parse_chunk(r#"{"choices":[{"delta":{"role":"assistant","content":""}}]}"#).unwrap();
         assert!(!c.output);
-        let c = parse_chunk(r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#).unwrap();
+        let c =
+            parse_chunk(r#"{"choices":[{"delta":{"role":"assistant","content":null}}]}"#).unwrap();
         assert!(!c.output);
         let c = parse_chunk(r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"prompt_tokens_details":{"cached_tokens":1}}}"#).unwrap();
         assert!(!c.output);
         let u = c.usage.unwrap();
-        assert_eq!((u.prompt_tokens, u.completion_tokens, u.cached_tokens), (Some(3), Some(2), Some(1)));
+        assert_eq!(
+            (u.prompt_tokens, u.completion_tokens, u.cached_tokens),
+            (Some(3), Some(2), Some(1))
+        );
     }
 
     #[test]
@@ -219,9 +224,11 @@ mod tests {
 
     #[test]
     fn error_shapes() {
-        let v: serde_json::Value = serde_json::from_str(r#"{"error":{"message":"bad model","type":"x"}}"#).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{"error":{"message":"bad model","type":"x"}}"#).unwrap();
         assert_eq!(error_message(&v), "bad model");
-        let v: serde_json::Value = serde_json::from_str(r#"{"object":"error","message":"too long"}"#).unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(r#"{"object":"error","message":"too long"}"#).unwrap();
         assert_eq!(error_message(&v), "too long");
         let v: serde_json::Value = serde_json::from_str(r#"{"error":"overloaded"}"#).unwrap();
         assert_eq!(error_message(&v), "overloaded");

@@ -16,9 +16,7 @@ use serde::Serialize;
 use thiserror::Error;
 
 use crate::chunk::{error_message, parse_chunk, truncate};
-use crate::record::{
-    Api, OutputEvent, ProbeError, ProbeRecord, RequestInfo, TimeoutPhase, Usage,
-};
+use crate::record::{Api, OutputEvent, ProbeError, ProbeRecord, RequestInfo, TimeoutPhase, Usage};
 use crate::sse::SseReader;
 
 /// An API key. Its `Debug` and `Display` print `***`, so a key inside a
@@ -112,7 +110,12 @@ pub struct ProbeRequest {
 impl ProbeRequest {
     /// A fixed-length request: `max_tokens = min_tokens = N`,
     /// `ignore_eos`, temperature 0, continuous usage requested.
-    pub fn fixed(api: Api, model: impl Into<String>, prompt: impl Into<String>, max_tokens: u32) -> ProbeRequest {
+    pub fn fixed(
+        api: Api,
+        model: impl Into<String>,
+        prompt: impl Into<String>,
+        max_tokens: u32,
+    ) -> ProbeRequest {
         ProbeRequest {
             api,
             model: model.into(),
@@ -250,7 +253,8 @@ impl ProbeClient {
         rec.sent_at = Some(sent);
         rec.dispatch_lag_ns = ns(sent.saturating_duration_since(scheduled_at));
         let timeout = self.inner.config.timeout;
-        let outcome = tokio::time::timeout(timeout, self.exchange(&mut rec, &url, body, sent)).await;
+        let outcome =
+            tokio::time::timeout(timeout, self.exchange(&mut rec, &url, body, sent)).await;
         match outcome {
             Ok(Ok(end)) => rec.e2e_ns = ns(end.saturating_duration_since(sent)),
             Ok(Err(e)) => {
@@ -569,7 +573,10 @@ mod tests {
 
     #[test]
     fn base_url_normalized() {
-        assert_eq!(normalize_base("http://h:8000/v1/").unwrap(), "http://h:8000");
+        assert_eq!(
+            normalize_base("http://h:8000/v1/").unwrap(),
+            "http://h:8000"
+        );
         assert_eq!(normalize_base("https://h/api").unwrap(), "https://h/api");
         assert!(normalize_base("ftp://h").is_err());
         assert!(normalize_base("not a url").is_err());

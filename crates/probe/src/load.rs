@@ -9,6 +9,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::FutureExt;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Gamma};
@@ -18,7 +19,7 @@ use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::client::{ProbeClient, ProbeRequest};
-use crate::record::{Api, ProbeRecord};
+use crate::record::{Api, ProbeError, ProbeRecord};
 use crate::result::{Objectives, RunResult};
 use crate::selfcheck::{Monitor, SelfCheckLimits};
 use crate::shape::{approx_words, Calibration, Calibrator, PromptGenerator, PromptKind, Shape};
@@ -116,13 +117,19 @@ impl Workload {
         seed: u64,
     ) -> Workload {
         let calibration = calibrator
-            .calibrate(client, model, kind, shape.input_tokens)
+            .calibrate(client, api, model, kind, shape.input_tokens)
             .await;
         Workload::with_calibration(api, model, shape, kind, seed, calibration)
     }
 
     /// Without calibration: ≈0.75 words per token.
-    pub fn approximate(api: Api, model: &str, shape: Shape, kind: PromptKind, seed: u64) -> Workload {
+    pub fn approximate(
+        api: Api,
+        model: &str,
+        shape: Shape,
+        kind: PromptKind,
+        seed: u64,
+    ) -> Workload {
         let calibration = Calibration {
             words: approx_words(shape.input_tokens),
             tokens: None,
@@ -254,7 +261,11 @@ where
             None => None,
         };
         // Closed loop: the slot freeing up is the schedule.
-        let scheduled = if gaps.is_none() { Instant::now() } else { scheduled };
+        let scheduled = if gaps.is_none() {
+            Instant::now()
+        } else {
+            scheduled
+        };
         if !warm {
             let start = *measured_start.get_or_insert(scheduled);
             if let Bound::Duration(d) = config.bound {
@@ -264,8 +275,18 @@ where
             }
         }
         let c = client.clone();
+        let info = req.info();
         tasks.spawn(async move {
-            let mut rec = c.probe(&req, scheduled).await;
+            // `probe` does not panic; if it ever did, the request must still
+            // be counted, as a failure, not vanish from the statistics.
+            let probe = std::panic::AssertUnwindSafe(c.probe(&req, scheduled)).catch_unwind();
+            let mut rec = probe.await.unwrap_or_else(|_| {
+                let mut r = ProbeRecord::new(info);
+                r.error = Some(ProbeError::Request {
+                    message: "internal error: the probe panicked".into(),
+                });
+                r
+            });
             rec.seq = Some(i);
             drop(permit);
             (warm, rec, Instant::now())

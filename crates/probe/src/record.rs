@@ -117,10 +117,7 @@ pub enum ProbeError {
         snippet: String,
     },
     #[error("stream cut after {events} events, before [DONE] or a finish reason{}", detail_suffix(.detail))]
-    StreamCut {
-        events: u32,
-        detail: Option<String>,
-    },
+    StreamCut { events: u32, detail: Option<String> },
     #[error("response body exceeded the limit of {limit_bytes} bytes")]
     BodyTooLarge { limit_bytes: u64 },
     #[error("server reported an error inside the stream: {message}")]
@@ -368,14 +365,27 @@ mod tests {
 
     #[test]
     fn errors_display_clearly() {
-        let e = ProbeError::StreamCut { events: 3, detail: None };
+        let e = ProbeError::StreamCut {
+            events: 3,
+            detail: None,
+        };
         assert_eq!(
             e.to_string(),
             "stream cut after 3 events, before [DONE] or a finish reason"
         );
-        let e = ProbeError::Timeout { after_ms: 500, phase: TimeoutPhase::FirstToken };
-        assert_eq!(e.to_string(), "timed out after 500 ms waiting for the first token");
-        let j = serde_json::to_string(&ProbeError::HttpStatus { status: 404, message: "no".into() }).unwrap();
+        let e = ProbeError::Timeout {
+            after_ms: 500,
+            phase: TimeoutPhase::FirstToken,
+        };
+        assert_eq!(
+            e.to_string(),
+            "timed out after 500 ms waiting for the first token"
+        );
+        let j = serde_json::to_string(&ProbeError::HttpStatus {
+            status: 404,
+            message: "no".into(),
+        })
+        .unwrap();
         assert_eq!(j, r#"{"kind":"http_status","status":404,"message":"no"}"#);
     }
 }

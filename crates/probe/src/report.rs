@@ -55,7 +55,11 @@ pub fn render_table(r: &RunResult) -> String {
             burstiness,
             max_concurrency,
         } => {
-            line(&mut out, "Request rate (req/s):", format!("{per_second:.2}"));
+            line(
+                &mut out,
+                "Request rate (req/s):",
+                format!("{per_second:.2}"),
+            );
             line(&mut out, "Burstiness:", format!("{burstiness:.2}"));
             if let Some(m) = max_concurrency {
                 line(&mut out, "Max concurrency:", m);
@@ -63,40 +67,101 @@ pub fn render_table(r: &RunResult) -> String {
         }
     }
     if let Bound::Duration(d) = r.bound {
-        line(&mut out, "Bounded by duration (s):", format!("{:.2}", d.as_secs_f64()));
+        line(
+            &mut out,
+            "Bounded by duration (s):",
+            format!("{:.2}", d.as_secs_f64()),
+        );
     }
     line(&mut out, "Successful requests:", r.successful);
     line(&mut out, "Failed requests:", r.failed);
     if r.warmup_requests > 0 {
         line(&mut out, "Warm-up requests (excluded):", r.warmup_requests);
     }
-    line(&mut out, "Benchmark duration (s):", format!("{:.2}", r.duration_s));
+    line(
+        &mut out,
+        "Benchmark duration (s):",
+        format!("{:.2}", r.duration_s),
+    );
     line(&mut out, "Total input tokens:", r.total_input_tokens);
     line(&mut out, "Total generated tokens:", r.total_output_tokens);
-    line(&mut out, "Request throughput (req/s):", format!("{:.2}", r.request_throughput));
-    line(&mut out, "Output token throughput (tok/s):", format!("{:.2}", r.output_throughput));
-    line(&mut out, "Total Token throughput (tok/s):", format!("{:.2}", r.total_token_throughput));
+    line(
+        &mut out,
+        "Request throughput (req/s):",
+        format!("{:.2}", r.request_throughput),
+    );
+    line(
+        &mut out,
+        "Output token throughput (tok/s):",
+        format!("{:.2}", r.output_throughput),
+    );
+    line(
+        &mut out,
+        "Total Token throughput (tok/s):",
+        format!("{:.2}", r.total_token_throughput),
+    );
     let o = &r.objectives;
     if o.ttft_p95.is_some() || o.itl_p95.is_some() || o.e2e_p95.is_some() {
-        line(&mut out, "Request goodput (req/s):", format!("{:.2}", r.goodput));
-        line(&mut out, "Requests meeting objectives:", format!("{}/{}", r.good_requests, r.requests));
+        line(
+            &mut out,
+            "Request goodput (req/s):",
+            format!("{:.2}", r.goodput),
+        );
+        line(
+            &mut out,
+            "Requests meeting objectives:",
+            format!("{}/{}", r.good_requests, r.requests),
+        );
     }
     if r.output_tokens_estimated > 0 {
-        line(&mut out, "Requests with estimated output tokens:", r.output_tokens_estimated);
+        line(
+            &mut out,
+            "Requests with estimated output tokens:",
+            r.output_tokens_estimated,
+        );
     }
     metric(&mut out, "Time to First Token", "TTFT", &r.ttft_ms);
-    metric(&mut out, "Time per Output Token (excl. 1st token)", "TPOT", &r.tpot_ms);
+    metric(
+        &mut out,
+        "Time per Output Token (excl. 1st token)",
+        "TPOT",
+        &r.tpot_ms,
+    );
     metric(&mut out, "Inter-token Latency", "ITL", &r.itl_ms);
     metric(&mut out, "End-to-end Latency", "E2EL", &r.e2e_ms);
     title(&mut out, "From scheduled (no coordinated omission)", '-');
-    line(&mut out, "Median TTFT from scheduled (ms):", num(r.ttft_from_scheduled_ms.p50));
-    line(&mut out, "P99 TTFT from scheduled (ms):", num(r.ttft_from_scheduled_ms.p99));
-    line(&mut out, "Median E2EL from scheduled (ms):", num(r.e2e_from_scheduled_ms.p50));
-    line(&mut out, "P99 E2EL from scheduled (ms):", num(r.e2e_from_scheduled_ms.p99));
-    line(&mut out, "P99 dispatch lag (ms):", num(r.dispatch_lag_ms.p99));
+    line(
+        &mut out,
+        "Median TTFT from scheduled (ms):",
+        num(r.ttft_from_scheduled_ms.p50),
+    );
+    line(
+        &mut out,
+        "P99 TTFT from scheduled (ms):",
+        num(r.ttft_from_scheduled_ms.p99),
+    );
+    line(
+        &mut out,
+        "Median E2EL from scheduled (ms):",
+        num(r.e2e_from_scheduled_ms.p50),
+    );
+    line(
+        &mut out,
+        "P99 E2EL from scheduled (ms):",
+        num(r.e2e_from_scheduled_ms.p99),
+    );
+    line(
+        &mut out,
+        "P99 dispatch lag (ms):",
+        num(r.dispatch_lag_ms.p99),
+    );
     if !r.errors.is_empty() {
         title(&mut out, "Errors", '-');
-        line(&mut out, "Error rate:", format!("{:.2} %", r.error_rate * 100.0));
+        line(
+            &mut out,
+            "Error rate:",
+            format!("{:.2} %", r.error_rate * 100.0),
+        );
         for (k, n) in &r.errors {
             line(&mut out, &format!("{k}:"), n);
             if let Some(m) = r.error_examples.get(k) {
@@ -107,11 +172,23 @@ pub fn render_table(r: &RunResult) -> String {
     let s = &r.self_check;
     title(&mut out, "Client self-check", '-');
     line(&mut out, "Client CPU (cores):", num(s.cpu_cores));
-    line(&mut out, "Scheduler lag P99 (ms):", num(s.scheduler_lag_p99_ms));
-    line(&mut out, "Dispatch lag P99 (ms):", num(s.dispatch_lag_p99_ms));
+    line(
+        &mut out,
+        "Scheduler lag P99 (ms):",
+        num(s.scheduler_lag_p99_ms),
+    );
+    line(
+        &mut out,
+        "Dispatch lag P99 (ms):",
+        num(s.dispatch_lag_p99_ms),
+    );
     line(&mut out, "Tokens per event:", num(s.tokens_per_event));
     if s.client_bound {
-        line(&mut out, "Verdict:", "CLIENT-BOUND (not valid for saturation)");
+        line(
+            &mut out,
+            "Verdict:",
+            "CLIENT-BOUND (not valid for saturation)",
+        );
         for reason in &s.reasons {
             let _ = writeln!(out, "  - {reason}");
         }

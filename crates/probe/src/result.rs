@@ -153,7 +153,8 @@ impl RunResult {
             .filter_map(|r| r.usage.as_ref().and_then(|u| u.cached_tokens))
             .sum();
         let total_output_tokens: u64 = ok.iter().map(|r| r.output_tokens).sum();
-        let output_tokens_estimated = ok.iter().filter(|r| r.output_tokens_estimated).count() as u64;
+        let output_tokens_estimated =
+            ok.iter().filter(|r| r.output_tokens_estimated).count() as u64;
         let good_requests = records
             .iter()
             .filter(|r| config.objectives.met_by(r))
@@ -161,7 +162,7 @@ impl RunResult {
 
         // A metric's values, with requests lacking one counted as missing.
         let opt = |f: &dyn Fn(&ProbeRecord) -> Option<f64>| {
-            let vals: Vec<f64> = records.iter().filter_map(|r| f(r)).map(|v| v / MS).collect();
+            let vals: Vec<f64> = records.iter().filter_map(f).map(|v| v / MS).collect();
             let missing = n - vals.len() as u64;
             Summary::from_values(vals, missing)
         };

@@ -9,9 +9,12 @@
 
 use std::time::{Duration, Instant};
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use tokio::sync::watch;
+use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 /// Limits past which a run is `client_bound`.
@@ -40,7 +43,8 @@ pub struct SelfCheck {
     /// `/proc/self/stat` is unavailable). Process-wide: it includes anything
     /// else the process does.
     pub cpu_cores: Option<f64>,
-    /// p99 lateness of 1 ms ticks on the client runtime (HdrHistogram,
+    /// p99 of how long a message from an OS thread (one per ms) waited
+    /// before its task on the client runtime was polled (HdrHistogram,
     /// 3 significant digits), ms.
     pub scheduler_lag_p99_ms: Option<f64>,
     pub scheduler_lag_max_ms: Option<f64>,
@@ -70,7 +74,8 @@ impl SelfCheck {
                 limits.max_cpu_cores
             ));
         }
-        if let Some((p99, _)) = scheduler_lag.filter(|(p, _)| *p > limits.max_scheduler_lag_p99_ms) {
+        if let Some((p99, _)) = scheduler_lag.filter(|(p, _)| *p > limits.max_scheduler_lag_p99_ms)
+        {
             reasons.push(format!(
                 "scheduler lag p99 {p99:.2} ms > {:.2} ms",
                 limits.max_scheduler_lag_p99_ms
@@ -116,32 +121,47 @@ fn clock_ticks_per_second() -> Option<u64> {
 }
 
 /// Measures CPU and scheduler lag between `start` and `finish`.
+///
+/// Scheduler lag is measured the way an SSE event experiences it: a plain
+/// OS thread (not a tokio timer, whose 1 ms wheel would add its own rounding)
+/// sends its current instant every millisecond to a task on the client's
+/// runtime, which records how long the message waited before the task was
+/// polled. A busy or starved runtime shows here exactly as it would delay
+/// the stamping of a real event.
 pub struct Monitor {
     started: Instant,
     cpu_start: Option<Duration>,
-    stop: watch::Sender<bool>,
+    stop: Arc<AtomicBool>,
     ticker: JoinHandle<Histogram<u64>>,
 }
 
 impl Monitor {
-    /// Starts the 1 ms ticker on the current runtime.
+    /// Starts the ticker thread and its receiving task on the current
+    /// runtime.
     pub fn start() -> Monitor {
-        let (stop, mut stopped) = watch::channel(false);
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, mut rx) = mpsc::unbounded_channel::<Instant>();
+        let thread_stop = stop.clone();
+        let spawned = std::thread::Builder::new()
+            .name("llmwatch-selfcheck".into())
+            .spawn(move || {
+                while !thread_stop.load(Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                    if tx.send(Instant::now()).is_err() {
+                        break;
+                    }
+                }
+            });
         let ticker = tokio::spawn(async move {
             // 1 µs .. 60 s, 3 significant digits.
             let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
                 .unwrap_or_else(|_| Histogram::<u64>::new(3).expect("3 sigfig is valid"));
-            let period = Duration::from_millis(1);
-            let mut deadline = Instant::now() + period;
-            loop {
-                tokio::select! {
-                    _ = tokio::time::sleep_until(deadline.into()) => {}
-                    _ = stopped.changed() => break,
-                }
-                let now = Instant::now();
-                let late_us = now.saturating_duration_since(deadline).as_micros() as u64;
+            if spawned.is_err() {
+                return h;
+            }
+            while let Some(sent) = rx.recv().await {
+                let late_us = sent.elapsed().as_micros() as u64;
                 h.saturating_record(late_us.max(1));
-                deadline = now + period;
             }
             h
         });
@@ -160,7 +180,9 @@ impl Monitor {
             (Some(a), Some(b)) if wall > 0.0 => Some(b.saturating_sub(a).as_secs_f64() / wall),
             _ => None,
         };
-        let _ = self.stop.send(true);
+        // The thread sees the flag within a millisecond and drops its
+        // sender, which ends the task's loop.
+        self.stop.store(true, Ordering::Relaxed);
         let lag = match self.ticker.await {
             Ok(h) if !h.is_empty() => Some((
                 h.value_at_quantile(0.99) as f64 / 1000.0,
@@ -184,10 +206,22 @@ mod tests {
 
     #[test]
     fn judge_reasons() {
-        let s = SelfCheck::judge(Some(1.5), Some((7.0, 9.0)), Some(1.0), None, SelfCheckLimits::default());
+        let s = SelfCheck::judge(
+            Some(1.5),
+            Some((7.0, 9.0)),
+            Some(1.0),
+            None,
+            SelfCheckLimits::default(),
+        );
         assert!(s.client_bound);
         assert_eq!(s.reasons.len(), 2);
-        let s = SelfCheck::judge(Some(0.1), Some((0.5, 1.0)), Some(0.2), Some(1.0), SelfCheckLimits::default());
+        let s = SelfCheck::judge(
+            Some(0.1),
+            Some((0.5, 1.0)),
+            Some(0.2),
+            Some(1.0),
+            SelfCheckLimits::default(),
+        );
         assert!(!s.client_bound);
     }
 }

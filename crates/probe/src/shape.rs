@@ -19,6 +19,8 @@ use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::record::Api;
+
 /// Input tokens × output tokens.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Shape {
@@ -64,9 +66,7 @@ impl Shape {
             input: s.to_string(),
         };
         let t = s.trim();
-        let (a, b) = t
-            .split_once(['x', 'X', '×'])
-            .ok_or_else(syntax)?;
+        let (a, b) = t.split_once(['x', 'X', '×']).ok_or_else(syntax)?;
         let input: u32 = a.trim().parse().map_err(|_| syntax())?;
         let output: u32 = b.trim().parse().map_err(|_| syntax())?;
         if input == 0 || output == 0 {
@@ -169,15 +169,14 @@ const WORDS: &[&str] = &[
     "through", "just", "form", "great", "think", "say", "help", "low", "line", "differ", "turn",
     "cause", "much", "mean", "before", "move", "right", "boy", "old", "too", "same", "tell",
     "does", "set", "three", "want", "air", "well", "also", "play", "small", "end", "put", "home",
-    "read", "hand", "port", "large", "spell", "add", "even", "land", "here", "must", "big",
-    "high", "such", "follow", "act", "why", "ask", "men", "change", "went", "light", "kind",
-    "off", "need", "house", "picture", "try", "us", "again", "animal", "point", "mother", "world",
-    "near", "build", "self", "earth", "father", "head", "stand", "own", "page", "should",
-    "country", "found", "answer", "school", "grow", "study", "still", "learn", "plant", "cover",
-    "food", "sun", "four", "between", "state", "keep", "eye", "never", "last", "let", "thought",
-    "city", "tree", "cross", "farm", "hard", "start", "might", "story", "saw", "far", "sea",
-    "draw", "left", "late", "run", "while", "press", "close", "night", "real", "life", "few",
-    "north",
+    "read", "hand", "port", "large", "spell", "add", "even", "land", "here", "must", "big", "high",
+    "such", "follow", "act", "why", "ask", "men", "change", "went", "light", "kind", "off", "need",
+    "house", "picture", "try", "us", "again", "animal", "point", "mother", "world", "near",
+    "build", "self", "earth", "father", "head", "stand", "own", "page", "should", "country",
+    "found", "answer", "school", "grow", "study", "still", "learn", "plant", "cover", "food",
+    "sun", "four", "between", "state", "keep", "eye", "never", "last", "let", "thought", "city",
+    "tree", "cross", "farm", "hard", "start", "might", "story", "saw", "far", "sea", "draw",
+    "left", "late", "run", "while", "press", "close", "night", "real", "life", "few", "north",
 ];
 
 /// Words per token used when the target cannot tokenize for us.
@@ -197,37 +196,65 @@ fn push_words(out: &mut String, rng: &mut StdRng, n: u32) {
     }
 }
 
-/// Builds prompts of one kind and length. Deterministic for a given seed,
-/// so a run can be repeated.
+/// Builds prompts of one kind and length.
+///
+/// Only the nonce differs between requests; the body after it is fixed for
+/// a (kind, word count). That is enough for cache hygiene — prefix caches
+/// (vLLM's hash-chained blocks, SGLang's radix tree) match from the first
+/// token, so a unique start defeats every later block — and it makes the
+/// calibrated token count hold for every request, not just the sample.
+/// The nonce is 16 decimal digits: every tokenizer splits a fixed-width
+/// digit run into a fixed number of tokens, which hex would not guarantee.
 #[derive(Debug, Clone)]
 pub struct PromptGenerator {
     kind: PromptKind,
     words: u32,
     seed: u64,
-    /// The shared prefix (shared-prefix kind), built once.
-    prefix: String,
-    prefix_words: u32,
+    /// Text before the nonce (the shared prefix, if any).
+    head: String,
+    /// Text after the nonce.
+    tail: String,
 }
+
+/// Seeds the fixed body text (never the nonce).
+const BODY_SEED: u64 = 0x6c6c_6d77_6174_6368;
 
 impl PromptGenerator {
     /// `words` is the body length in words: from [`Calibrator`] for an
-    /// exact token count, or [`approx_words`].
+    /// exact token count, or [`approx_words`]. `seed` varies the nonces.
     pub fn new(kind: PromptKind, words: u32, seed: u64) -> PromptGenerator {
-        let mut prefix = String::new();
-        let mut prefix_words = 0;
-        if let PromptKind::SharedPrefix { hit_ratio } = kind {
-            prefix_words = (f64::from(words) * hit_ratio).round() as u32;
-            // The prefix depends on the seed only, never on the request.
-            let mut rng = StdRng::seed_from_u64(seed ^ 0x5eed_0f_9ef1);
-            prefix.push_str("You are a helpful assistant. Shared context: ");
-            push_words(&mut prefix, &mut rng, prefix_words);
+        let mut rng = StdRng::seed_from_u64(BODY_SEED);
+        let mut head = String::new();
+        let mut tail = String::new();
+        match kind {
+            PromptKind::Random => push_words(&mut tail, &mut rng, words),
+            PromptKind::SharedPrefix { hit_ratio } => {
+                let prefix_words = (f64::from(words) * hit_ratio).round() as u32;
+                head.push_str("You are a helpful assistant. Shared context: ");
+                push_words(&mut head, &mut rng, prefix_words);
+                head.push('\n');
+                push_words(&mut tail, &mut rng, words.saturating_sub(prefix_words));
+            }
+            PromptKind::Rag { documents } => {
+                tail.push_str("Answer using the documents.\n");
+                let question_words = 12.min(words);
+                let body = words - question_words;
+                for d in 0..documents {
+                    let n = body / documents + u32::from(d < body % documents);
+                    tail.push_str(&format!("\nDocument {}:\n", d + 1));
+                    push_words(&mut tail, &mut rng, n);
+                }
+                tail.push_str("\n\nQuestion: ");
+                push_words(&mut tail, &mut rng, question_words);
+                tail.push('?');
+            }
         }
         PromptGenerator {
             kind,
             words,
             seed,
-            prefix,
-            prefix_words,
+            head,
+            tail,
         }
     }
 
@@ -242,33 +269,8 @@ impl PromptGenerator {
     /// The prompt of request number `i` (unique nonce per `i` and seed).
     pub fn prompt(&self, i: u64) -> String {
         let mut rng = StdRng::seed_from_u64(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i);
-        let nonce: u64 = rng.random();
-        let mut out = String::with_capacity(self.words as usize * 6 + 64);
-        match self.kind {
-            PromptKind::Random => {
-                out.push_str(&format!("[{nonce:016x}] "));
-                push_words(&mut out, &mut rng, self.words);
-            }
-            PromptKind::SharedPrefix { .. } => {
-                out.push_str(&self.prefix);
-                out.push_str(&format!("\n[{nonce:016x}] "));
-                push_words(&mut out, &mut rng, self.words.saturating_sub(self.prefix_words));
-            }
-            PromptKind::Rag { documents } => {
-                out.push_str(&format!("[{nonce:016x}] Answer using the documents.\n"));
-                let question_words = 12.min(self.words);
-                let body = self.words - question_words;
-                for d in 0..documents {
-                    let n = body / documents + u32::from(d < body % documents);
-                    out.push_str(&format!("\nDocument {}:\n", d + 1));
-                    push_words(&mut out, &mut rng, n);
-                }
-                out.push_str("\n\nQuestion: ");
-                push_words(&mut out, &mut rng, question_words);
-                out.push('?');
-            }
-        }
-        out
+        let nonce: u64 = rng.random_range(0..10_000_000_000_000_000);
+        format!("{}[{nonce:016}] {}", self.head, self.tail)
     }
 }
 
@@ -298,9 +300,14 @@ impl Calibrator {
     /// behind `client`. Binary search on the word count (prompt tokens grow
     /// monotonically with words), ≈ log2(input) `/tokenize` calls, once per
     /// target, model, kind and length.
+    ///
+    /// For [`Api::Chat`] the count includes the chat template (the
+    /// `/tokenize` request carries `messages`), since that is what the
+    /// server will report as prompt tokens.
     pub async fn calibrate(
         &self,
         client: &crate::client::ProbeClient,
+        api: Api,
         model: &str,
         kind: PromptKind,
         input_tokens: u32,
@@ -308,7 +315,7 @@ impl Calibrator {
         let key = (
             client.base_url().to_string(),
             model.to_string(),
-            kind.label(),
+            format!("{api:?}/{}", kind.label()),
             input_tokens,
         );
         if let Some(c) = self.cache.lock().ok().and_then(|m| m.get(&key).copied()) {
@@ -316,7 +323,7 @@ impl Calibrator {
         }
         let count = |words: u32| {
             let text = PromptGenerator::new(kind, words, 1).prompt(0);
-            async move { tokenize_count(client, model, &text).await }
+            async move { tokenize_count(client, api, model, &text).await }
         };
         let approx = approx_words(input_tokens);
         let result = match count(approx).await {
@@ -368,18 +375,26 @@ impl Calibrator {
 }
 
 /// Token count of `text` from the target's `/tokenize`: vLLM/SGLang shape
-/// (`{"model","prompt"}` → `{"count"}`) first, then llama.cpp's
-/// (`{"content"}` → `{"tokens":[…]}`). `None` when neither answers.
+/// (`{"model","messages"}` for chat, `{"model","prompt"}` otherwise →
+/// `{"count"}`) first, then llama.cpp's (`{"content"}` → `{"tokens":[…]}`).
+/// `None` when none answers.
 pub async fn tokenize_count(
     client: &crate::client::ProbeClient,
+    api: Api,
     model: &str,
     text: &str,
 ) -> Option<u32> {
     let url = format!("{}/tokenize", client.base_url());
-    let bodies = [
-        serde_json::json!({ "model": model, "prompt": text, "add_special_tokens": true }),
-        serde_json::json!({ "content": text, "add_special": true }),
-    ];
+    let mut bodies = Vec::with_capacity(3);
+    if api == Api::Chat {
+        bodies.push(serde_json::json!({
+            "model": model,
+            "messages": [{ "role": "user", "content": text }],
+            "add_generation_prompt": true,
+        }));
+    }
+    bodies.push(serde_json::json!({ "model": model, "prompt": text, "add_special_tokens": true }));
+    bodies.push(serde_json::json!({ "content": text, "add_special": true }));
     for body in bodies {
         let mut rb = client
             .http()
@@ -417,7 +432,10 @@ mod tests {
         assert_eq!(Shape::parse("512x128"), Ok(Shape::new(512, 128)));
         assert_eq!(Shape::parse(" 64 × 16 "), Ok(Shape::new(64, 16)));
         assert_eq!("20000X200".parse::<Shape>(), Ok(Shape::new(20000, 200)));
-        assert!(matches!(Shape::parse("512"), Err(ShapeError::Syntax { .. })));
+        assert!(matches!(
+            Shape::parse("512"),
+            Err(ShapeError::Syntax { .. })
+        ));
         assert!(matches!(Shape::parse("0x5"), Err(ShapeError::Zero { .. })));
         assert!(Shape::parse("-1x5").is_err());
         assert_eq!(Shape::new(512, 128).to_string(), "512x128");
@@ -430,7 +448,10 @@ mod tests {
             PromptKind::parse("shared-prefix:0.5"),
             Ok(PromptKind::SharedPrefix { hit_ratio: 0.5 })
         );
-        assert_eq!(PromptKind::parse("rag"), Ok(PromptKind::Rag { documents: 4 }));
+        assert_eq!(
+            PromptKind::parse("rag"),
+            Ok(PromptKind::Rag { documents: 4 })
+        );
         assert!(PromptKind::parse("shared-prefix:1.5").is_err());
         assert!(PromptKind::parse("bogus").is_err());
     }
@@ -440,6 +461,7 @@ mod tests {
         let g = PromptGenerator::new(PromptKind::Random, 100, 7);
         let (a, b) = (g.prompt(0), g.prompt(1));
         assert_ne!(a[..18], b[..18]);
+        assert_eq!(a[18..], b[18..]);
         assert_eq!(a, g.prompt(0));
         assert_eq!(a.split_whitespace().count(), 101);
     }
@@ -449,7 +471,8 @@ mod tests {
         let g = PromptGenerator::new(PromptKind::SharedPrefix { hit_ratio: 0.5 }, 200, 7);
         let (a, b) = (g.prompt(0), g.prompt(1));
         let common = a.bytes().zip(b.bytes()).take_while(|(x, y)| x == y).count();
-        assert!(common >= g.prefix.len(), "{common} < {}", g.prefix.len());
+        assert!(common >= g.head.len(), "{common} < {}", g.head.len());
+        assert!(g.head.split_whitespace().count() > 100);
         assert_ne!(a, b);
     }
 

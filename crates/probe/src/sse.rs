@@ -260,7 +260,8 @@ mod tests {
 
     #[test]
     fn basic_lines_comments_multiline() {
-        let body = b": keep-alive\n\ndata: a\ndata:b\n\nevent: x\ndata: {\"k\":1}\r\n\r\ndata: [DONE]\n\n";
+        let body =
+            b": keep-alive\n\ndata: a\ndata:b\n\nevent: x\ndata: {\"k\":1}\r\n\r\ndata: [DONE]\n\n";
         assert_eq!(datas(body), vec!["a\nb", "{\"k\":1}", "[DONE]"]);
         let evs = parse_all(body, 1 << 20);
         assert_eq!(evs[1].as_ref().unwrap().event.as_deref(), Some("x"));

@@ -5,26 +5,19 @@
 //! what lets the probe contradict a server quantile interpolated inside a
 //! coarse bucket (see DESIGN.md, "The measurements").
 //!
-//! `llmwatch_core` has no `stats` module yet; when it gains
-//! `percentile(sorted, &q)`, [`percentile`] should delegate to it so both
-//! sides of a comparison use the same interpolation.
+//! The interpolation itself is `llmwatch_core::stats::percentile` (NumPy's
+//! "linear" method, the one `vllm bench serve` reports), so the probe and
+//! the analysis side agree on every percentile; this module adds what a run
+//! report needs on top: serde, `min`, and the count of requests that had no
+//! value.
 
 use serde::{Deserialize, Serialize};
 
-/// The `q`-quantile (0.0..=1.0) of an ascending, NaN-free slice, by linear
-/// interpolation between closest ranks (numpy's default, which is what
-/// `vllm bench serve` reports, so the two tables agree on the same samples).
-///
-/// Returns `None` for an empty slice or a `q` outside 0..=1.
+/// The `q`-quantile (0.0..=1.0) of an ascending, finite slice, linearly
+/// interpolated between closest ranks; `None` for an empty slice or a `q`
+/// outside 0..=1. Delegates to `llmwatch_core::stats::percentile`.
 pub fn percentile(sorted: &[f64], q: f64) -> Option<f64> {
-    if sorted.is_empty() || !(0.0..=1.0).contains(&q) {
-        return None;
-    }
-    let rank = q * (sorted.len() - 1) as f64;
-    let lo = rank.floor() as usize;
-    let hi = rank.ceil() as usize;
-    let (a, b) = (sorted[lo], sorted[hi.min(sorted.len() - 1)]);
-    Some(a + (b - a) * (rank - lo as f64))
+    llmwatch_core::stats::percentile(sorted, q)
 }
 
 /// Distribution summary of one metric over all requests of a run.
@@ -47,12 +40,12 @@ pub struct Summary {
 }
 
 impl Summary {
-    /// Summarizes `values` (any order; NaNs are dropped and counted as
-    /// missing, since a NaN can only come from a bug upstream and must not
-    /// poison the sort).
+    /// Summarizes `values` (any order; non-finite values are dropped and
+    /// counted as missing, since they can only come from a bug upstream and
+    /// must not poison the sort).
     pub fn from_values(mut values: Vec<f64>, missing: u64) -> Summary {
         let before = values.len();
-        values.retain(|v| !v.is_nan());
+        values.retain(|v| v.is_finite());
         let nan = (before - values.len()) as u64;
         values.sort_by(f64::total_cmp);
         let n = values.len() as u64;

@@ -613,6 +613,43 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn chunked_prefill_shares_steps_with_decodes() {
+        let mut p = Profile::named("balanced").expect("known");
+        p.max_num_batched_tokens = 512;
+        let mut core = core_with(p);
+        let mut short = add(&mut core, vec![3; 10], 50);
+        step(&mut core); // short prefill -> first token
+        assert!(short.try_recv().is_ok());
+        let mut long = add(&mut core, vec![4; 2000], 5);
+        // 2000 prompt tokens in chunks of <= 511 (1 budget token goes to
+        // the short sequence's decode): 4 steps, the 4th emits the token.
+        for i in 0..4 {
+            let plan = core.schedule(Instant::now());
+            assert_eq!(plan.decode_seqs, 1, "step {i}: the decode keeps running");
+            assert!(plan.prefill_tokens <= 511);
+            core.complete(plan, Instant::now());
+            assert!(
+                short.try_recv().is_ok(),
+                "one token per step for the short one"
+            );
+        }
+        assert!(long.try_recv().is_ok(), "first token after the last chunk");
+    }
+
+    #[tokio::test]
+    async fn unchunked_prefill_is_scheduled_whole() {
+        let mut p = Profile::named("balanced").expect("known");
+        p.enable_chunked_prefill = false;
+        p.max_num_batched_tokens = p.max_model_len;
+        let mut core = core_with(p);
+        let mut long = add(&mut core, vec![4; 3000], 2);
+        let plan = core.schedule(Instant::now());
+        assert_eq!(plan.prefill_tokens, 3000);
+        core.complete(plan, Instant::now());
+        assert!(long.try_recv().is_ok());
+    }
+
+    #[tokio::test]
     async fn dropped_receiver_frees_blocks() {
         let p = Profile::named("balanced").expect("known");
         let mut core = core_with(p);

@@ -3,7 +3,8 @@
 //! without a GPU.
 //!
 //! The engine is a small queueing model run by one tokio task (see
-//! [`engine`](crate) docs in `src/engine.rs` and `README.md` in this crate):
+//! `src/engine.rs` and this crate's `README.md`, which also lists what the
+//! parameters predict):
 //! a KV cache of `num_gpu_blocks` blocks of `block_size` tokens, at most
 //! `max_num_seqs` running sequences, a per-step token budget, prefill cost
 //! proportional to prompt tokens, decode step cost = fixed + per sequence,
@@ -402,4 +403,81 @@ pub async fn serve(listener: tokio::net::TcpListener, router: axum::Router) -> s
         }
     });
     axum::serve(listener, router).await
+}
+
+/// [`serve`] until `shutdown` completes (e.g. Ctrl-C), then stops accepting
+/// and lets open requests finish.
+pub async fn serve_with_shutdown(
+    listener: tokio::net::TcpListener,
+    router: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    let listener = listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::warn!(error = %e, "could not set TCP_NODELAY");
+        }
+    });
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flavor_parses() {
+        assert_eq!("vllm".parse::<Flavor>().ok(), Some(Flavor::Vllm));
+        assert_eq!("nim".parse::<Flavor>().ok(), Some(Flavor::Nim));
+        assert!(matches!(
+            "tgi".parse::<Flavor>(),
+            Err(SimError::UnknownFlavor(_))
+        ));
+    }
+
+    #[test]
+    fn start_refuses_bad_configs_and_needs_a_runtime() {
+        let ok = SimConfig::new(Profile::zero_cost());
+        assert!(matches!(Sim::start(ok.clone()), Err(SimError::NoRuntime)));
+        let mut bad = ok.clone();
+        bad.time_scale = 0.0;
+        assert!(matches!(
+            bad.validate(),
+            Err(SimError::InvalidConfig {
+                field: "time_scale",
+                ..
+            })
+        ));
+        let mut bad = ok;
+        bad.profile.max_model_len = bad.profile.num_gpu_blocks * bad.profile.block_size + 1;
+        assert!(matches!(
+            bad.validate(),
+            Err(SimError::InvalidProfile {
+                field: "max_model_len",
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn predictions_scale_with_time_scale() {
+        let mut cfg =
+            SimConfig::new(Profile::named("decode-slow").unwrap_or_else(|e| panic!("{e}")));
+        let shape = Shape::new(512, 128);
+        let at1 = cfg.predict(shape);
+        cfg.time_scale = 10.0;
+        let at10 = cfg.predict(shape);
+        assert!((at1.itl_c1_s - 0.042).abs() < 1e-12);
+        assert!((at10.itl_c1_s - 0.0042).abs() < 1e-12);
+        assert!(
+            (at10.decode_throughput_ceiling_tps / at1.decode_throughput_ceiling_tps - 10.0).abs()
+                < 1e-9
+        );
+        assert_eq!(
+            at1.kv_saturation_concurrency,
+            at10.kv_saturation_concurrency
+        );
+    }
 }

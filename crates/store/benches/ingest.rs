@@ -3,7 +3,7 @@
 //!
 //! `cargo bench -p llmwatch-store --bench ingest`
 
-use criterion::{criterion_group, criterion_main, Criterion, Throughput};
+use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{Range, ScrapeRecord, Store, TargetKind};
@@ -85,25 +85,29 @@ fn ingest(c: &mut Criterion) {
         (TARGETS as usize * SAMPLES_PER_SCRAPE) as u64,
     ));
     group.bench_function("ingest_round_20x500", |b| {
-        b.iter(|| {
-            round += 1;
-            let batch: Vec<ScrapeRecord> = ids
-                .iter()
-                .map(|&target_id| ScrapeRecord {
-                    target_id,
-                    ts_ms: round as i64 * 5000,
-                    up: true,
-                    duration_ms: 1.0,
-                    body_bytes: 0,
-                    error: None,
-                    engine: None,
-                    samples: scrape_samples(round),
-                })
-                .collect();
-            runtime
-                .block_on(store.write_scrapes(&batch))
-                .expect("write")
-        })
+        b.iter_batched(
+            || {
+                round += 1;
+                ids.iter()
+                    .map(|&target_id| ScrapeRecord {
+                        target_id,
+                        ts_ms: round as i64 * 5000,
+                        up: true,
+                        duration_ms: 1.0,
+                        body_bytes: 0,
+                        error: None,
+                        engine: None,
+                        samples: scrape_samples(round),
+                    })
+                    .collect::<Vec<ScrapeRecord>>()
+            },
+            |batch| {
+                runtime
+                    .block_on(store.write_scrapes(&batch))
+                    .expect("write")
+            },
+            BatchSize::SmallInput,
+        )
     });
     group.finish();
 
@@ -139,6 +143,25 @@ fn ingest(c: &mut Criterion) {
         b.iter(|| {
             runtime
                 .block_on(day_store.signal_series(target, Signal::GenerationTokensRate, range))
+                .expect("query")
+        })
+    });
+    let page_signals = [
+        Signal::KvCacheUsage,
+        Signal::RequestsRunning,
+        Signal::RequestsWaiting,
+        Signal::ServerTtftP50,
+        Signal::ServerTtftP95,
+        Signal::ServerItlP50,
+        Signal::ServerItlP95,
+        Signal::GenerationTokensRate,
+        Signal::PromptTokensRate,
+        Signal::GpuUtil,
+    ];
+    query.bench_function("signals_series_10_signals_24h_step_5m", |b| {
+        b.iter(|| {
+            runtime
+                .block_on(day_store.signals_series(target, &page_signals, range))
                 .expect("query")
         })
     });

@@ -11,8 +11,9 @@
 pub mod codec;
 mod probes;
 mod series;
+mod sweeps;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::{Arc, RwLock};
@@ -26,6 +27,7 @@ use sqlx::{AssertSqlSafe, Row, SqlitePool};
 pub use probes::{is_probe_signal, ProbeRow};
 use series::SeriesCache;
 pub use series::{parse_part_key, part_key, SeriesDef};
+pub use sweeps::{NewSweep, SweepEnd, SweepRow, SweepStatus, SweepStepRow};
 
 /// Errors of the store. Messages say what was being done.
 #[derive(Debug, thiserror::Error)]
@@ -148,6 +150,9 @@ impl Range {
     }
 }
 
+/// The shortest window probe signals are rolled over in a range query.
+pub const PROBE_WINDOW_MIN_MS: i64 = 60 * 1000;
+
 /// How far back a signal query looks for a scrape before calling the value stale.
 const STALENESS_MS: i64 = 5 * 60 * 1000;
 
@@ -258,40 +263,46 @@ impl Store {
         let mut new_series: Vec<(u32, SeriesDef)> = Vec::new();
         let mut written = 0u64;
         for scrape in batch {
-            let mut pairs = Vec::with_capacity(scrape.samples.len());
-            for sample in &scrape.samples {
-                let known = self
-                    .series
-                    .read()
-                    .map_err(poisoned)?
-                    .id_of(scrape.target_id, sample);
-                let known = known.or_else(|| {
-                    new_series
-                        .iter()
-                        .find(|(_, def)| def.matches(scrape.target_id, sample))
-                        .map(|(id, _)| *id)
-                });
-                let id = match known {
-                    Some(id) => id,
-                    None => {
-                        let def = SeriesDef::of(scrape.target_id, sample);
-                        let row = sqlx::query(
-                            "INSERT INTO series (target_id, metric, labels, part) VALUES (?, ?, ?, ?)
-                             RETURNING id",
-                        )
-                        .bind(scrape.target_id)
-                        .bind(def.metric.name())
-                        .bind(def.labels_column())
-                        .bind(part_key(def.part))
-                        .fetch_one(&mut *tx)
-                        .await?;
-                        let id = series_id(row.try_get("id")?)?;
-                        new_series.push((id, def));
-                        id
-                    }
-                };
-                pairs.push((id, sample.value));
+            // Resolve known series under one read lock; remember the rest.
+            let mut ids: Vec<Option<u32>> = {
+                let cache = self.series.read().map_err(poisoned)?;
+                scrape
+                    .samples
+                    .iter()
+                    .map(|sample| cache.id_of(scrape.target_id, sample))
+                    .collect()
+            };
+            for (slot, sample) in ids.iter_mut().zip(&scrape.samples) {
+                if slot.is_some() {
+                    continue;
+                }
+                if let Some((id, _)) = new_series
+                    .iter()
+                    .find(|(_, def)| def.matches(scrape.target_id, sample))
+                {
+                    *slot = Some(*id);
+                    continue;
+                }
+                let def = SeriesDef::of(scrape.target_id, sample);
+                let row = sqlx::query(
+                    "INSERT INTO series (target_id, metric, labels, part) VALUES (?, ?, ?, ?)
+                     RETURNING id",
+                )
+                .bind(scrape.target_id)
+                .bind(def.metric.name())
+                .bind(def.labels_column())
+                .bind(part_key(def.part))
+                .fetch_one(&mut *tx)
+                .await?;
+                let id = series_id(row.try_get("id")?)?;
+                new_series.push((id, def));
+                *slot = Some(id);
             }
+            let pairs: Vec<(u32, f64)> = ids
+                .iter()
+                .zip(&scrape.samples)
+                .filter_map(|(id, sample)| id.map(|id| (id, sample.value)))
+                .collect();
             let blob = scrape.up.then(|| codec::encode(&pairs));
             sqlx::query(
                 "INSERT INTO scrapes (target_id, ts_ms, up, duration_ms, body_bytes, error, sample_count, samples)
@@ -379,77 +390,118 @@ impl Store {
         })
     }
 
-    /// A signal's value at each step of `range`: at instant t, computed between
-    /// the last scrape at or before t and the last one at or before t − step
-    /// (or the scrape just before, when the step is shorter than the scrape
-    /// interval). Instants with no scrape in the last five minutes are left out.
+    /// A signal's value at each step of `range`; see [`Store::signals_series`].
     pub async fn signal_series(
         &self,
         target_id: i64,
         signal: Signal,
         range: Range,
     ) -> Result<Vec<Point>, StoreError> {
-        let lookback = range.step_ms.max(STALENESS_MS);
-        let index = sqlx::query(
-            "SELECT id, ts_ms FROM scrapes WHERE target_id = ? AND up = 1
-             AND ts_ms BETWEEN ? AND ? ORDER BY ts_ms",
+        let mut series = self.signals_series(target_id, &[signal], range).await?;
+        Ok(series.pop().map(|(_, points)| points).unwrap_or_default())
+    }
+
+    /// Several signals' values at each step of `range`, read in one pass.
+    /// At instant t a signal is computed between the last scrape at or before
+    /// t and the last one at or before t − step (or the scrape just before,
+    /// when the step is shorter than the scrape interval). Instants with no
+    /// scrape in the last five minutes are left out. Probe signals are rolled
+    /// over the step (at least [`PROBE_WINDOW_MIN_MS`]).
+    pub async fn signals_series(
+        &self,
+        target_id: i64,
+        signals: &[Signal],
+        range: Range,
+    ) -> Result<Vec<(Signal, Vec<Point>)>, StoreError> {
+        let mut out: Vec<(Signal, Vec<Point>)> = signals.iter().map(|s| (*s, Vec::new())).collect();
+        let scrape_signals: Vec<Signal> = signals
+            .iter()
+            .copied()
+            .filter(|s| !is_probe_signal(*s))
+            .collect();
+        for (signal, points) in out.iter_mut().filter(|(s, _)| is_probe_signal(*s)) {
+            *points = self
+                .probe_signal_series(
+                    target_id,
+                    *signal,
+                    range,
+                    range.step_ms.max(PROBE_WINDOW_MIN_MS),
+                )
+                .await?;
+        }
+        if scrape_signals.is_empty() {
+            return Ok(out);
+        }
+        let wanted: HashSet<CatalogMetric> = scrape_signals
+            .iter()
+            .flat_map(|s| s.inputs().iter().copied())
+            .collect();
+        // One query finds, for every instant t, the scrape at or before t and
+        // the one to diff against, by index seeks: the cost follows the number
+        // of instants, not the number of scrapes in the range.
+        let rows = sqlx::query(
+            "WITH RECURSIVE instants(t) AS (
+                 SELECT ?1 UNION ALL SELECT t + ?2 FROM instants WHERE t + ?2 <= ?3
+             ),
+             current AS (
+                 SELECT t, (SELECT id FROM scrapes
+                            WHERE target_id = ?4 AND up = 1 AND ts_ms <= t
+                            ORDER BY ts_ms DESC LIMIT 1) AS cur_id
+                 FROM instants
+             ),
+             located AS (
+                 SELECT current.t, current.cur_id, s.ts_ms AS cur_ts
+                 FROM current JOIN scrapes s ON s.id = current.cur_id
+                 WHERE current.t - s.ts_ms <= ?5
+             )
+             SELECT t, cur_id, cur_ts,
+                    (SELECT id FROM scrapes
+                     WHERE target_id = ?4 AND up = 1 AND ts_ms <= MIN(t - ?2, cur_ts - 1)
+                     ORDER BY ts_ms DESC LIMIT 1) AS prev_id
+             FROM located ORDER BY t",
         )
-        .bind(target_id)
-        .bind(range.from_ms.saturating_sub(lookback))
+        .bind(range.from_ms)
+        .bind(range.step_ms)
         .bind(range.to_ms)
+        .bind(target_id)
+        .bind(STALENESS_MS)
         .fetch_all(&self.pool)
         .await?;
-        let mut scrapes = Vec::with_capacity(index.len());
-        for row in &index {
-            scrapes.push((
-                row.try_get::<i64, _>("id")?,
-                row.try_get::<i64, _>("ts_ms")?,
+        let mut pairs: Vec<(i64, Option<i64>, i64)> = Vec::with_capacity(rows.len());
+        for row in &rows {
+            pairs.push((
+                row.try_get("t")?,
+                row.try_get("prev_id")?,
+                row.try_get("cur_id")?,
             ));
         }
-        // For each instant, the (prev, cur) positions in `scrapes`.
-        let mut pairs = Vec::new();
-        let mut t = range.from_ms;
-        while t <= range.to_ms {
-            let cur = scrapes.partition_point(|(_, ts)| *ts <= t);
-            if cur > 0 && t - scrapes[cur - 1].1 <= STALENESS_MS {
-                let cur = cur - 1;
-                let before = scrapes[..cur].partition_point(|(_, ts)| *ts <= t - range.step_ms);
-                let prev = if before > 0 {
-                    Some(before - 1)
-                } else {
-                    cur.checked_sub(1)
-                };
-                pairs.push((t, prev, cur));
-            }
-            t += range.step_ms;
-        }
-        let mut wanted: Vec<i64> = pairs
+        let mut needed: Vec<i64> = pairs
             .iter()
             .flat_map(|(_, prev, cur)| prev.iter().chain(std::iter::once(cur)))
-            .map(|position| scrapes[*position].0)
+            .copied()
             .collect();
-        wanted.sort_unstable();
-        wanted.dedup();
-        let decoded = self.samples_by_scrape_id(&wanted).await?;
-        let mut points = Vec::with_capacity(pairs.len());
-        for (t, prev, cur) in pairs {
-            let (cur_id, cur_ts) = scrapes[cur];
-            let Some(cur_samples) = decoded.get(&cur_id) else {
+        needed.sort_unstable();
+        needed.dedup();
+        let decoded = self.samples_by_scrape_id(&needed, &wanted).await?;
+        for (t, prev_id, cur_id) in pairs {
+            let Some((cur_ts, cur_samples)) = decoded.get(&cur_id) else {
                 continue;
             };
-            let prev_snapshot = prev.and_then(|p| {
-                let (prev_id, prev_ts) = scrapes[p];
-                decoded.get(&prev_id).map(|s| snapshot(prev_ts, s))
-            });
-            let signals = signals_between(prev_snapshot, snapshot(cur_ts, cur_samples));
-            if let Some((_, value)) = signals.iter().find(|(s, _)| *s == signal) {
-                points.push(Point {
-                    ts_ms: t,
-                    value: *value,
-                });
+            let prev_snapshot = prev_id
+                .and_then(|id| decoded.get(&id))
+                .map(|(ts, samples)| snapshot(*ts, samples));
+            let cur_ts = *cur_ts;
+            let values = signals_between(prev_snapshot, snapshot(cur_ts, cur_samples));
+            for (signal, points) in out.iter_mut() {
+                if let Some((_, value)) = values.iter().find(|(s, _)| s == signal) {
+                    points.push(Point {
+                        ts_ms: t,
+                        value: *value,
+                    });
+                }
             }
         }
-        Ok(points)
+        Ok(out)
     }
 
     /// Every stored series of `metric` for a target over `[from, to]`, raw.
@@ -523,23 +575,48 @@ impl Store {
     async fn samples_by_scrape_id(
         &self,
         ids: &[i64],
-    ) -> Result<HashMap<i64, Vec<NormalizedSample>>, StoreError> {
+        wanted: &HashSet<CatalogMetric>,
+    ) -> Result<HashMap<i64, (i64, Vec<NormalizedSample>)>, StoreError> {
         let mut out = HashMap::with_capacity(ids.len());
         for chunk in ids.chunks(500) {
             let placeholders = vec!["?"; chunk.len()].join(",");
             // Only placeholders are interpolated; every value is bound.
-            let sql = format!("SELECT id, samples FROM scrapes WHERE id IN ({placeholders})");
+            let sql =
+                format!("SELECT id, ts_ms, samples FROM scrapes WHERE id IN ({placeholders})");
             let mut query = sqlx::query(AssertSqlSafe(sql));
             for id in chunk {
                 query = query.bind(*id);
             }
             for row in query.fetch_all(&self.pool).await? {
                 let id: i64 = row.try_get("id")?;
+                let ts_ms: i64 = row.try_get("ts_ms")?;
                 let blob: Option<Vec<u8>> = row.try_get("samples")?;
-                out.insert(id, self.decode_samples(blob.as_deref())?);
+                out.insert(
+                    id,
+                    (ts_ms, self.decode_samples_of(blob.as_deref(), wanted)?),
+                );
             }
         }
         Ok(out)
+    }
+
+    /// Decodes only the samples of `wanted` metrics: a signal query touches a
+    /// handful of a scrape's series, not all of them.
+    fn decode_samples_of(
+        &self,
+        blob: Option<&[u8]>,
+        wanted: &HashSet<CatalogMetric>,
+    ) -> Result<Vec<NormalizedSample>, StoreError> {
+        let Some(blob) = blob else {
+            return Ok(Vec::new());
+        };
+        let pairs = codec::decode(blob)?;
+        let cache = self.series.read().map_err(poisoned)?;
+        Ok(pairs
+            .into_iter()
+            .filter(|(id, _)| cache.metric_of(*id).is_some_and(|m| wanted.contains(&m)))
+            .filter_map(|(id, value)| cache.sample(id, value))
+            .collect())
     }
 
     fn decode_samples(&self, blob: Option<&[u8]>) -> Result<Vec<NormalizedSample>, StoreError> {

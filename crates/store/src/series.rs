@@ -127,6 +127,10 @@ impl SeriesCache {
             .map(|(_, id)| *id)
     }
 
+    pub(crate) fn metric_of(&self, id: u32) -> Option<CatalogMetric> {
+        self.defs.get(&id).map(|def| def.metric)
+    }
+
     pub(crate) fn sample(&self, id: u32, value: f64) -> Option<NormalizedSample> {
         let def = self.defs.get(&id)?;
         Some(NormalizedSample {

@@ -25,7 +25,10 @@ struct Declared {
 
 /// Suffixes a declared family owns, by type.
 const SUFFIXES: &[(&str, &[MetricType])] = &[
-    ("_bucket", &[MetricType::Histogram, MetricType::GaugeHistogram]),
+    (
+        "_bucket",
+        &[MetricType::Histogram, MetricType::GaugeHistogram],
+    ),
     ("_total", &[MetricType::Counter]),
     ("_count", &[MetricType::Histogram, MetricType::Summary]),
     ("_sum", &[MetricType::Histogram, MetricType::Summary]),
@@ -80,6 +83,26 @@ struct Builder<'a> {
     /// The last sample name resolved and its family: consecutive samples
     /// nearly always share a name (a histogram's buckets) or a family.
     cache: Option<(&'a str, usize)>,
+    /// The family the last sample went to.
+    last_family: Option<usize>,
+    /// Sample count of the last finished run of a family, per type: the
+    /// capacity a new family of that type starts with. Families of one type
+    /// on a page have similar shapes (same buckets, same label variants), and
+    /// growing `Vec<Sample>` by doubling was half of all bytes allocated.
+    size_hint: [usize; 8],
+}
+
+fn type_slot(t: MetricType) -> usize {
+    match t {
+        MetricType::Counter => 0,
+        MetricType::Gauge => 1,
+        MetricType::Histogram => 2,
+        MetricType::GaugeHistogram => 3,
+        MetricType::Summary => 4,
+        MetricType::Info => 5,
+        MetricType::StateSet => 6,
+        MetricType::Unknown => 7,
+    }
 }
 
 impl<'a> Builder<'a> {
@@ -166,9 +189,7 @@ impl<'a> Builder<'a> {
             ));
         }
         if !fam.samples.is_empty() {
-            return Err(format!(
-                "TYPE line for {name:?} after its samples; ignored"
-            ));
+            return Err(format!("TYPE line for {name:?} after its samples; ignored"));
         }
         decl.ty = true;
         fam.metric_type = ty;
@@ -194,10 +215,26 @@ impl<'a> Builder<'a> {
 
     fn sample(&mut self, name: &'a str, sample: Sample<'a>) -> Result<(), String> {
         let idx = self.resolve(name);
+        if self.last_family != Some(idx) {
+            if let Some(prev) = self.last_family.and_then(|i| self.families.get(i)) {
+                if let Some(slot) = self.size_hint.get_mut(type_slot(prev.metric_type)) {
+                    *slot = prev.samples.len();
+                }
+            }
+            self.last_family = Some(idx);
+        }
         let Some(fam) = self.families.get_mut(idx) else {
             return Ok(());
         };
         check_prom_sample(fam, name, &sample.labels)?;
+        if fam.samples.capacity() == 0 {
+            let hint = self
+                .size_hint
+                .get(type_slot(fam.metric_type))
+                .copied()
+                .unwrap_or(0);
+            fam.samples.reserve_exact(hint.clamp(1, 1024));
+        }
         fam.samples.push(sample);
         Ok(())
     }
@@ -205,8 +242,17 @@ impl<'a> Builder<'a> {
 
 /// Go `expfmt`: a summary's `quantile` and a histogram's `le` must be floats.
 /// Checked in lenient mode too: such a sample is useless downstream.
-fn check_prom_sample(fam: &MetricFamily<'_>, name: &str, labels: &[Label<'_>]) -> Result<(), String> {
-    let label = |key: &str| labels.iter().find(|l| l.name == key).map(|l| l.value.as_ref());
+fn check_prom_sample(
+    fam: &MetricFamily<'_>,
+    name: &str,
+    labels: &[Label<'_>],
+) -> Result<(), String> {
+    let label = |key: &str| {
+        labels
+            .iter()
+            .find(|l| l.name == key)
+            .map(|l| l.value.as_ref())
+    };
     let want = match fam.metric_type {
         MetricType::Summary if name == fam.name => "quantile",
         MetricType::Histogram if name.ends_with("_bucket") && name != fam.name => "le",
@@ -282,13 +328,15 @@ pub(crate) fn run(input: &[u8], format: Format, strict: bool) -> (Exposition<'_>
             "unexpected end of input: the last line must end with '\\n'",
         ));
     }
-    (
-        Exposition {
-            format,
-            families: builder.families,
-        },
-        errors,
-    )
+    let mut families = builder.families;
+    for fam in &mut families {
+        // A size hint that overshot (a small family after a big one of the
+        // same type): give the slack back; shrinking reallocs in place.
+        if fam.samples.capacity() > 2 * fam.samples.len() + 16 {
+            fam.samples.shrink_to_fit();
+        }
+    }
+    (Exposition { format, families }, errors)
 }
 
 #[cfg(test)]

@@ -93,7 +93,10 @@ mod tests {
             Format::PrometheusText
         );
         assert_eq!(detect_format(None, om_body), Format::OpenMetrics);
-        assert_eq!(detect_format(Some("application/json"), b"a 1\n# EOF"), Format::OpenMetrics);
+        assert_eq!(
+            detect_format(Some("application/json"), b"a 1\n# EOF"),
+            Format::OpenMetrics
+        );
         assert_eq!(detect_format(None, b"a 1\n"), Format::PrometheusText);
         assert_eq!(detect_format(None, b""), Format::PrometheusText);
     }
@@ -101,7 +104,10 @@ mod tests {
     #[test]
     fn error_display() {
         let err = parse(b"a{b\"c\"} 1\n", Format::PrometheusText).expect_err("bad");
-        assert_eq!(err.to_string(), "line 1: expected '=' after label name, found '\"'");
+        assert_eq!(
+            err.to_string(),
+            "line 1: expected '=' after label name, found '\"'"
+        );
     }
 
     #[test]

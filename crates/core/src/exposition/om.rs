@@ -121,18 +121,27 @@ impl<'a> Checker<'a> {
         for suffix in names {
             let full = format!("{}{}", fam.name, suffix);
             if !self.seen_names.insert(full.clone()) {
-                return err(line, format!("clashing name {full:?}: already used by an earlier family"));
+                return err(
+                    line,
+                    format!("clashing name {full:?}: already used by an earlier family"),
+                );
             }
         }
         if let Some(unit) = fam.unit.filter(|u| !u.is_empty()) {
             if !fam.name.ends_with(&format!("_{unit}")) {
                 return err(
                     line,
-                    format!("metric name {:?} must end with its unit \"_{unit}\"", fam.name),
+                    format!(
+                        "metric name {:?} must end with its unit \"_{unit}\"",
+                        fam.name
+                    ),
                 );
             }
             if matches!(ty, MetricType::Info | MetricType::StateSet) {
-                return err(line, format!("{:?}: a UNIT is not allowed for {ty:?} families", fam.name));
+                return err(
+                    line,
+                    format!("{:?}: a UNIT is not allowed for {ty:?} families", fam.name),
+                );
             }
         }
         if matches!(ty, MetricType::Histogram | MetricType::GaugeHistogram) {
@@ -222,7 +231,10 @@ impl<'a> Checker<'a> {
         };
 
         if ty == Some(MetricType::StateSet) && label(fname).is_none() {
-            return err(line, format!("stateset sample is missing its label {fname:?}"));
+            return err(
+                line,
+                format!("stateset sample is missing its label {fname:?}"),
+            );
         }
         if suffix == "_bucket" {
             match label("le") {
@@ -236,16 +248,27 @@ impl<'a> Checker<'a> {
                 },
             }
             if !is_integer(sample.value) {
-                return err(line, format!("{name}: bucket value must be an integer, found {}", sample.value));
+                return err(
+                    line,
+                    format!(
+                        "{name}: bucket value must be an integer, found {}",
+                        sample.value
+                    ),
+                );
             }
         }
         if (suffix == "_count" || suffix == "_gcount") && !is_integer(sample.value) {
-            return err(line, format!("{name}: count must be an integer, found {}", sample.value));
+            return err(
+                line,
+                format!("{name}: count must be an integer, found {}", sample.value),
+            );
         }
         let is_quantile = ty == Some(MetricType::Summary) && suffix.is_empty();
         if is_quantile {
             let q = label("quantile");
-            let ok = q.and_then(parse_value).is_some_and(|q| (0.0..=1.0).contains(&q));
+            let ok = q
+                .and_then(parse_value)
+                .is_some_and(|q| (0.0..=1.0).contains(&q));
             if !ok {
                 return err(
                     line,
@@ -258,15 +281,24 @@ impl<'a> Checker<'a> {
         let g = fam.group_for(name, &sample.labels);
         if let Some(group) = &fam.group {
             if *group != g && fam.seen_groups.contains(&g) {
-                return err(line, format!("{name}: samples of one metric must be contiguous"));
+                return err(
+                    line,
+                    format!("{name}: samples of one metric must be contiguous"),
+                );
             }
             if *group == g {
                 if sample.timestamp.is_none() != fam.group_ts.is_none() {
-                    return err(line, format!("{name}: mix of samples with and without timestamps in one metric"));
+                    return err(
+                        line,
+                        format!("{name}: mix of samples with and without timestamps in one metric"),
+                    );
                 }
                 if let (Some(prev), Some(ts)) = (fam.group_ts, sample.timestamp) {
                     if prev > ts && ty != Some(MetricType::Info) {
-                        return err(line, format!("{name}: timestamp {ts} goes back in time (after {prev})"));
+                        return err(
+                            line,
+                            format!("{name}: timestamp {ts} goes back in time (after {prev})"),
+                        );
                     }
                 }
             }
@@ -279,20 +311,32 @@ impl<'a> Checker<'a> {
 
         let v = sample.value;
         if ty == Some(MetricType::StateSet) && v != 0.0 && v != 1.0 {
-            return err(line, format!("{name}: stateset values must be 0 or 1, found {v}"));
+            return err(
+                line,
+                format!("{name}: stateset values must be 0 or 1, found {v}"),
+            );
         }
         if ty == Some(MetricType::Info) && v != 1.0 {
             return err(line, format!("{name}: info values must be 1, found {v}"));
         }
         if is_quantile && v < 0.0 {
-            return err(line, format!("{name}: quantile values cannot be negative, found {v}"));
+            return err(
+                line,
+                format!("{name}: quantile values cannot be negative, found {v}"),
+            );
         }
-        let counter_like = matches!(suffix, "_total" | "_sum" | "_count" | "_bucket" | "_gcount" | "_gsum");
+        let counter_like = matches!(
+            suffix,
+            "_total" | "_sum" | "_count" | "_bucket" | "_gcount" | "_gsum"
+        );
         if counter_like && v.is_nan() {
             return err(line, format!("{name}: counter-like samples cannot be NaN"));
         }
         if counter_like && suffix != "_gsum" && v < 0.0 {
-            return err(line, format!("{name}: counter-like samples cannot be negative, found {v}"));
+            return err(
+                line,
+                format!("{name}: counter-like samples cannot be negative, found {v}"),
+            );
         }
         if sample.exemplar.is_some() {
             let allowed = (matches!(ty, Some(MetricType::Histogram | MetricType::GaugeHistogram))
@@ -340,22 +384,40 @@ fn check_histogram(fam: &Family<'_>) -> Result<(), ParseError> {
             return err(line, format!("histogram {name:?}: +Inf bucket missing"));
         }
         if s.count.is_some_and(|c| c != s.value) {
-            return err(line, format!("histogram {name:?}: _count does not match the +Inf bucket"));
+            return err(
+                line,
+                format!("histogram {name:?}: _count does not match the +Inf bucket"),
+            );
         }
         if s.sum && s.count.is_none() {
-            return err(line, format!("histogram {name:?}: _count must be present if _sum is"));
+            return err(
+                line,
+                format!("histogram {name:?}: _count must be present if _sum is"),
+            );
         }
         if s.gsum && s.count.is_none() {
-            return err(line, format!("histogram {name:?}: _gcount must be present if _gsum is"));
+            return err(
+                line,
+                format!("histogram {name:?}: _gcount must be present if _gsum is"),
+            );
         }
         if !(s.sum || s.gsum) && s.count.is_some() {
-            return err(line, format!("histogram {name:?}: _sum/_gsum must be present if _count is"));
+            return err(
+                line,
+                format!("histogram {name:?}: _sum/_gsum must be present if _count is"),
+            );
         }
         if s.negative_buckets && s.sum {
-            return err(line, format!("histogram {name:?}: _sum is not allowed with negative buckets"));
+            return err(
+                line,
+                format!("histogram {name:?}: _sum is not allowed with negative buckets"),
+            );
         }
         if !s.negative_buckets && s.negative_gsum {
-            return err(line, format!("histogram {name:?}: negative _gsum without negative buckets"));
+            return err(
+                line,
+                format!("histogram {name:?}: negative _gsum without negative buckets"),
+            );
         }
         Ok(())
     };
@@ -369,7 +431,8 @@ fn check_histogram(fam: &Family<'_>) -> Result<(), ParseError> {
             continue;
         }
         let g = fam.group_for(sname, &s.labels);
-        let same = group.as_ref() == Some(&g) && timestamp.map(f64::to_bits) == s.timestamp.map(f64::to_bits);
+        let same = group.as_ref() == Some(&g)
+            && timestamp.map(f64::to_bits) == s.timestamp.map(f64::to_bits);
         if !same {
             if let Some(st) = &state {
                 done(st)?;
@@ -383,10 +446,7 @@ fn check_histogram(fam: &Family<'_>) -> Result<(), ParseError> {
         };
         match suffix {
             "_bucket" => {
-                let b = s
-                    .label("le")
-                    .and_then(parse_value)
-                    .unwrap_or(f64::NAN);
+                let b = s.label("le").and_then(parse_value).unwrap_or(f64::NAN);
                 if b < 0.0 {
                     st.negative_buckets = true;
                 }
@@ -394,7 +454,10 @@ fn check_histogram(fam: &Family<'_>) -> Result<(), ParseError> {
                     return err(line, format!("histogram {name:?}: buckets out of order"));
                 }
                 if s.value < st.value {
-                    return err(line, format!("histogram {name:?}: bucket values are not cumulative"));
+                    return err(
+                        line,
+                        format!("histogram {name:?}: bucket values are not cumulative"),
+                    );
                 }
                 st.bucket = Some(b);
                 st.value = s.value;
@@ -442,7 +505,10 @@ pub(crate) fn parse_strict(input: &[u8]) -> Result<Exposition<'_>, ParseError> {
     }
     checker.finish()?;
     if !eof {
-        return err(lines.line_no().max(1), "missing '# EOF' at the end of an OpenMetrics page");
+        return err(
+            lines.line_no().max(1),
+            "missing '# EOF' at the end of an OpenMetrics page",
+        );
     }
     Ok(Exposition {
         format: Format::OpenMetrics,
@@ -494,7 +560,9 @@ mod tests {
 
     #[test]
     fn values_keep_family_types() {
-        let exp = ok("# TYPE a counter\n# HELP a help\na_total 9223372036854775808\na_created 1.5\n# EOF\n");
+        let exp = ok(
+            "# TYPE a counter\n# HELP a help\na_total 9223372036854775808\na_created 1.5\n# EOF\n",
+        );
         let fam = &exp.families[0];
         assert_eq!(fam.name, "a");
         assert_eq!(fam.metric_type, MetricType::Counter);

@@ -22,29 +22,50 @@ async fn probe_with(url: String, tweak: impl FnOnce(&mut ClientConfig)) -> Probe
 }
 
 fn tokens(n: u64) -> Vec<Ev> {
-    let mut v = vec![Ev { at: ms(1), data: role_chunk(false).into() }];
+    let mut v = vec![Ev {
+        at: ms(1),
+        data: role_chunk(false).into(),
+    }];
     for i in 0..n {
-        v.push(Ev { at: ms(2 + i), data: chat_chunk("tok", None).into() });
+        v.push(Ev {
+            at: ms(2 + i),
+            data: chat_chunk("tok", None).into(),
+        });
     }
     v
 }
 
 fn done(mut v: Vec<Ev>) -> Vec<Ev> {
     let t = v.last().map(|e| e.at).unwrap_or_default();
-    v.push(Ev { at: t + ms(1), data: finish_chunk(v.len() as u64 - 1).into() });
-    v.push(Ev { at: t + ms(2), data: "data: [DONE]\n\n".into() });
+    v.push(Ev {
+        at: t + ms(1),
+        data: finish_chunk(v.len() as u64 - 1).into(),
+    });
+    v.push(Ev {
+        at: t + ms(2),
+        data: "data: [DONE]\n\n".into(),
+    });
     v
 }
 
 #[tokio::test]
 async fn unreachable_target_is_a_connect_error() {
     // A port that was just free: nothing listens there.
-    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     let rec = probe_with(format!("http://127.0.0.1:{port}"), |_| {}).await;
     let err = rec.error.clone().unwrap();
     assert_eq!(err.kind(), ErrorKind::Connect, "{err}");
     let msg = err.to_string();
-    assert!(msg.starts_with(&format!("cannot connect to http://127.0.0.1:{port}/v1/chat/completions")), "{msg}");
+    assert!(
+        msg.starts_with(&format!(
+            "cannot connect to http://127.0.0.1:{port}/v1/chat/completions"
+        )),
+        "{msg}"
+    );
     assert!(msg.to_lowercase().contains("refused"), "{msg}");
     eprintln!("{msg}");
     assert_eq!(rec.ttfb_ns, None);
@@ -57,14 +78,21 @@ async fn https_to_a_plain_http_port_is_a_tls_error() {
     let rec = probe_with(format!("https://{}", server.addr), |_| {}).await;
     let err = rec.error.unwrap();
     assert_eq!(err.kind(), ErrorKind::Tls, "{err}");
-    assert!(err.to_string().starts_with("TLS failure talking to https://"), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("TLS failure talking to https://"),
+        "{err}"
+    );
     eprintln!("{err}");
 }
 
 #[tokio::test]
 async fn http_4xx_surfaces_the_servers_message() {
     let body = r#"{"object":"error","message":"This model's maximum context length is 2048 tokens. However, you requested 4096 tokens.","type":"BadRequestError","param":null,"code":400}"#;
-    let server = spawn_server(Script::Status { status: 400, body: body.into() });
+    let server = spawn_server(Script::Status {
+        status: 400,
+        body: body.into(),
+    });
     let rec = probe_with(server.url(), |_| {}).await;
     assert_eq!(rec.http_status, Some(400));
     assert!(rec.ttfb_ns.is_some());
@@ -82,16 +110,28 @@ async fn http_5xx_openai_shape_and_plain_text() {
         body: r#"{"error":{"message":"server overloaded","type":"overloaded","code":503}}"#.into(),
     });
     let rec = probe_with(server.url(), |_| {}).await;
-    assert_eq!(rec.error.unwrap().to_string(), "HTTP 503 from server: server overloaded");
-    let server = spawn_server(Script::Status { status: 502, body: "<html>Bad Gateway</html>".into() });
+    assert_eq!(
+        rec.error.unwrap().to_string(),
+        "HTTP 503 from server: server overloaded"
+    );
+    let server = spawn_server(Script::Status {
+        status: 502,
+        body: "<html>Bad Gateway</html>".into(),
+    });
     let rec = probe_with(server.url(), |_| {}).await;
-    assert_eq!(rec.error.unwrap().to_string(), "HTTP 502 from server: <html>Bad Gateway</html>");
+    assert_eq!(
+        rec.error.unwrap().to_string(),
+        "HTTP 502 from server: <html>Bad Gateway</html>"
+    );
 }
 
 #[tokio::test]
 async fn invalid_json_in_an_event() {
     let mut ev = tokens(2);
-    ev.push(Ev { at: ms(10), data: b"data: {\"choices\": [oops\n\n".to_vec() });
+    ev.push(Ev {
+        at: ms(10),
+        data: b"data: {\"choices\": [oops\n\n".to_vec(),
+    });
     let server = spawn_server(stream_script(ms(0), done(ev)));
     let rec = probe_with(server.url(), |_| {}).await;
     let err = rec.error.clone().unwrap();
@@ -108,12 +148,18 @@ async fn invalid_json_in_an_event() {
 async fn oversized_event_is_invalid_sse() {
     let mut ev = tokens(1);
     let big = format!("data: {}\n\n", "x".repeat(10_000));
-    ev.push(Ev { at: ms(5), data: big.into() });
+    ev.push(Ev {
+        at: ms(5),
+        data: big.into(),
+    });
     let server = spawn_server(stream_script(ms(0), done(ev)));
     let rec = probe_with(server.url(), |c| c.max_event_bytes = 4096).await;
     let err = rec.error.unwrap();
     assert_eq!(err.kind(), ErrorKind::InvalidSse);
-    assert_eq!(err.to_string(), "invalid SSE stream: an SSE event exceeded the limit of 4096 bytes per event");
+    assert_eq!(
+        err.to_string(),
+        "invalid SSE stream: an SSE event exceeded the limit of 4096 bytes per event"
+    );
 }
 
 #[tokio::test]
@@ -122,7 +168,10 @@ async fn body_over_the_limit() {
     let rec = probe_with(server.url(), |c| c.max_body_bytes = 2000).await;
     let err = rec.error.unwrap();
     assert_eq!(err, ProbeError::BodyTooLarge { limit_bytes: 2000 });
-    assert_eq!(err.to_string(), "response body exceeded the limit of 2000 bytes");
+    assert_eq!(
+        err.to_string(),
+        "response body exceeded the limit of 2000 bytes"
+    );
 }
 
 #[tokio::test]
@@ -139,8 +188,17 @@ async fn stream_that_never_ends_times_out() {
     let rec = probe_with(server.url(), |c| c.timeout = ms(300)).await;
     assert!(started.elapsed() < ms(2000));
     let err = rec.error.clone().unwrap();
-    assert_eq!(err, ProbeError::Timeout { after_ms: 300, phase: TimeoutPhase::Stream });
-    assert_eq!(err.to_string(), "timed out after 300 ms while streaming, before the stream ended");
+    assert_eq!(
+        err,
+        ProbeError::Timeout {
+            after_ms: 300,
+            phase: TimeoutPhase::Stream
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "timed out after 300 ms while streaming, before the stream ended"
+    );
     assert_eq!(rec.events.len(), 3);
     assert!(rec.e2e_ns >= 300_000_000);
 }
@@ -161,8 +219,17 @@ async fn stream_closed_before_done_is_cut() {
     let server = spawn_server(stream_script(ms(0), tokens(3)));
     let rec = probe_with(server.url(), |_| {}).await;
     let err = rec.error.clone().unwrap();
-    assert_eq!(err, ProbeError::StreamCut { events: 4, detail: None });
-    assert_eq!(err.to_string(), "stream cut after 4 events, before [DONE] or a finish reason");
+    assert_eq!(
+        err,
+        ProbeError::StreamCut {
+            events: 4,
+            detail: None
+        }
+    );
+    assert_eq!(
+        err.to_string(),
+        "stream cut after 4 events, before [DONE] or a finish reason"
+    );
     assert_eq!(rec.events.len(), 3);
     assert!(rec.output_tokens_estimated);
     // Connection reset mid-stream.
@@ -180,14 +247,20 @@ async fn stream_closed_before_done_is_cut() {
     // hyper may drop unflushed events when the server aborts: the count
     // varies, the detail (the transport error) must be there.
     let msg = err.to_string();
-    assert!(msg.starts_with("stream cut after ") && msg.contains("before [DONE] or a finish reason: "), "{msg}");
+    assert!(
+        msg.starts_with("stream cut after ") && msg.contains("before [DONE] or a finish reason: "),
+        "{msg}"
+    );
     eprintln!("{msg}");
 }
 
 #[tokio::test]
 async fn finish_reason_without_done_is_fine() {
     let mut ev = tokens(2);
-    ev.push(Ev { at: ms(6), data: finish_chunk(2).into() });
+    ev.push(Ev {
+        at: ms(6),
+        data: finish_chunk(2).into(),
+    });
     let server = spawn_server(stream_script(ms(0), ev));
     let rec = probe_with(server.url(), |_| {}).await;
     assert!(rec.is_ok(), "{:?}", rec.error);
@@ -197,7 +270,10 @@ async fn finish_reason_without_done_is_fine() {
 #[tokio::test]
 async fn error_object_inside_the_stream() {
     let mut ev = tokens(1);
-    ev.push(Ev { at: ms(5), data: b"data: {\"error\":{\"message\":\"engine died\",\"code\":500}}\n\n".to_vec() });
+    ev.push(Ev {
+        at: ms(5),
+        data: b"data: {\"error\":{\"message\":\"engine died\",\"code\":500}}\n\n".to_vec(),
+    });
     let server = spawn_server(stream_script(ms(0), ev));
     let rec = probe_with(server.url(), |_| {}).await;
     assert_eq!(
@@ -227,12 +303,19 @@ async fn cut_streams_stay_in_the_run_statistics() {
     assert_eq!(result.e2e_ms.n, 0);
     assert_eq!(result.e2e_ms.missing, 6);
     let table = render_table(&result);
-    assert!(table.contains("Failed requests:                         6"), "{table}");
+    assert!(
+        table.contains("Failed requests:                         6"),
+        "{table}"
+    );
     assert!(table.contains("stream_cut:"), "{table}");
 }
 
 #[tokio::test]
 async fn invalid_base_url_is_refused_up_front() {
     let e = ProbeClient::new(ClientConfig::new("localhost:8000")).unwrap_err();
-    assert!(e.to_string().starts_with("invalid base URL \"localhost:8000\""), "{e}");
+    assert!(
+        e.to_string()
+            .starts_with("invalid base URL \"localhost:8000\""),
+        "{e}"
+    );
 }

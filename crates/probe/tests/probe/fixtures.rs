@@ -30,14 +30,19 @@ fn expected(body: &str) -> Expected {
         finish_reason: String::new(),
     };
     for line in body.lines() {
-        let Some(data) = line.strip_prefix("data: ") else { continue };
+        let Some(data) = line.strip_prefix("data: ") else {
+            continue;
+        };
         if data == "[DONE]" {
             continue;
         }
         e.data_events += 1;
         let v: serde_json::Value = serde_json::from_str(data).unwrap();
         for c in v["choices"].as_array().unwrap() {
-            let text = c["text"].as_str().or(c["delta"]["content"].as_str()).unwrap_or("");
+            let text = c["text"]
+                .as_str()
+                .or(c["delta"]["content"].as_str())
+                .unwrap_or("");
             if !text.is_empty() {
                 e.output_events += 1;
             }
@@ -71,13 +76,19 @@ fn load(dir: &str, name: &str) -> (String, Vec<(String, String)>) {
 /// (and UTF-8 sequences) anywhere.
 fn chunks(body: &str, size: Option<usize>) -> Vec<Ev> {
     let pieces: Vec<Vec<u8>> = match size {
-        None => body.split_inclusive("\n\n").map(|s| s.as_bytes().to_vec()).collect(),
+        None => body
+            .split_inclusive("\n\n")
+            .map(|s| s.as_bytes().to_vec())
+            .collect(),
         Some(n) => body.as_bytes().chunks(n).map(<[u8]>::to_vec).collect(),
     };
     pieces
         .into_iter()
         .enumerate()
-        .map(|(i, data)| Ev { at: ms(i as u64 / 4), data })
+        .map(|(i, data)| Ev {
+            at: ms(i as u64 / 4),
+            data,
+        })
         .collect()
 }
 
@@ -99,14 +110,25 @@ async fn replay(dir: &str, name: &str, api: Api, chunk: Option<usize>) {
     assert!(rec.is_ok(), "{name}: {:?}", rec.error);
     assert_eq!(rec.http_status, Some(200));
     assert_eq!(rec.total_events, want.data_events, "{name}: data events");
-    assert_eq!(rec.events.len(), want.output_events, "{name}: output events");
+    assert_eq!(
+        rec.events.len(),
+        want.output_events,
+        "{name}: output events"
+    );
     let usage = rec.usage.clone().unwrap();
     assert_eq!(usage.prompt_tokens, Some(want.prompt_tokens), "{name}");
-    assert_eq!(usage.completion_tokens, Some(want.completion_tokens), "{name}");
+    assert_eq!(
+        usage.completion_tokens,
+        Some(want.completion_tokens),
+        "{name}"
+    );
     assert_eq!(usage.cached_tokens, want.cached_tokens, "{name}");
     assert_eq!(rec.output_tokens, want.completion_tokens);
     assert!(!rec.output_tokens_estimated);
-    assert_eq!(rec.finish_reason.as_deref(), Some(want.finish_reason.as_str()));
+    assert_eq!(
+        rec.finish_reason.as_deref(),
+        Some(want.finish_reason.as_str())
+    );
     assert!(rec.ttft_ns.is_some() && rec.ttft_ns <= Some(rec.e2e_ns));
     assert!(rec.tpot_ns().is_some());
     // The first event of both chat captures is role-only: TTFT is later.
@@ -121,10 +143,26 @@ fn expected_counts_from_the_files() {
     // change to a fixture is noticed.
     let (b, _) = load("vllm-live", "sse_vllm_chat");
     let e = expected(&b);
-    assert_eq!((e.data_events, e.output_events, e.prompt_tokens, e.completion_tokens), (18, 15, 22, 16));
+    assert_eq!(
+        (
+            e.data_events,
+            e.output_events,
+            e.prompt_tokens,
+            e.completion_tokens
+        ),
+        (18, 15, 22, 16)
+    );
     let (b, _) = load("llamacpp-live", "sse_llamacpp_completions");
     let e = expected(&b);
-    assert_eq!((e.data_events, e.output_events, e.prompt_tokens, e.completion_tokens), (17, 16, 13, 16));
+    assert_eq!(
+        (
+            e.data_events,
+            e.output_events,
+            e.prompt_tokens,
+            e.completion_tokens
+        ),
+        (17, 16, 13, 16)
+    );
     assert_eq!(e.cached_tokens, Some(0));
 }
 
@@ -137,7 +175,13 @@ async fn vllm_chat() {
 #[tokio::test]
 async fn vllm_completions() {
     replay("vllm-live", "sse_vllm_completions", Api::Completions, None).await;
-    replay("vllm-live", "sse_vllm_completions", Api::Completions, Some(13)).await;
+    replay(
+        "vllm-live",
+        "sse_vllm_completions",
+        Api::Completions,
+        Some(13),
+    )
+    .await;
 }
 
 #[tokio::test]
@@ -148,8 +192,20 @@ async fn llamacpp_chat() {
 
 #[tokio::test]
 async fn llamacpp_completions() {
-    replay("llamacpp-live", "sse_llamacpp_completions", Api::Completions, None).await;
-    replay("llamacpp-live", "sse_llamacpp_completions", Api::Completions, Some(64)).await;
+    replay(
+        "llamacpp-live",
+        "sse_llamacpp_completions",
+        Api::Completions,
+        None,
+    )
+    .await;
+    replay(
+        "llamacpp-live",
+        "sse_llamacpp_completions",
+        Api::Completions,
+        Some(64),
+    )
+    .await;
 }
 
 /// The reader alone, fed the raw captures one byte at a time.
@@ -176,7 +232,10 @@ fn sse_reader_byte_by_byte_matches_whole() {
             got.push(e);
         }
         assert_eq!(got, whole, "{name}");
-        let data_lines = body.split(|&b| b == b'\n').filter(|l| l.starts_with(b"data:")).count();
+        let data_lines = body
+            .split(|&b| b == b'\n')
+            .filter(|l| l.starts_with(b"data:"))
+            .count();
         assert_eq!(whole.len(), data_lines, "{name}");
     }
 }

@@ -30,7 +30,11 @@ pub fn boost_priority() {
         return;
     };
     for entry in dir.flatten() {
-        if let Some(tid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) {
+        if let Some(tid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        {
             // SAFETY: setpriority only reads its arguments.
             unsafe {
                 libc::setpriority(libc::PRIO_PROCESS, tid, -10);
@@ -88,7 +92,12 @@ impl TestServer {
 
     /// Send instants of the request whose prompt was `id`.
     pub fn stamps_of(&self, id: &str) -> Vec<Instant> {
-        self.stamps.lock().unwrap().get(id).cloned().unwrap_or_default()
+        self.stamps
+            .lock()
+            .unwrap()
+            .get(id)
+            .cloned()
+            .unwrap_or_default()
     }
 }
 
@@ -96,7 +105,10 @@ fn prompt_of(body: &serde_json::Value) -> String {
     if let Some(p) = body.get("prompt").and_then(|p| p.as_str()) {
         return p.to_string();
     }
-    body["messages"][0]["content"].as_str().unwrap_or("").to_string()
+    body["messages"][0]["content"]
+        .as_str()
+        .unwrap_or("")
+        .to_string()
 }
 
 async fn handle(State(st): State<AppState>, body: Bytes) -> Response {
@@ -110,7 +122,8 @@ async fn handle(State(st): State<AppState>, body: Bytes) -> Response {
         Script::Status { status, body } => {
             let mut r = Response::new(Body::from(body.clone()));
             *r.status_mut() = StatusCode::from_u16(*status).unwrap();
-            r.headers_mut().insert("content-type", HeaderValue::from_static("application/json"));
+            r.headers_mut()
+                .insert("content-type", HeaderValue::from_static("application/json"));
             r
         }
         Script::Stream {
@@ -121,7 +134,10 @@ async fn handle(State(st): State<AppState>, body: Bytes) -> Response {
             hang_at_end,
             phase_step,
         } => {
-            let n: u32 = id.strip_prefix("req-").and_then(|n| n.parse().ok()).unwrap_or(0);
+            let n: u32 = id
+                .strip_prefix("req-")
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0);
             tokio::time::sleep(*header_delay).await;
             let t0 = Instant::now() + *phase_step * (n % 64);
             let stamps = st.stamps.clone();
@@ -149,13 +165,21 @@ async fn handle(State(st): State<AppState>, body: Bytes) -> Response {
                     }
                     tokio::time::sleep_until((t0 + events[i].at).into()).await;
                     let bytes = Bytes::from(events[i].data.clone());
-                    stamps.lock().unwrap().entry(id).or_default().push(Instant::now());
+                    stamps
+                        .lock()
+                        .unwrap()
+                        .entry(id)
+                        .or_default()
+                        .push(Instant::now());
                     Some((Ok::<_, std::io::Error>(bytes), i + 1))
                 }
             });
             let mut r = Response::new(Body::from_stream(body));
             let h = r.headers_mut();
-            h.insert("content-type", HeaderValue::from_static("text/event-stream"));
+            h.insert(
+                "content-type",
+                HeaderValue::from_static("text/event-stream"),
+            );
             for (k, v) in headers {
                 if let (Ok(k), Ok(v)) = (
                     HeaderName::from_bytes(k.as_bytes()),
@@ -248,7 +272,8 @@ pub fn role_chunk(usage: bool) -> String {
         "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]
     });
     if usage {
-        v["usage"] = serde_json::json!({"prompt_tokens": 10, "completion_tokens": 0, "total_tokens": 10});
+        v["usage"] =
+            serde_json::json!({"prompt_tokens": 10, "completion_tokens": 0, "total_tokens": 10});
     }
     format!("data: {v}\n\n")
 }

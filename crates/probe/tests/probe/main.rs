@@ -2,9 +2,9 @@
 //! STYLE.md asks). Every server binds 127.0.0.1:0.
 
 mod accuracy;
-mod helpers;
-mod fixtures;
 mod faults;
+mod fixtures;
+mod helpers;
 mod load;
 mod sim;
 mod sse_prop;

@@ -3,7 +3,11 @@
 use llmwatch_probe::sse::{parse_all, SseReader};
 use proptest::prelude::*;
 
-fn chunked(body: &[u8], cuts: &[usize], limit: usize) -> Vec<Result<llmwatch_probe::sse::SseEvent, llmwatch_probe::sse::SseError>> {
+fn chunked(
+    body: &[u8],
+    cuts: &[usize],
+    limit: usize,
+) -> Vec<Result<llmwatch_probe::sse::SseEvent, llmwatch_probe::sse::SseError>> {
     let mut points: Vec<usize> = cuts.iter().map(|c| c % (body.len() + 1)).collect();
     points.sort_unstable();
     let mut r = SseReader::new(limit);

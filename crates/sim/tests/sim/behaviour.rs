@@ -86,7 +86,8 @@ async fn throughput_rises_then_flattens_where_predicted() {
     for &(c, got, want) in &measured {
         let ratio = got / want;
         assert!(
-            (0.8..1.2).contains(&ratio),
+            // The sim cannot beat its model; on a starved CPU it can lag.
+            (0.75..1.1).contains(&ratio),
             "c={c}: measured {got:.0} tok/s vs predicted {want:.0} ({ratio:.2})"
         );
     }
@@ -97,9 +98,9 @@ async fn throughput_rises_then_flattens_where_predicted() {
             .map(|m| m.1)
             .unwrap_or(0.0)
     };
-    assert!(tp(8) > 3.5 * tp(1), "rises with concurrency");
+    assert!(tp(8) > 3.2 * tp(1), "rises with concurrency: {measured:?}");
     assert!(
-        (tp(16) / tp(8) - 1.0).abs() < 0.12,
+        (tp(16) / tp(8) - 1.0).abs() < 0.15,
         "flat past max_num_seqs=8: {} vs {}",
         tp(16),
         tp(8)
@@ -152,35 +153,36 @@ async fn ttft_and_itl_at_concurrency_one_match_the_profile() {
     assert!((itl / pred.itl_c1_s - 1.0).abs() < 0.2, "itl {itl}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kv_starved_saturates_with_waiting_and_preemptions() {
-    let _guard = TIMING.lock().await;
-    let p = Profile::named("kv-starved").expect("known");
-    let cfg = config(p, 20.0);
-    let shape = Shape::new(512, 128);
-    let pred = cfg.predict(shape);
-    assert_eq!(pred.blocks_per_sequence, 40);
-    assert_eq!(pred.kv_saturation_concurrency, 6);
-    let t = spawn(cfg).await;
+#[derive(Debug)]
+struct Burst {
+    max_waiting: usize,
+    max_running: usize,
+    max_usage: f64,
+}
+
+/// `n` concurrent 512x128 streams; the engine's peaks while they run.
+async fn burst(t: &TestSim, n: usize, nonce: usize) -> Burst {
     let mut tasks = Vec::new();
-    for i in 0..16 {
+    for i in 0..n {
         let client = t.client.clone();
         let url = format!("{}/v1/completions", t.base);
         tasks.push(tokio::spawn(async move {
-            let body = json!({"model": "tiny-llama", "prompt": prompt_tokens(512, i), "max_tokens": 128,
+            let body = json!({"model": "tiny-llama", "prompt": prompt_tokens(512, nonce + i), "max_tokens": 128,
                 "ignore_eos": true, "stream": true, "stream_options": {"include_usage": true}});
             post_stream(&client, &url, &body).await
         }));
     }
-    let mut max_waiting = 0;
-    let mut max_usage: f64 = 0.0;
-    let mut max_running = 0;
+    let mut b = Burst {
+        max_waiting: 0,
+        max_running: 0,
+        max_usage: 0.0,
+    };
     let start = Instant::now();
     while start.elapsed() < Duration::from_secs(10) && !tasks.iter().all(|h| h.is_finished()) {
         let s = t.sim.snapshot();
-        max_waiting = max_waiting.max(s.waiting);
-        max_running = max_running.max(s.running);
-        max_usage = max_usage.max(s.kv_cache_usage);
+        b.max_waiting = b.max_waiting.max(s.waiting);
+        b.max_running = b.max_running.max(s.running);
+        b.max_usage = b.max_usage.max(s.kv_cache_usage);
         tokio::time::sleep(Duration::from_millis(3)).await;
     }
     for h in tasks {
@@ -192,6 +194,35 @@ async fn kv_starved_saturates_with_waiting_and_preemptions() {
             "every request completes"
         );
     }
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_starved_saturates_with_waiting_and_preemptions() {
+    let _guard = TIMING.lock().await;
+    let p = Profile::named("kv-starved").expect("known");
+    let cfg = config(p, 20.0);
+    let shape = Shape::new(512, 128);
+    let pred = cfg.predict(shape);
+    assert_eq!(pred.blocks_per_sequence, 40);
+    assert_eq!(pred.kv_saturation_concurrency, 6);
+    let t = spawn(cfg).await;
+
+    // Below C_kv = 6: three sequences peak at 3 x 40 = 120 of 256 blocks.
+    let below = burst(&t, 3, 100).await;
+    eprintln!("C=3: {below:?}");
+    assert_eq!(below.max_waiting, 0);
+    assert_eq!(t.sim.snapshot().preemptions, 0);
+    assert!(
+        below.max_usage > 0.40 && below.max_usage <= 120.0 / 256.0 + 1e-9,
+        "usage {}",
+        below.max_usage
+    );
+
+    // Well above: 16 sequences.
+    let above = burst(&t, 16, 200).await;
+    let (max_waiting, max_running, max_usage) =
+        (above.max_waiting, above.max_running, above.max_usage);
     let metrics = get_text(&t.client, &format!("{}/metrics", t.base)).await;
     let snap = t.sim.snapshot();
     eprintln!("max waiting {max_waiting}, max running {max_running}, max usage {max_usage:.3}, preemptions {}", snap.preemptions);
@@ -268,4 +299,55 @@ async fn slowdown_stretches_itl() {
     let slow = itl(&post_stream(&t.client, &url, &body).await);
     assert!((normal - 0.010).abs() < 0.003, "normal {normal}");
     assert!((slow - 0.030).abs() < 0.006, "slow {slow}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_profiles_show_their_bottleneck() {
+    let _guard = TIMING.lock().await;
+    // (TTFT, ITL) at concurrency 1 for a 512x16 request, time_scale 5
+    // (steps stay >= 1.7 ms, above the timer's 1 ms granularity).
+    let mut seen = Vec::new();
+    for name in ["balanced", "prefill-heavy", "decode-slow"] {
+        let mut p = Profile::named(name).expect("known");
+        p.eos_probability = 0.0;
+        let cfg = config(p, 5.0);
+        let pred = cfg.predict(Shape::new(512, 16));
+        let t = spawn(cfg).await;
+        let url = format!("{}/v1/completions", t.base);
+        // After a warm-up (connection set up, code paths hot): the best
+        // TTFT of 3 (the model's floor, without scheduler noise from the
+        // busy box) and the median over requests of the mean ITL (mean:
+        // single gaps are quantised by the 1 ms timer, their mean is not).
+        let mut best_ttft = f64::MAX;
+        let mut gaps = Vec::new();
+        for i in 0..4 {
+            let body = json!({"model": "tiny-llama", "prompt": prompt_tokens(512, i), "max_tokens": 16,
+                "ignore_eos": true, "stream": true});
+            let s = post_stream(&t.client, &url, &body).await;
+            let times = s.content_times();
+            if i > 0 {
+                best_ttft = best_ttft.min((times[0] - s.sent).as_secs_f64());
+                let n = times.len() - 2;
+                gaps.push((times[times.len() - 1] - times[1]).as_secs_f64() / n as f64);
+            }
+        }
+        gaps.sort_by(f64::total_cmp);
+        let (ttft, itl) = (best_ttft, gaps[gaps.len() / 2]);
+        assert!(
+            ttft >= pred.ttft_c1_s * 0.9 && ttft < pred.ttft_c1_s * 1.3 + 0.004,
+            "{name}: ttft {ttft} vs {}",
+            pred.ttft_c1_s
+        );
+        assert!(
+            (itl / pred.itl_c1_s - 1.0).abs() < 0.25,
+            "{name}: itl {itl} vs {}",
+            pred.itl_c1_s
+        );
+        seen.push((name, ttft, itl));
+    }
+    // prefill-heavy: TTFT +9.2 ms over balanced (1.8 vs 11.0 ms predicted,
+    // plus the same ~1-3 ms of HTTP overhead), same ITL; decode-slow: ITL 5x.
+    assert!(seen[1].1 > seen[0].1 + 0.006, "{seen:?}");
+    assert!((seen[1].2 / seen[0].2 - 1.0).abs() < 0.25, "{seen:?}");
+    assert!(seen[2].2 > 4.0 * seen[0].2, "{seen:?}");
 }

@@ -1,0 +1,553 @@
+//! Sweeps against the simulator over loopback: each profile's bottleneck is
+//! found where its parameters say it is, from the scraped evidence.
+//!
+//! The tests run one at a time (a shared lock): the simulator and the load
+//! generator share this process and two cores, and a sweep measures timing,
+//! so concurrent sweeps would measure each other. The self-check limits are
+//! loosened for the same reason — the simulator's own CPU counts as the
+//! "client's" process CPU here — except in the test that wants a
+//! client-bound run.
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use llmwatch::scrape::now_ms;
+use llmwatch::sim_cmd::{start, SimArgs};
+use llmwatch::sweep::render::{render_comparison, render_report};
+use llmwatch::sweep::{
+    compare_sweeps, load_sweep, run_sweep, EvidenceJson, Ladder, SweepReport, SweepSettings,
+};
+use llmwatch_core::analysis::{Confidence, Load, Objectives, Verdict};
+use llmwatch_probe::{Api, SelfCheckLimits, Shape};
+use llmwatch_sim::{Shape as SimShape, Sim, SimSnapshot};
+use llmwatch_store::{Store, SweepStatus};
+use tokio::sync::Mutex;
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+const MODEL: &str = "sim-llama-8b";
+
+struct Target {
+    sim: Sim,
+    url: String,
+    gpu_url: String,
+}
+
+async fn sim(profile: &str, time_scale: f64) -> Target {
+    let loopback: SocketAddr = "127.0.0.1:0".parse().expect("address");
+    let (sim, engine, gpu) = start(&SimArgs {
+        addr: loopback,
+        profile: profile.to_string(),
+        flavor: "vllm".to_string(),
+        gpu_addr: Some(loopback),
+        time_scale,
+        model: MODEL.to_string(),
+    })
+    .await
+    .expect("simulator starts");
+    let gpu = gpu.expect("GPU page requested");
+    Target {
+        sim,
+        url: format!("http://{engine}"),
+        gpu_url: format!("http://{gpu}/metrics"),
+    }
+}
+
+/// Settings for a fast sweep: completions API (no chat template to
+/// render), short steps, fast scrapes, self-check loosened (see the module
+/// docs), no objectives unless a test sets them.
+fn settings(t: &Target, shape: Shape, ladder: &[u32]) -> SweepSettings {
+    let mut s = SweepSettings::new(t.url.clone());
+    s.gpu_url = Some(t.gpu_url.clone());
+    s.model = Some(MODEL.to_string());
+    s.api = Api::Completions;
+    s.shape = shape;
+    s.ladder = Ladder::Concurrency(ladder.to_vec());
+    s.max_concurrency = ladder.iter().copied().max().unwrap_or(1).max(64);
+    s.requests_per_step = 8;
+    s.requests_per_slot = 3;
+    s.min_step_duration = Duration::from_millis(300);
+    s.scrape_interval = Duration::from_millis(50);
+    s.objectives = Objectives::default();
+    s.self_check = SelfCheckLimits {
+        max_cpu_cores: 64.0,
+        max_scheduler_lag_p99_ms: 1000.0,
+        max_dispatch_lag_p99_ms: 1000.0,
+    };
+    s
+}
+
+fn shape(input: u32, output: u32) -> Shape {
+    Shape {
+        input_tokens: input,
+        output_tokens: output,
+    }
+}
+
+fn show(name: &str, report: &SweepReport, started: Instant) {
+    eprintln!(
+        "--- {name} ({:.1} s)\n{}",
+        started.elapsed().as_secs_f64(),
+        render_report(report)
+    );
+}
+
+fn concurrency(load: Load) -> u32 {
+    match load {
+        Load::Concurrency(c) => c,
+        Load::RequestRate(_) => panic!("concurrency ladder expected"),
+    }
+}
+
+fn sim_shape(s: Shape) -> SimShape {
+    SimShape::new(s.input_tokens as usize, s.output_tokens as usize)
+}
+
+async fn temp_store() -> (tempfile::TempDir, Store) {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store = Store::open(&dir.path().join("sweep.db"))
+        .await
+        .expect("store opens");
+    (dir, store)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn balanced_saturates_where_its_parameters_predict() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let t = sim("balanced", 2.0).await;
+    let sh = shape(64, 16);
+    let ladder = [1, 2, 4, 8, 16, 32, 64, 128];
+    let mut s = settings(&t, sh, &ladder);
+    s.requests_per_slot = 2;
+    let report = run_sweep(s, None, |_| {}).await.expect("sweep runs");
+    show("balanced", &report, started);
+
+    // Where the parameters say throughput stops growing:
+    // min(max_num_seqs, KV saturation concurrency).
+    let predicted = t.sim.config().profile.max_running(sim_shape(sh));
+    let sat = report
+        .verdict
+        .saturation
+        .as_ref()
+        .expect("a saturation point within 1..128");
+    let found = concurrency(sat.load);
+    let predicted_idx = ladder
+        .iter()
+        .position(|l| *l as usize >= predicted)
+        .expect("prediction inside the ladder");
+    let found_idx = ladder
+        .iter()
+        .position(|l| *l == found)
+        .expect("a ladder step");
+    assert!(
+        found_idx.abs_diff(predicted_idx) <= 1,
+        "saturation at concurrency {found}, predicted {predicted} (max_running)"
+    );
+    // Below the knee nothing waits; above it the queue holds the excess.
+    let top = report.steps.last().expect("steps").step.clone();
+    assert!(
+        top.server.requests_waiting_max.is_some_and(|w| w > 0.0),
+        "requests wait above the knee: {:?}",
+        top.server
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kv_starved_is_diagnosed_as_kv_cache_capacity_from_the_scrapes() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let t = sim("kv-starved", 2.0).await;
+    // 240 + 16 tokens = 16 blocks per sequence, all of them taken at
+    // admission (the prompt alone fills 16 blocks), so a full cache stays
+    // full: the 256-block cache holds 16 sequences.
+    let sh = shape(240, 16);
+    let c_kv = t
+        .sim
+        .config()
+        .profile
+        .kv_saturation_concurrency(sim_shape(sh));
+    let ladder: Vec<u32> = [1, 2, 4, 8, 16, 32]
+        .into_iter()
+        .filter(|c| *c as usize <= 2 * c_kv)
+        .collect();
+    assert!(
+        ladder.last().is_some_and(|c| *c as usize > c_kv),
+        "the ladder must pass the KV saturation concurrency {c_kv}"
+    );
+    let s = settings(&t, sh, &ladder);
+    let (_dir, store) = temp_store().await;
+
+    // Poll the engine directly while the sweep runs, to check the scraped
+    // evidence against the engine's own state in the same windows.
+    let sweep = run_sweep(s, Some(&store), |_| {});
+    tokio::pin!(sweep);
+    let mut direct: Vec<(i64, SimSnapshot)> = Vec::new();
+    let report = loop {
+        tokio::select! {
+            r = &mut sweep => break r.expect("sweep runs"),
+            _ = tokio::time::sleep(Duration::from_millis(20)) => {
+                direct.push((now_ms(), t.sim.snapshot()));
+            }
+        }
+    };
+    show("kv-starved", &report, started);
+
+    let finding = report
+        .verdict
+        .findings
+        .iter()
+        .find(|f| f.verdict == Verdict::KvCacheCapacity)
+        .unwrap_or_else(|| {
+            panic!(
+                "KV-cache capacity finding in {:#?}",
+                report.verdict.findings
+            )
+        });
+    assert_eq!(finding.confidence, Confidence::High, "{finding:?}");
+    let i = finding.step.expect("the finding names its step");
+    let step = &report.steps[i];
+    let ev = &step.step.server;
+    assert!(
+        concurrency(step.step.load) as usize > c_kv / 2,
+        "found at {} (KV saturation concurrency {c_kv})",
+        step.step.load
+    );
+    let kv = ev.kv_cache_usage_mean.expect("KV usage scraped");
+    let waiting = ev.requests_waiting_max.expect("waiting scraped");
+    assert!(kv > 0.9, "KV usage mean {kv}");
+    assert!(waiting > 0.0, "waiting max {waiting}");
+    assert!(
+        step.scrapes_in_window >= 3,
+        "{} scrapes",
+        step.scrapes_in_window
+    );
+    assert!(
+        step.scrape_failures.is_empty(),
+        "{:?}",
+        step.scrape_failures
+    );
+    // The scraped numbers are the engine's: within what the engine itself
+    // showed during the step's window.
+    let window: Vec<&SimSnapshot> = direct
+        .iter()
+        .filter(|(ts, _)| *ts >= step.step.start_unix_ms && *ts <= step.step.end_unix_ms)
+        .map(|(_, s)| s)
+        .collect();
+    assert!(!window.is_empty(), "direct polls inside the window");
+    let direct_waiting_max = window.iter().map(|s| s.waiting).max().unwrap_or(0) as f64;
+    let direct_kv_max = window
+        .iter()
+        .map(|s| s.kv_cache_usage)
+        .fold(0.0_f64, f64::max);
+    assert!(
+        waiting <= direct_waiting_max + 1.0,
+        "scraped waiting max {waiting} vs engine {direct_waiting_max}"
+    );
+    assert!(
+        (ev.kv_cache_usage_max.expect("max") - direct_kv_max).abs() < 0.1,
+        "scraped KV max {:?} vs engine {direct_kv_max}",
+        ev.kv_cache_usage_max
+    );
+    assert!(
+        finding.evidence.contains("KV-cache usage") && finding.evidence.contains("waiting"),
+        "{}",
+        finding.evidence
+    );
+    // Preemptions happen when the cache is full; the window's counter
+    // delta sees them.
+    assert!(ev.preemptions.is_some(), "preemption counter read");
+    // GPU evidence from the dcgm page.
+    assert_eq!(ev.gpu_count, Some(1));
+    assert!(ev
+        .gpu_mem_used_ratio_mean
+        .is_some_and(|r| r > 0.0 && r <= 1.0));
+
+    // Throughput stops growing where the cache fills.
+    let sat = report
+        .verdict
+        .saturation
+        .as_ref()
+        .expect("saturation point");
+    let pos = |c: usize| ladder.iter().position(|l| *l as usize >= c);
+    let found = pos(concurrency(sat.load) as usize).expect("ladder step");
+    let predicted = pos(c_kv).expect("ladder passes C_kv");
+    assert!(
+        found.abs_diff(predicted) <= 1,
+        "saturation at {}, KV saturation concurrency {c_kv}",
+        sat.load
+    );
+
+    // What was stored is what was measured.
+    let id = report.sweep_id.expect("stored");
+    let stored = load_sweep(&store, id)
+        .await
+        .expect("stored sweep reads back");
+    assert_eq!(stored.steps.len(), report.steps.len());
+    assert_eq!(stored.row.status, SweepStatus::Completed);
+    // serde_json parses floats to within one ULP; compare as JSON numbers
+    // rounded far below any meaningful precision.
+    let rounded = |e: &EvidenceJson| {
+        let v = serde_json::to_value(e).expect("serialises");
+        let obj = v.as_object().expect("object").clone();
+        obj.into_iter()
+            .map(|(k, v)| (k, v.as_f64().map(|x| (x * 1e9).round())))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        rounded(&EvidenceJson::from(&stored.steps[i].server)),
+        rounded(&EvidenceJson::from(ev))
+    );
+    assert!(stored
+        .row
+        .verdict_json
+        .is_some_and(|v| v.contains("KV-cache capacity")));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prefill_heavy_with_long_prompts_is_prefill_bound() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let ts = 2.0;
+    let t = sim("prefill-heavy", ts).await;
+    let sh = shape(1024, 16);
+    let mut s = settings(&t, sh, &[1, 2]);
+    s.requests_per_step = 6;
+    // Interactive objectives in engine time (TTFT 100 ms, ITL 25 ms),
+    // scaled like everything the simulator shows.
+    s.objectives.ttft_p95 = Some(0.100 / ts);
+    s.objectives.itl_p95 = Some(0.025 / ts);
+    let p = t.sim.config().predict(sim_shape(sh));
+    assert!(
+        p.ttft_c1_s > 2.0 * s.objectives.ttft_p95.unwrap_or(0.0)
+            && p.itl_c1_s < 0.5 * s.objectives.itl_p95.unwrap_or(0.0),
+        "the profile predicts TTFT {} s and ITL {} s at concurrency 1",
+        p.ttft_c1_s,
+        p.itl_c1_s
+    );
+    let report = run_sweep(s, None, |_| {}).await.expect("sweep runs");
+    show("prefill-heavy", &report, started);
+    let verdicts: Vec<Verdict> = report.verdict.findings.iter().map(|f| f.verdict).collect();
+    assert!(
+        verdicts.contains(&Verdict::PrefillBound),
+        "{:#?}",
+        report.verdict.findings
+    );
+    assert!(
+        !verdicts.contains(&Verdict::DecodeBound),
+        "{:#?}",
+        report.verdict.findings
+    );
+    assert!(
+        !verdicts.contains(&Verdict::KvCacheCapacity),
+        "{:#?}",
+        report.verdict.findings
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decode_slow_is_decode_bound() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let ts = 4.0;
+    let t = sim("decode-slow", ts).await;
+    let sh = shape(32, 16);
+    let mut s = settings(&t, sh, &[1, 2, 4]);
+    // decode-slow's ITL at concurrency 1 is 42 ms (engine time): under the
+    // 50 ms chat objective, so a 25 ms (engine time) objective is what makes
+    // it "high" at the floor.
+    s.objectives.ttft_p95 = Some(1.0 / ts);
+    s.objectives.itl_p95 = Some(0.025 / ts);
+    let p = t.sim.config().predict(sim_shape(sh));
+    assert!(p.itl_c1_s > s.objectives.itl_p95.unwrap_or(f64::MAX));
+    let report = run_sweep(s, None, |_| {}).await.expect("sweep runs");
+    show("decode-slow", &report, started);
+    let f = report
+        .verdict
+        .findings
+        .iter()
+        .find(|f| f.verdict == Verdict::DecodeBound)
+        .unwrap_or_else(|| panic!("decode-bound in {:#?}", report.verdict.findings));
+    assert_eq!(f.step, Some(0), "read at the floor");
+    let verdicts: Vec<Verdict> = report.verdict.findings.iter().map(|f| f.verdict).collect();
+    assert!(!verdicts.contains(&Verdict::PrefillBound), "{verdicts:?}");
+    // The measured ITL at the floor is the profile's.
+    let itl = report.steps[0].step.itl.p50.expect("ITL measured");
+    assert!(
+        (itl - p.itl_c1_s).abs() < 0.5 * p.itl_c1_s,
+        "ITL p50 {itl} vs predicted {}",
+        p.itl_c1_s
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_bound_run_gives_no_saturation_verdict_and_says_why() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let t = sim("balanced", 4.0).await;
+    let mut s = settings(&t, shape(32, 8), &[1, 2, 4]);
+    s.min_step_duration = Duration::from_millis(100);
+    // Limits no client can meet: every step is client-bound.
+    s.self_check = SelfCheckLimits {
+        max_cpu_cores: 0.0,
+        max_scheduler_lag_p99_ms: 0.0,
+        max_dispatch_lag_p99_ms: 0.0,
+    };
+    let report = run_sweep(s, None, |_| {}).await.expect("sweep runs");
+    show("client-bound", &report, started);
+    assert!(report.steps.iter().all(|s| s
+        .step
+        .client_bound
+        .as_deref()
+        .is_some_and(|w| !w.is_empty())));
+    assert!(report.verdict.saturation.is_none());
+    assert!(report.verdict.usable_steps.is_empty());
+    let text = report.summary.join("\n");
+    assert!(text.contains("No saturation verdict"), "{text}");
+    assert!(text.contains("client-bound"), "{text}");
+    assert!(report
+        .verdict
+        .findings
+        .iter()
+        .any(|f| f.verdict == Verdict::ClientBound));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn comparing_sweeps_whose_cards_differ_in_two_fields_warns() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let t = sim("balanced", 4.0).await;
+    let (_dir, store) = temp_store().await;
+    let mut ids = Vec::new();
+    for (quant, tp) in [("fp16", "1"), ("fp8", "2"), ("fp8", "1")] {
+        let mut s = settings(&t, shape(32, 8), &[1, 2]);
+        s.min_step_duration = Duration::from_millis(100);
+        s.card = vec![
+            ("quantization".into(), quant.into()),
+            ("tensor_parallel".into(), tp.into()),
+            ("note".into(), "same note".into()),
+        ];
+        let report = run_sweep(s, Some(&store), |_| {})
+            .await
+            .expect("sweep runs");
+        ids.push(report.sweep_id.expect("stored"));
+    }
+    let two = compare_sweeps(&store, ids[0], ids[1])
+        .await
+        .expect("compares");
+    eprintln!(
+        "{} ({:.1} s)",
+        render_comparison(&two),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(two.a.steps.len(), 2);
+    assert_eq!(two.b.steps.len(), 2);
+    let fields: Vec<&str> = two
+        .diff
+        .differing
+        .iter()
+        .map(|(f, _, _)| f.as_str())
+        .collect();
+    assert!(
+        fields.contains(&"quantization") && fields.contains(&"tensor_parallel"),
+        "{fields:?}"
+    );
+    let warning = two.diff.warning.as_deref().expect("two changes warn");
+    assert!(
+        warning.contains("quantization") && warning.contains("tensor_parallel"),
+        "{warning}"
+    );
+    assert!(render_comparison(&two).contains("Warning"));
+
+    let one = compare_sweeps(&store, ids[1], ids[2])
+        .await
+        .expect("compares");
+    assert_eq!(one.diff.warning, None, "{:?}", one.diff.differing);
+    assert!(compare_sweeps(&store, ids[0], 9999).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_failing_half_way_stops_the_sweep_and_keeps_what_it_measured() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let t = sim("balanced", 4.0).await;
+    let (_dir, store) = temp_store().await;
+    let mut s = settings(&t, shape(32, 8), &[1, 2, 4, 8, 16]);
+    s.min_step_duration = Duration::from_millis(100);
+    s.target_name = Some("sim-a".into());
+    let sim = t.sim.clone();
+    let report = run_sweep(s, Some(&store), |step| {
+        if step.index == 1 {
+            sim.set_failing(true);
+        }
+    })
+    .await
+    .expect("a stopped sweep is a report, not an error");
+    show("failing", &report, started);
+
+    assert_eq!(report.status, SweepStatus::Stopped);
+    assert_eq!(report.steps.len(), 3, "two good steps and the failing one");
+    let why = report.stop_reason.as_deref().expect("stop reason");
+    assert!(why.contains("error rate"), "{why}");
+    assert!(report.steps[2].step.error_rate > 0.5);
+    assert!(
+        report.summary[0].contains("Stopped early"),
+        "{:?}",
+        report.summary
+    );
+
+    let id = report.sweep_id.expect("stored");
+    let row = store.sweep(id).await.expect("reads").expect("exists");
+    assert_eq!(row.status, SweepStatus::Stopped);
+    assert_eq!(row.stop_reason.as_deref(), Some(why));
+    assert!(row.ended_ms.is_some());
+    let steps = store.sweep_steps(id).await.expect("reads");
+    assert_eq!(steps.len(), 3);
+    // The probes of each step are stored under its step id.
+    let target = store
+        .target_by_name("sim-a")
+        .await
+        .expect("reads")
+        .expect("target registered");
+    let probes = store
+        .probes(target.id, 0, i64::MAX, u32::MAX)
+        .await
+        .expect("reads");
+    let measured: u64 = report.steps.iter().map(|s| s.run.requests).sum();
+    assert_eq!(probes.len() as u64, measured);
+    let failed_step_id = report.steps[2].stored_id.expect("stored step");
+    assert!(probes
+        .iter()
+        .filter(|p| p.run_id == Some(failed_step_id))
+        .all(|p| !p.ok));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_rate_ramp_runs_open_loop_steps() {
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let t = sim("balanced", 4.0).await;
+    let (_dir, store) = temp_store().await;
+    let mut s = settings(&t, shape(32, 8), &[1]);
+    s.ladder = Ladder::Rate(vec![20.0, 40.0]);
+    s.requests_per_step = 10;
+    s.warmup_requests = Some(4);
+    s.min_step_duration = Duration::from_millis(200);
+    let report = run_sweep(s, Some(&store), |_| {})
+        .await
+        .expect("sweep runs");
+    show("rate ramp", &report, started);
+    assert_eq!(report.steps.len(), 2);
+    for (step, rate) in report.steps.iter().zip([20.0, 40.0]) {
+        assert_eq!(step.step.load, Load::RequestRate(rate));
+        assert!(step.run.requests >= 10, "{} requests", step.run.requests);
+        // At least the minimum duration of arrivals.
+        assert!(step.step.wall_time_s >= 0.2, "{} s", step.step.wall_time_s);
+        assert_eq!(step.step.requests_failed, 0);
+    }
+    let stored = store
+        .sweep_steps(report.sweep_id.expect("stored"))
+        .await
+        .expect("reads");
+    assert!(stored.iter().all(|s| s.load_kind == "rate"));
+}

@@ -1,0 +1,365 @@
+//! How much can one client core measure, and how accurately?
+//!
+//! A loopback SSE server (raw HTTP/1.1 over tokio TCP, its own thread and
+//! runtime, TCP_NODELAY) streams vLLM-shaped chat chunks; the client is
+//! `llmwatch_probe::run` on a **current_thread** runtime (one core), exactly
+//! as `llmwatch bench` drives it. The server stamps each event right after
+//! its `write` returns; the client's stamp is its parse instant
+//! (`sent_at + at_ns`); both are the same process's monotonic clock, so the
+//! difference is the client's timing error (plus loopback and the server's
+//! own scheduling, so it is an upper bound).
+//!
+//! Phase A (capacity): streams with zero delay between events — the most
+//! events/s the client parses. Phase B (accuracy under load): paced streams
+//! (one event per stream every 50 ms, phases spread) at rising concurrency,
+//! reporting the timing error p50/p99/max and the client self-check.
+//!
+//! Run: `cargo bench -p llmwatch-probe --bench client_capacity`
+//! (`-- --quick` for a short pass).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use llmwatch_probe::{run, Api, ClientConfig, ProbeClient, ProbeRequest, RunConfig, RunResult};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+type Stamps = Arc<Mutex<HashMap<u64, Vec<Instant>>>>;
+
+const CHUNK: &str = r#"{"id":"chatcmpl-898ca59d8a8074d8","object":"chat.completion.chunk","created":1796204553,"model":"tiny-llama","choices":[{"index":0,"delta":{"content":" section"},"logprobs":null,"finish_reason":null,"token_ids":null}]}"#;
+const FINAL: &str = r#"{"id":"chatcmpl-898ca59d8a8074d8","object":"chat.completion.chunk","created":1796204553,"model":"tiny-llama","choices":[{"index":0,"delta":{"content":""},"logprobs":null,"finish_reason":"length","stop_reason":null}],"usage":{"prompt_tokens":22,"total_tokens":38,"completion_tokens":16}}"#;
+
+/// Encodes `data` as one HTTP chunk holding one SSE event.
+fn http_chunk(data: &str) -> Vec<u8> {
+    let ev = format!("data: {data}\n\n");
+    let mut v = format!("{:x}\r\n", ev.len()).into_bytes();
+    v.extend_from_slice(ev.as_bytes());
+    v.extend_from_slice(b"\r\n");
+    v
+}
+
+/// Reads one request (head + Content-Length body); `None` at EOF.
+async fn read_request(sock: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String> {
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head
+                .lines()
+                .find_map(|l| l.strip_prefix("content-length:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0);
+            let total = end + 4 + len;
+            while buf.len() < total {
+                let mut tmp = [0u8; 8192];
+                let n = sock.read(&mut tmp).await.ok()?;
+                if n == 0 {
+                    return None;
+                }
+                buf.extend_from_slice(&tmp[..n]);
+            }
+            let body = String::from_utf8_lossy(&buf[end + 4..total]).into_owned();
+            buf.drain(..total);
+            return Some(body);
+        }
+        let mut tmp = [0u8; 8192];
+        let n = sock.read(&mut tmp).await.ok()?;
+        if n == 0 {
+            return None;
+        }
+        buf.extend_from_slice(&tmp[..n]);
+    }
+}
+
+/// The prompt is `id events interval_us phase_us`.
+async fn serve_conn(mut sock: TcpStream, stamps: Stamps) {
+    let _ = sock.set_nodelay(true);
+    let chunk = http_chunk(CHUNK);
+    let fin = http_chunk(FINAL);
+    let done = http_chunk("[DONE]");
+    let mut buf = Vec::new();
+    while let Some(body) = read_request(&mut sock, &mut buf).await {
+        let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
+        let prompt = v["messages"][0]["content"].as_str().unwrap_or("0 1 0 0");
+        let p: Vec<u64> = prompt.split(' ').filter_map(|x| x.parse().ok()).collect();
+        let (id, n, interval, phase) = (p[0], p[1], p[2], p[3]);
+        let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
+        if sock.write_all(head).await.is_err() {
+            return;
+        }
+        let t0 = Instant::now() + Duration::from_micros(phase);
+        let mut mine = Vec::with_capacity(n as usize);
+        for k in 0..n {
+            if interval > 0 {
+                tokio::time::sleep_until((t0 + Duration::from_micros(interval * k)).into()).await;
+            }
+            if sock.write_all(&chunk).await.is_err() {
+                return;
+            }
+            mine.push(Instant::now());
+        }
+        let mut tail = fin.clone();
+        tail.extend_from_slice(&done);
+        tail.extend_from_slice(b"0\r\n\r\n");
+        if sock.write_all(&tail).await.is_err() {
+            return;
+        }
+        stamps.lock().unwrap().insert(id, mine);
+    }
+}
+
+fn spawn_server(stamps: Stamps) -> std::net::SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            loop {
+                if let Ok((s, _)) = l.accept().await {
+                    tokio::spawn(serve_conn(s, stamps.clone()));
+                }
+            }
+        });
+    });
+    rx.recv().unwrap()
+}
+
+struct Step {
+    /// CPU seconds of the client's runtime thread during the step.
+    client_cpu_s: f64,
+    result: RunResult,
+    wall: f64,
+    events: u64,
+    errors_us: Vec<f64>,
+}
+
+async fn step(
+    client: &ProbeClient,
+    stamps: &Stamps,
+    streams: u32,
+    events: u64,
+    interval_us: u64,
+) -> Step {
+    stamps.lock().unwrap().clear();
+    // Warm-up: one 1-event request per stream, so the measured streams run
+    // on pooled connections (as a benchmark's steady state does).
+    let mut cfg = RunConfig::closed(streams, u64::from(streams));
+    cfg.warmup_requests = u64::from(streams);
+    let warm = cfg.warmup_requests;
+    let started = Instant::now();
+    let cpu0 = thread_cpu_s();
+    let result = run(client, &cfg, |i| {
+        let (events, interval_us) = if i < warm {
+            (1, 0)
+        } else {
+            (events, interval_us)
+        };
+        // Paced streams start after a 300 ms settle (all requests sent,
+        // connections up), then spread their phases over one interval.
+        let phase = if interval_us > 0 {
+            300_000 + (i % u64::from(streams)) * interval_us / u64::from(streams)
+        } else {
+            0
+        };
+        let mut r = ProbeRequest::fixed(
+            Api::Chat,
+            "m",
+            format!("{i} {events} {interval_us} {phase}"),
+            events as u32,
+        );
+        r.continuous_usage_stats = false;
+        r
+    })
+    .await
+    .expect("valid config");
+    let wall = started
+        .elapsed()
+        .as_secs_f64()
+        .min(result.duration_s.max(1e-9));
+    let stamps = stamps.lock().unwrap();
+    let mut errors_us = Vec::new();
+    let mut n = 0;
+    for rec in &result.records {
+        let (Some(seq), Some(sent)) = (rec.seq, rec.sent_at) else {
+            continue;
+        };
+        let Some(server) = stamps.get(&seq) else {
+            continue;
+        };
+        n += rec.events.len() as u64;
+        for (ev, s) in rec.events.iter().zip(server) {
+            let client = sent + Duration::from_nanos(ev.at_ns);
+            let e = if client >= *s {
+                (client - *s).as_secs_f64()
+            } else {
+                -(*s - client).as_secs_f64()
+            };
+            errors_us.push(e * 1e6);
+        }
+    }
+    if std::env::var("BENCH_DEBUG").is_ok() && interval_us > 0 {
+        let mut by_k: Vec<Vec<f64>> = vec![Vec::new(); events as usize];
+        for rec in &result.records {
+            let (Some(seq), Some(sent)) = (rec.seq, rec.sent_at) else {
+                continue;
+            };
+            let Some(server) = stamps.get(&seq) else {
+                continue;
+            };
+            for (k, (ev, s)) in rec.events.iter().zip(server).enumerate() {
+                let client = sent + Duration::from_nanos(ev.at_ns);
+                by_k[k].push(client.saturating_duration_since(*s).as_secs_f64() * 1e6);
+            }
+        }
+        for (k, v) in by_k.iter_mut().enumerate() {
+            v.sort_by(f64::total_cmp);
+            eprintln!(
+                "event {k}: p50 {:.0} p99 {:.0} max {:.0}",
+                pct(v, 0.5),
+                pct(v, 0.99),
+                v.last().unwrap_or(&0.0)
+            );
+        }
+    }
+    errors_us.sort_by(f64::total_cmp);
+    Step {
+        client_cpu_s,
+        result,
+        wall,
+        events: n,
+        errors_us,
+    }
+}
+
+fn pct(v: &[f64], q: f64) -> f64 {
+    llmwatch_probe::percentile(v, q).unwrap_or(f64::NAN)
+}
+
+/// Load average and CPU pressure (PSI) of the box: on a shared machine the
+/// numbers below measure the neighbours as much as the client.
+fn box_state() -> String {
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let psi = std::fs::read_to_string("/proc/pressure/cpu").unwrap_or_default();
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    format!(
+        "box: {cores} cores, loadavg {}, cpu pressure {}",
+        load.split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" "),
+        psi.lines().next().unwrap_or("n/a")
+    )
+}
+
+/// CPU time (user + system) of the calling thread, from /proc.
+fn thread_cpu_s() -> f64 {
+    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
+    let after = stat.rfind(')').map(|i| &stat[i + 1..]).unwrap_or("");
+    let f: Vec<&str> = after.split_whitespace().collect();
+    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
+        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+    // SAFETY: sysconf only reads a constant.
+    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    ticks / hz.max(1.0)
+}
+
+fn raise_fd_limit() {
+    // SAFETY: plain getrlimit/setrlimit on a local struct.
+    unsafe {
+        let mut r = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) == 0 {
+            r.rlim_cur = r.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &r);
+        }
+    }
+}
+
+fn main() {
+    let quick = std::env::args().any(|a| a == "--quick");
+    raise_fd_limit();
+    let stamps: Stamps = Arc::default();
+    let addr = spawn_server(stamps.clone());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(async move {
+        let mut cfg = ClientConfig::new(format!("http://{addr}"));
+        cfg.timeout = Duration::from_secs(60);
+        let client = ProbeClient::new(cfg).unwrap();
+        println!("client: current_thread runtime (1 core); server: own thread, 1 worker");
+        println!("{}", box_state());
+        println!("\nPhase A: zero-delay streams, events/s the client parses");
+        println!(
+            "{:>8} {:>8} {:>8} {:>10} {:>12} {:>12} {:>9} {:>7}",
+            "streams", "events", "wall s", "events/s", "client cpu s", "client us/ev", "proc cpu", "failed"
+        );
+        let sizes: &[u32] = if quick { &[1, 100, 1000] } else { &[1, 10, 100, 500, 1000, 2000] };
+        for &c in sizes {
+            let per = if c == 1 { 20_000 } else { (200_000 / u64::from(c)).max(50) };
+            let s = step(&client, &stamps, c, per, 0).await;
+            println!(
+                "{:>8} {:>8} {:>8.2} {:>10.0} {:>12.2} {:>12.2} {:>9.2} {:>7}",
+                c,
+                s.events,
+                s.wall,
+                s.events as f64 / s.wall,
+                s.client_cpu_s,
+                s.client_cpu_s * 1e6 / s.events.max(1) as f64,
+                s.result.self_check.cpu_cores.unwrap_or(f64::NAN),
+                s.result.failed
+            );
+        }
+        println!("{}", box_state());
+        println!("\nPhase B: paced streams (1 event / 50 ms each); timing error (us) = client parse − server write");
+        println!(
+            "{:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9} {:>6}",
+            "streams", "events/s", "err p50", "err p99", "err max", "<1ms %", "client us/ev", "proc cpu", "sched p99", "failed"
+        );
+        let sizes: Vec<u32> = match std::env::var("BENCH_STREAMS") {
+            Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
+            Err(_) if quick => vec![100, 1000],
+            Err(_) => vec![100, 250, 500, 1000, 1500, 2000, 3000],
+        };
+        let mut best = None;
+        for &c in &sizes {
+            let events = if quick { 20 } else { 40 };
+            let s = step(&client, &stamps, c, events, 50_000).await;
+            let p99 = pct(&s.errors_us, 0.99);
+            let within = s.errors_us.iter().filter(|e| e.abs() < 1000.0).count() as f64
+                / s.errors_us.len().max(1) as f64;
+            let sc = &s.result.self_check;
+            println!(
+                "{:>8} {:>9.0} {:>9.1} {:>9.1} {:>9.1} {:>8.2}% {:>11.2} {:>9.2} {:>9.2} {:>6}",
+                c,
+                f64::from(c) * 1e6 / 50_000.0,
+                pct(&s.errors_us, 0.5),
+                p99,
+                s.errors_us.last().copied().unwrap_or(f64::NAN),
+                within * 100.0,
+                s.client_cpu_s * 1e6 / s.events.max(1) as f64,
+                sc.cpu_cores.unwrap_or(f64::NAN),
+                sc.scheduler_lag_p99_ms.unwrap_or(f64::NAN),
+                s.result.failed
+            );
+            if p99 < 1000.0 && s.result.failed == 0 {
+                best = Some(c);
+            }
+        }
+        println!("{}", box_state());
+        match best {
+            Some(c) => println!("\nmost concurrent streams with p99 timing error < 1 ms: {c}"),
+            None => println!("\nno step reached p99 timing error < 1 ms"),
+        }
+    });
+}

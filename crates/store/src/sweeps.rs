@@ -1,0 +1,215 @@
+//! Sweeps and their steps. The store keeps the JSON documents the sweep
+//! runner hands it (settings, card, run summary, evidence, verdict) as text:
+//! their shapes belong to the binary crate, which can re-judge a stored sweep
+//! from its steps with new thresholds. Only the columns that queries filter or
+//! order on are typed.
+
+use sqlx::Row;
+
+use crate::{Store, StoreError};
+
+/// A sweep's lifecycle, as stored in `sweeps.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SweepStatus {
+    /// Steps are still being measured (or the process died mid-sweep).
+    Running,
+    /// Every step of the ladder was measured.
+    Completed,
+    /// Stopped early by a hard limit; the steps so far are kept.
+    Stopped,
+    /// Ended by an error (a step could not run at all).
+    Failed,
+}
+
+impl SweepStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SweepStatus::Running => "running",
+            SweepStatus::Completed => "completed",
+            SweepStatus::Stopped => "stopped",
+            SweepStatus::Failed => "failed",
+        }
+    }
+
+    fn parse(text: &str) -> Result<SweepStatus, StoreError> {
+        match text {
+            "running" => Ok(SweepStatus::Running),
+            "completed" => Ok(SweepStatus::Completed),
+            "stopped" => Ok(SweepStatus::Stopped),
+            "failed" => Ok(SweepStatus::Failed),
+            other => Err(StoreError::Corrupt(format!(
+                "unknown sweep status {other:?}"
+            ))),
+        }
+    }
+}
+
+/// What is known when a sweep starts.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSweep {
+    pub target_name: Option<String>,
+    pub target_url: String,
+    pub started_ms: i64,
+    pub settings_json: String,
+    pub card_json: String,
+}
+
+/// A stored sweep.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SweepRow {
+    pub id: i64,
+    pub target_name: Option<String>,
+    pub target_url: String,
+    pub started_ms: i64,
+    pub ended_ms: Option<i64>,
+    pub settings_json: String,
+    pub card_json: String,
+    pub verdict_json: Option<String>,
+    pub stop_reason: Option<String>,
+    pub status: SweepStatus,
+}
+
+/// One measured step of a sweep.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SweepStepRow {
+    pub sweep_id: i64,
+    pub step_index: i64,
+    /// `"concurrency"` or `"rate"`.
+    pub load_kind: String,
+    pub load_value: f64,
+    pub start_ms: i64,
+    pub end_ms: i64,
+    pub run_json: String,
+    pub evidence_json: String,
+}
+
+/// How a sweep ended.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SweepEnd {
+    pub ended_ms: i64,
+    pub verdict_json: Option<String>,
+    pub stop_reason: Option<String>,
+    pub status: SweepStatus,
+}
+
+impl Store {
+    /// Records a sweep that starts now (status `running`); returns its id.
+    pub async fn create_sweep(&self, sweep: &NewSweep) -> Result<i64, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO sweeps (target_name, target_url, started_ms, settings, card, status)
+             VALUES (?, ?, ?, ?, ?, 'running') RETURNING id",
+        )
+        .bind(sweep.target_name.as_deref())
+        .bind(&sweep.target_url)
+        .bind(sweep.started_ms)
+        .bind(&sweep.settings_json)
+        .bind(&sweep.card_json)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get("id")?)
+    }
+
+    /// Stores one measured step; returns the step row's id (used as the
+    /// `run_id` of the step's probes).
+    pub async fn write_sweep_step(&self, step: &SweepStepRow) -> Result<i64, StoreError> {
+        let row = sqlx::query(
+            "INSERT INTO sweep_steps (sweep_id, step_index, load_kind, load_value, start_ms,
+                end_ms, run, evidence)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(step.sweep_id)
+        .bind(step.step_index)
+        .bind(&step.load_kind)
+        .bind(step.load_value)
+        .bind(step.start_ms)
+        .bind(step.end_ms)
+        .bind(&step.run_json)
+        .bind(&step.evidence_json)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(row.try_get("id")?)
+    }
+
+    /// Records how a sweep ended.
+    pub async fn finish_sweep(&self, id: i64, end: &SweepEnd) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE sweeps SET ended_ms = ?, verdict = ?, stop_reason = ?, status = ? WHERE id = ?",
+        )
+        .bind(end.ended_ms)
+        .bind(end.verdict_json.as_deref())
+        .bind(end.stop_reason.as_deref())
+        .bind(end.status.as_str())
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// One sweep by id.
+    pub async fn sweep(&self, id: i64) -> Result<Option<SweepRow>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, target_name, target_url, started_ms, ended_ms, settings, card, verdict,
+                stop_reason, status
+             FROM sweeps WHERE id = ?",
+        )
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(sweep_from_row).transpose()
+    }
+
+    /// The most recent sweeps, newest first, at most `limit`.
+    pub async fn sweeps(&self, limit: u32) -> Result<Vec<SweepRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, target_name, target_url, started_ms, ended_ms, settings, card, verdict,
+                stop_reason, status
+             FROM sweeps ORDER BY started_ms DESC, id DESC LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.into_iter().map(sweep_from_row).collect()
+    }
+
+    /// A sweep's steps in ladder order.
+    pub async fn sweep_steps(&self, sweep_id: i64) -> Result<Vec<SweepStepRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT sweep_id, step_index, load_kind, load_value, start_ms, end_ms, run, evidence
+             FROM sweep_steps WHERE sweep_id = ? ORDER BY step_index",
+        )
+        .bind(sweep_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(SweepStepRow {
+                    sweep_id: row.try_get("sweep_id")?,
+                    step_index: row.try_get("step_index")?,
+                    load_kind: row.try_get("load_kind")?,
+                    load_value: row.try_get("load_value")?,
+                    start_ms: row.try_get("start_ms")?,
+                    end_ms: row.try_get("end_ms")?,
+                    run_json: row.try_get("run")?,
+                    evidence_json: row.try_get("evidence")?,
+                })
+            })
+            .collect()
+    }
+}
+
+fn sweep_from_row(row: sqlx::sqlite::SqliteRow) -> Result<SweepRow, StoreError> {
+    let status: String = row.try_get("status")?;
+    Ok(SweepRow {
+        id: row.try_get("id")?,
+        target_name: row.try_get("target_name")?,
+        target_url: row.try_get("target_url")?,
+        started_ms: row.try_get("started_ms")?,
+        ended_ms: row.try_get("ended_ms")?,
+        settings_json: row.try_get("settings")?,
+        card_json: row.try_get("card")?,
+        verdict_json: row.try_get("verdict")?,
+        stop_reason: row.try_get("stop_reason")?,
+        status: SweepStatus::parse(&status)?,
+    })
+}

@@ -1239,3 +1239,36 @@ fn summary_of_a_kv_starved_sweep_reads_in_words() {
         "{lines:#?}"
     );
 }
+
+/// A target that starts failing is an outage, not "outside the GPU": the
+/// failing step's zero throughput must not read as a plateau.
+#[test]
+fn failing_steps_are_not_an_outside_the_gpu_plateau() {
+    use llmwatch_core::analysis::*;
+    let step = |c: u32, tok: f64, failed: u64| {
+        let mut s = StepResult::at(Load::Concurrency(c));
+        s.requests_ok = if failed > 0 { 0 } else { 20 };
+        s.requests_failed = failed;
+        s.wall_time_s = 2.0;
+        s.output_token_throughput = tok;
+        s.request_throughput = tok / 100.0;
+        s.error_rate = if failed > 0 { 1.0 } else { 0.0 };
+        s.ttft = Quantiles::new(0.05, 0.08, 0.09);
+        s.itl = Quantiles::new(0.01, 0.012, 0.013);
+        s.e2e = Quantiles::new(1.0, 1.2, 1.3);
+        s.server.gpu_util_mean = Some(0.1);
+        s.server.kv_cache_usage_mean = Some(0.2);
+        s
+    };
+    let steps = vec![step(1, 300.0, 0), step(2, 580.0, 0), step(4, 0.0, 20)];
+    let findings = diagnose(
+        &steps,
+        &Objectives::default(),
+        &WorkloadHints::default(),
+        &AnalysisConfig::default(),
+    );
+    assert!(
+        findings.iter().all(|f| f.verdict != Verdict::OutsideGpu),
+        "{findings:?}"
+    );
+}

@@ -67,7 +67,7 @@ enum Command {
     /// Validate a config file; errors name the field.
     CheckConfig { file: PathBuf },
     /// One run against one target, printed like `vllm bench serve`.
-    Bench(bench_cmd::BenchArgs),
+    Bench(Box<bench_cmd::BenchArgs>),
     /// One sweep at rising load with verdicts and diagnosis, or `--compare A B`.
     Sweep(Box<llmwatch::sweep::cli::SweepArgs>),
 }
@@ -145,7 +145,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Bench(args) => bench_cmd::run_cli(args).await,
+        Command::Bench(args) => bench_cmd::run_cli(*args).await,
         Command::Sweep(args) => llmwatch::sweep::cli::run(*args).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file)?;

@@ -384,10 +384,21 @@ fn drain_events(
         let ev = ev.map_err(|e| ProbeError::InvalidSse {
             message: e.to_string(),
         })?;
-        if ev.data.trim() == "[DONE]" {
+        let data = ev.data.trim();
+        if data == "[DONE]" {
             return Ok(Some(at));
         }
+        if data.is_empty() {
+            // An empty event (a keep-alive some proxies send) carries nothing.
+            continue;
+        }
         rec.total_events += 1;
+        if ev.event.as_deref() == Some("error") {
+            let message = serde_json::from_str::<serde_json::Value>(data)
+                .map(|v| error_message(&v))
+                .unwrap_or_else(|_| truncate(data, 300));
+            return Err(ProbeError::ServerError { message });
+        }
         let info = parse_chunk(&ev.data).map_err(|e| ProbeError::InvalidJson {
             event: rec.total_events,
             message: e.to_string(),

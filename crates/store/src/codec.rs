@@ -29,7 +29,7 @@ pub fn decode(blob: &[u8]) -> Result<Vec<(u32, f64)>, StoreError> {
             "samples blob version {version}, expected {VERSION}"
         )));
     }
-    if body.len() % PAIR_BYTES != 0 {
+    if !body.len().is_multiple_of(PAIR_BYTES) {
         return Err(StoreError::Corrupt(format!(
             "samples blob of {} bytes is not a whole number of {PAIR_BYTES}-byte pairs",
             body.len()

@@ -51,7 +51,7 @@ fn pack_f64s(values: &[f64]) -> Vec<u8> {
 }
 
 fn unpack_f64s(blob: &[u8]) -> Result<Vec<f64>, StoreError> {
-    if blob.len() % 8 != 0 {
+    if !blob.len().is_multiple_of(8) {
         return Err(StoreError::Corrupt(format!(
             "ITL blob of {} bytes is not a whole number of f64s",
             blob.len()

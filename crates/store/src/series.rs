@@ -104,9 +104,12 @@ fn part_bits(part: Part) -> PartBits {
 
 /// Two-level index: (target, metric, part) → the few label sets it has. Keeps
 /// lookups free of allocation on the ingest path.
+/// The label sets of one (target, metric, part), each with its series id.
+type LabelSets = Vec<(Vec<(String, String)>, u32)>;
+
 #[derive(Debug, Default)]
 pub(crate) struct SeriesCache {
-    ids: HashMap<(i64, CatalogMetric, PartBits), Vec<(Vec<(String, String)>, u32)>>,
+    ids: HashMap<(i64, CatalogMetric, PartBits), LabelSets>,
     defs: HashMap<u32, SeriesDef>,
 }
 

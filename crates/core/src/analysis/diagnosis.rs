@@ -447,6 +447,11 @@ fn outside_gpu(ctx: &Ctx<'_>, steps: &[StepResult]) -> Option<Finding> {
     let client_bound = steps.iter().filter(|s| s.client_bound.is_some()).count();
     u.iter().enumerate().find_map(|(k, &(_, a))| {
         let &(bi, b) = u[k + 1..].iter().find(|(_, b)| higher(&a.load, &b.load))?;
+        // Throughput that fell because requests failed is an outage, not a
+        // plateau: it says nothing about where the bottleneck is.
+        if b.effective_error_rate() > ctx.obj.max_error_rate {
+            return None;
+        }
         let gain = gain_per_doubling(m.of(a), m.of(b), &a.load, &b.load)?;
         if gain >= ctx.cfg.saturation_gain_threshold {
             return None;

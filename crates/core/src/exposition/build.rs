@@ -407,6 +407,19 @@ mod tests {
     }
 
     #[test]
+    fn size_hint_overshoot_is_given_back() {
+        let mut text = String::from("# TYPE big histogram\n");
+        for i in 0..500 {
+            text.push_str(&format!("big_bucket{{le=\"{i}\"}} {i}\n"));
+        }
+        text.push_str("# TYPE small histogram\nsmall_bucket{le=\"+Inf\"} 1\nsmall_count 1\n");
+        let (exp, errs) = lenient(&text);
+        assert!(errs.is_empty());
+        assert_eq!(exp.families[1].samples.len(), 2);
+        assert!(exp.families[1].samples.capacity() < 32);
+    }
+
+    #[test]
     fn strict_prom_rejects_type_after_samples_and_bad_quantile() {
         for bad in [
             "metric 4.12\n# TYPE metric counter\n",

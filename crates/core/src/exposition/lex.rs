@@ -818,9 +818,10 @@ fn lex_sample<'a>(
     }
     let labels = if cur.peek() == Some(b'{') {
         cur.i += 1;
-        // Sized like the previous sample's label set: one allocation, no
-        // copy, in the common case of runs of samples with equal label sets.
-        let mut labels: Vec<Label<'a>> = Vec::with_capacity(*hint);
+        // Sized like the previous sample's label set (at least 4, so a
+        // histogram's `_count` does not shrink the next series' buckets):
+        // one allocation, no copy, in the common case.
+        let mut labels: Vec<Label<'a>> = Vec::with_capacity((*hint).max(4));
         lex_labels(&mut cur, syn, &mut labels)?;
         if syn.strict {
             check_duplicate_labels(&labels)?;

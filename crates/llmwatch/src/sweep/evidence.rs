@@ -282,7 +282,9 @@ pub fn evidence_for_window(
 /// Used / total memory per GPU (keyed by its label set, as
 /// [`signals_between`] keys GPUs).
 fn per_gpu_mem_ratio(samples: &[NormalizedSample]) -> Vec<(Vec<(String, String)>, f64)> {
-    let mut by_gpu: BTreeMap<&[(String, String)], (Option<f64>, Option<f64>)> = BTreeMap::new();
+    // (used bytes, total bytes) of each GPU.
+    type UsedTotal = (Option<f64>, Option<f64>);
+    let mut by_gpu: BTreeMap<&[(String, String)], UsedTotal> = BTreeMap::new();
     for s in samples {
         if s.part != Part::Value || !s.value.is_finite() {
             continue;

@@ -283,6 +283,27 @@ async fn error_object_inside_the_stream() {
 }
 
 #[tokio::test]
+async fn sse_error_event_and_empty_keepalives() {
+    let mut ev = tokens(1);
+    ev.push(Ev {
+        at: ms(4),
+        data: b"data:\n\n: ping\n\n".to_vec(),
+    });
+    ev.push(Ev {
+        at: ms(5),
+        data: b"event: error\ndata: {\"error\":\"Request failed during generation: CUDA OOM\"}\n\n"
+            .to_vec(),
+    });
+    let server = spawn_server(stream_script(ms(0), ev));
+    let rec = probe_with(server.url(), |_| {}).await;
+    assert_eq!(
+        rec.error.unwrap().to_string(),
+        "server reported an error inside the stream: Request failed during generation: CUDA OOM"
+    );
+    assert_eq!(rec.total_events, 3);
+}
+
+#[tokio::test]
 async fn cut_streams_stay_in_the_run_statistics() {
     // Every request is cut after 3 tokens; a run of 6 keeps all 6.
     let server = spawn_server(stream_script(ms(0), tokens(3)));

@@ -1,6 +1,7 @@
 //! llmwatch's pure domain logic. Invariant: nothing in this crate does I/O,
 //! spawns, sleeps or reads a clock; every function is a function of its inputs.
 
+pub mod alerts;
 pub mod analysis;
 pub mod catalog;
 pub mod exposition;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use llmwatch_probe::record::{Api, ProbeRecord};
-use llmwatch_probe::{Canary, ClientConfig, ProbeClient, Secret, Shape};
+use llmwatch_probe::{Calibrator, Canary, ClientConfig, ProbeClient, PromptKind, Secret, Shape};
 use llmwatch_store::{ProbeRow, Store};
 use rand::Rng;
 use tokio::sync::watch;
@@ -167,7 +167,14 @@ pub async fn run_canary_loop(job: CanaryJob, store: Store, mut shutdown: watch::
                     }
                 },
             };
-            canary = Some(Arc::new(Canary::new(client.clone(), api, model, shape)));
+            // Calibrate once against /tokenize, so canaries carry exactly the
+            // shape's input tokens where the server can count them.
+            let calibration = Calibrator::new()
+                .calibrate(&client, api, &model, PromptKind::Random, shape.input_tokens)
+                .await;
+            canary = Some(Arc::new(
+                Canary::new(client.clone(), api, model, shape).with_calibration(&calibration),
+            ));
         }
         let Some(current) = canary.clone() else {
             continue;

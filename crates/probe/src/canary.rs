@@ -9,7 +9,7 @@ use tokio::sync::Mutex;
 
 use crate::client::{ProbeClient, ProbeRequest};
 use crate::record::{Api, ProbeRecord};
-use crate::shape::{approx_words, PromptGenerator, PromptKind, Shape};
+use crate::shape::{approx_words, Calibration, PromptGenerator, PromptKind, Shape};
 
 /// The previous canary of this target is still in flight.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
@@ -44,6 +44,13 @@ impl Canary {
             ),
             state: Mutex::new(0),
         }
+    }
+
+    /// Uses a calibrated prompt length (see [`crate::Calibrator`]), so the
+    /// server sees exactly the shape's input tokens where it can count them.
+    pub fn with_calibration(mut self, calibration: &Calibration) -> Canary {
+        self.prompts = PromptGenerator::new(PromptKind::Random, calibration.words, rand::random());
+        self
     }
 
     /// Sends one canary now; `Err(CanaryBusy)` if the last one has not

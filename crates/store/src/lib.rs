@@ -8,6 +8,7 @@
 //! Writes are batched: [`Store::write_scrapes`] commits a whole batch in one
 //! transaction.
 
+mod alerts;
 pub mod codec;
 mod probes;
 mod series;
@@ -24,6 +25,7 @@ use llmwatch_core::signals::{signals_between, Signal, Snapshot};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{AssertSqlSafe, Row, SqlitePool};
 
+pub use alerts::{AlertChanges, AlertEventRow, AlertRow};
 pub use probes::{is_probe_signal, ProbeRow};
 use series::SeriesCache;
 pub use series::{parse_part_key, part_key, SeriesDef};

@@ -1,0 +1,362 @@
+//! Alert state and history, and the paged probe reads of the REST API and
+//! llmwatch's own `/metrics`.
+
+use llmwatch_core::alerts::AlertState;
+use sqlx::Row;
+
+use crate::{ProbeRow, Store, StoreError};
+
+/// The stored state of one (rule, target) alert.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AlertRow {
+    pub rule: String,
+    pub target: String,
+    pub state: AlertState,
+    pub active_at_ms: Option<i64>,
+    pub fired_at_ms: Option<i64>,
+    pub resolved_at_ms: Option<i64>,
+    pub keep_firing_since_ms: Option<i64>,
+    pub value: Option<f64>,
+    pub last_sent_ms: Option<i64>,
+    pub last_eval_ms: i64,
+    /// Rendered labels, as a JSON object.
+    pub labels_json: String,
+    /// Rendered annotations, as a JSON object.
+    pub annotations_json: String,
+}
+
+/// One state change of an alert.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct AlertEventRow {
+    pub id: i64,
+    pub ts_ms: i64,
+    pub rule: String,
+    pub target: String,
+    pub state: AlertState,
+    pub value: Option<f64>,
+    pub labels_json: String,
+    pub annotations_json: String,
+}
+
+/// One evaluation's changes, written in one transaction.
+#[derive(Debug, Clone, Default)]
+pub struct AlertChanges {
+    pub upserts: Vec<AlertRow>,
+    /// (rule, target) of alerts that are inactive or expired now.
+    pub deletes: Vec<(String, String)>,
+    /// New events (`id` is ignored).
+    pub events: Vec<AlertEventRow>,
+}
+
+fn state_of(text: &str) -> Result<AlertState, StoreError> {
+    text.parse::<AlertState>()
+        .map_err(|err| StoreError::Corrupt(err.to_string()))
+}
+
+fn unpack_f64s(blob: &[u8]) -> Result<Vec<f64>, StoreError> {
+    if blob.len() % 8 != 0 {
+        return Err(StoreError::Corrupt(format!(
+            "ITL blob of {} bytes is not a whole number of f64s",
+            blob.len()
+        )));
+    }
+    Ok(blob
+        .chunks_exact(8)
+        .map(|chunk| {
+            let mut bytes = [0u8; 8];
+            bytes.copy_from_slice(chunk);
+            f64::from_le_bytes(bytes)
+        })
+        .collect())
+}
+
+const PROBE_COLUMNS: &str = "id, target_id, run_id, ts_ms, api, model, shape, ok, error_kind,
+    error, http_status, ttfb_s, ttft_s, tpot_s, e2e_s, itl_s, prompt_tokens, output_tokens,
+    cached_tokens, finish_reason";
+
+/// A probe row with its id; `record_json` is left empty (the API and the
+/// metrics do not need every event timestamp).
+fn probe_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<(i64, ProbeRow), StoreError> {
+    Ok((
+        row.try_get("id")?,
+        ProbeRow {
+            target_id: row.try_get("target_id")?,
+            run_id: row.try_get("run_id")?,
+            ts_ms: row.try_get("ts_ms")?,
+            api: row.try_get("api")?,
+            model: row.try_get("model")?,
+            shape: row.try_get("shape")?,
+            ok: row.try_get("ok")?,
+            error_kind: row.try_get("error_kind")?,
+            error: row.try_get("error")?,
+            http_status: row
+                .try_get::<Option<i64>, _>("http_status")?
+                .and_then(|s| u16::try_from(s).ok()),
+            ttfb_s: row.try_get("ttfb_s")?,
+            ttft_s: row.try_get("ttft_s")?,
+            tpot_s: row.try_get("tpot_s")?,
+            e2e_s: row.try_get("e2e_s")?,
+            itl_s: unpack_f64s(&row.try_get::<Vec<u8>, _>("itl_s")?)?,
+            prompt_tokens: row.try_get("prompt_tokens")?,
+            output_tokens: row.try_get("output_tokens")?,
+            cached_tokens: row.try_get("cached_tokens")?,
+            finish_reason: row.try_get("finish_reason")?,
+            record_json: String::new(),
+        },
+    ))
+}
+
+impl Store {
+    /// Every stored alert that is not inactive.
+    pub async fn alert_states(&self) -> Result<Vec<AlertRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT rule, target, state, active_at_ms, fired_at_ms, resolved_at_ms,
+                keep_firing_since_ms, value, last_sent_ms, last_eval_ms, labels, annotations
+             FROM alert_states ORDER BY rule, target",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(AlertRow {
+                    rule: row.try_get("rule")?,
+                    target: row.try_get("target")?,
+                    state: state_of(row.try_get::<&str, _>("state")?)?,
+                    active_at_ms: row.try_get("active_at_ms")?,
+                    fired_at_ms: row.try_get("fired_at_ms")?,
+                    resolved_at_ms: row.try_get("resolved_at_ms")?,
+                    keep_firing_since_ms: row.try_get("keep_firing_since_ms")?,
+                    value: row.try_get("value")?,
+                    last_sent_ms: row.try_get("last_sent_ms")?,
+                    last_eval_ms: row.try_get("last_eval_ms")?,
+                    labels_json: row.try_get("labels")?,
+                    annotations_json: row.try_get("annotations")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Writes one evaluation's changes in one transaction.
+    pub async fn apply_alert_changes(&self, changes: &AlertChanges) -> Result<(), StoreError> {
+        if changes.upserts.is_empty() && changes.deletes.is_empty() && changes.events.is_empty() {
+            return Ok(());
+        }
+        let mut tx = self.pool.begin().await?;
+        for alert in &changes.upserts {
+            if alert.state == AlertState::Inactive {
+                continue;
+            }
+            sqlx::query(
+                "INSERT INTO alert_states (rule, target, state, active_at_ms, fired_at_ms,
+                    resolved_at_ms, keep_firing_since_ms, value, last_sent_ms, last_eval_ms,
+                    labels, annotations)
+                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+                 ON CONFLICT(rule, target) DO UPDATE SET state = excluded.state,
+                    active_at_ms = excluded.active_at_ms, fired_at_ms = excluded.fired_at_ms,
+                    resolved_at_ms = excluded.resolved_at_ms,
+                    keep_firing_since_ms = excluded.keep_firing_since_ms,
+                    value = excluded.value, last_sent_ms = excluded.last_sent_ms,
+                    last_eval_ms = excluded.last_eval_ms, labels = excluded.labels,
+                    annotations = excluded.annotations",
+            )
+            .bind(&alert.rule)
+            .bind(&alert.target)
+            .bind(alert.state.as_str())
+            .bind(alert.active_at_ms)
+            .bind(alert.fired_at_ms)
+            .bind(alert.resolved_at_ms)
+            .bind(alert.keep_firing_since_ms)
+            .bind(alert.value)
+            .bind(alert.last_sent_ms)
+            .bind(alert.last_eval_ms)
+            .bind(&alert.labels_json)
+            .bind(&alert.annotations_json)
+            .execute(&mut *tx)
+            .await?;
+        }
+        for (rule, target) in &changes.deletes {
+            sqlx::query("DELETE FROM alert_states WHERE rule = ? AND target = ?")
+                .bind(rule)
+                .bind(target)
+                .execute(&mut *tx)
+                .await?;
+        }
+        for event in &changes.events {
+            sqlx::query(
+                "INSERT INTO alert_events (ts_ms, rule, target, state, value, labels, annotations)
+                 VALUES (?, ?, ?, ?, ?, ?, ?)",
+            )
+            .bind(event.ts_ms)
+            .bind(&event.rule)
+            .bind(&event.target)
+            .bind(event.state.as_str())
+            .bind(event.value)
+            .bind(&event.labels_json)
+            .bind(&event.annotations_json)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    /// Alert history, newest first: events with `id < before_id` (all when
+    /// `None`), optionally of one rule and/or one target, at most `limit`.
+    pub async fn alert_events(
+        &self,
+        rule: Option<&str>,
+        target: Option<&str>,
+        before_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<AlertEventRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, ts_ms, rule, target, state, value, labels, annotations FROM alert_events
+             WHERE (?1 IS NULL OR rule = ?1) AND (?2 IS NULL OR target = ?2)
+               AND (?3 IS NULL OR id < ?3)
+             ORDER BY id DESC LIMIT ?4",
+        )
+        .bind(rule)
+        .bind(target)
+        .bind(before_id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(AlertEventRow {
+                    id: row.try_get("id")?,
+                    ts_ms: row.try_get("ts_ms")?,
+                    rule: row.try_get("rule")?,
+                    target: row.try_get("target")?,
+                    state: state_of(row.try_get::<&str, _>("state")?)?,
+                    value: row.try_get("value")?,
+                    labels_json: row.try_get("labels")?,
+                    annotations_json: row.try_get("annotations")?,
+                })
+            })
+            .collect()
+    }
+
+    /// One page of a target's probes sent in `[from_ms, to_ms]`, oldest
+    /// first, after probe id `after_id`; each with its id (the cursor).
+    pub async fn probes_page(
+        &self,
+        target_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+        after_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, ProbeRow)>, StoreError> {
+        let sql = format!(
+            "SELECT {PROBE_COLUMNS} FROM probes
+             WHERE target_id = ?1 AND ts_ms BETWEEN ?2 AND ?3
+               AND (?4 IS NULL OR ts_ms > (SELECT ts_ms FROM probes WHERE id = ?4)
+                    OR (ts_ms = (SELECT ts_ms FROM probes WHERE id = ?4) AND id > ?4))
+             ORDER BY ts_ms, id LIMIT ?5"
+        );
+        // Only the constant column list is interpolated; every value is bound.
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(target_id)
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(after_id)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(probe_from_row).collect()
+    }
+
+    /// Probes of every target stored after id `after_id`, in id order, at
+    /// most `limit` (for folding new probes into running histograms).
+    pub async fn probes_after_id(
+        &self,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, ProbeRow)>, StoreError> {
+        let sql = format!("SELECT {PROBE_COLUMNS} FROM probes WHERE id > ? ORDER BY id LIMIT ?");
+        // Only the constant column list is interpolated; every value is bound.
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(after_id)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(probe_from_row).collect()
+    }
+
+    /// The highest probe id stored (0 when none).
+    pub async fn last_probe_id(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT COALESCE(MAX(id), 0) AS id FROM probes")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("id")?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn alert(state: AlertState) -> AlertRow {
+        AlertRow {
+            rule: "ttft".into(),
+            target: "a".into(),
+            state,
+            active_at_ms: Some(1),
+            fired_at_ms: Some(2),
+            resolved_at_ms: None,
+            keep_firing_since_ms: None,
+            value: Some(1.5),
+            last_sent_ms: None,
+            last_eval_ms: 3,
+            labels_json: "{\"alertname\":\"ttft\"}".into(),
+            annotations_json: "{}".into(),
+        }
+    }
+
+    #[tokio::test]
+    async fn alert_state_and_history_round_trip() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::open(&dir.path().join("a.db")).await.unwrap();
+        let firing = alert(AlertState::Firing);
+        let event = AlertEventRow {
+            id: 0,
+            ts_ms: 2,
+            rule: "ttft".into(),
+            target: "a".into(),
+            state: AlertState::Firing,
+            value: Some(1.5),
+            labels_json: "{}".into(),
+            annotations_json: "{}".into(),
+        };
+        store
+            .apply_alert_changes(&AlertChanges {
+                upserts: vec![firing.clone()],
+                deletes: vec![],
+                events: vec![event.clone(), event.clone()],
+            })
+            .await
+            .unwrap();
+        assert_eq!(store.alert_states().await.unwrap(), vec![firing]);
+        let history = store.alert_events(None, None, None, 10).await.unwrap();
+        assert_eq!(history.len(), 2);
+        assert!(history[0].id > history[1].id);
+        let older = store
+            .alert_events(Some("ttft"), Some("a"), Some(history[0].id), 10)
+            .await
+            .unwrap();
+        assert_eq!(older.len(), 1);
+        assert!(store
+            .alert_events(Some("other"), None, None, 10)
+            .await
+            .unwrap()
+            .is_empty());
+        store
+            .apply_alert_changes(&AlertChanges {
+                deletes: vec![("ttft".into(), "a".into())],
+                ..AlertChanges::default()
+            })
+            .await
+            .unwrap();
+        assert!(store.alert_states().await.unwrap().is_empty());
+    }
+}

@@ -1,12 +1,14 @@
 //! The TOML config: parsed into typed values once, validated with errors that
 //! name the field, so the rest of the daemon never re-checks.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use llmwatch_core::alerts::Op;
 use llmwatch_core::catalog::Engine;
+use llmwatch_core::signals::Signal;
 use serde::{Deserialize, Deserializer};
 
 /// A config that could not be used; the message names the field (and, for
@@ -37,6 +39,10 @@ pub struct Config {
     pub targets: Vec<TargetConfig>,
     #[serde(default)]
     pub gpus: Vec<GpuConfig>,
+    #[serde(default)]
+    pub alerts: Vec<AlertRuleConfig>,
+    #[serde(default)]
+    pub notifiers: Vec<NotifierConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -58,6 +64,13 @@ pub struct ServerConfig {
     /// The largest `/metrics` body accepted, in bytes.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: u64,
+    /// How often alert rules are evaluated.
+    #[serde(default = "default_alert_interval", deserialize_with = "duration")]
+    pub alert_interval: Duration,
+    /// How often a firing alert is sent to Alertmanager again (Prometheus'
+    /// `--rules.alert.resend-delay`).
+    #[serde(default = "default_alert_resend_delay", deserialize_with = "duration")]
+    pub alert_resend_delay: Duration,
 }
 
 impl Default for ServerConfig {
@@ -69,6 +82,8 @@ impl Default for ServerConfig {
             token_env: None,
             retention: default_retention(),
             max_body_bytes: default_max_body_bytes(),
+            alert_interval: default_alert_interval(),
+            alert_resend_delay: default_alert_resend_delay(),
         }
     }
 }
@@ -166,6 +181,160 @@ pub struct GpuConfig {
     pub nvml: bool,
     #[serde(default = "default_scrape_interval", deserialize_with = "duration")]
     pub interval: Duration,
+}
+
+/// An alert rule: `signal op threshold` over `window`, held for `for`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AlertRuleConfig {
+    pub name: String,
+    /// A signal name, e.g. `probe_ttft_p95`, `server_ttft_p95`, `kv_cache_usage`.
+    pub signal: String,
+    /// `>`, `>=`, `<`, `<=`, `==` or `!=`.
+    #[serde(default = "default_op")]
+    pub op: String,
+    /// A duration (`"1s"`, `"250ms"`) for signals in seconds, else a number.
+    pub threshold: ThresholdValue,
+    /// The window the signal is computed over.
+    #[serde(default = "default_alert_window", deserialize_with = "duration")]
+    pub window: Duration,
+    #[serde(rename = "for", default, deserialize_with = "duration_or_zero")]
+    pub for_: Duration,
+    #[serde(default, deserialize_with = "duration_or_zero")]
+    pub keep_firing_for: Duration,
+    /// One target's name; every target when absent.
+    #[serde(default)]
+    pub target: Option<String>,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
+}
+
+/// A threshold as written: a number or a duration string.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(untagged)]
+pub enum ThresholdValue {
+    Number(f64),
+    Text(String),
+}
+
+impl AlertRuleConfig {
+    /// The signal, parsed.
+    pub fn signal(&self) -> Result<Signal, String> {
+        self.signal.parse::<Signal>().map_err(|_| {
+            let known: Vec<&str> = Signal::all().iter().map(|s| s.as_str()).collect();
+            format!(
+                "unknown signal {:?}: expected one of {}",
+                self.signal,
+                known.join(", ")
+            )
+        })
+    }
+
+    /// The comparison, parsed.
+    pub fn op(&self) -> Result<Op, String> {
+        self.op.parse::<Op>().map_err(|err| err.to_string())
+    }
+
+    /// The threshold in the signal's unit (seconds for latency signals).
+    pub fn threshold(&self) -> Result<f64, String> {
+        let signal = self.signal()?;
+        let value = match &self.threshold {
+            ThresholdValue::Number(n) => *n,
+            ThresholdValue::Text(text) if signal.unit() == "s" => parse_duration(text)
+                .map(|d| d.as_secs_f64())
+                .or_else(|err| text.trim().parse::<f64>().map_err(|_| err))?,
+            ThresholdValue::Text(text) => text.trim().parse::<f64>().map_err(|_| {
+                format!(
+                    "{text:?} is not a number (signal {} is in {}, not seconds)",
+                    signal.as_str(),
+                    signal.unit()
+                )
+            })?,
+        };
+        if value.is_finite() {
+            Ok(value)
+        } else {
+            Err(format!("must be a finite number, found {value}"))
+        }
+    }
+}
+
+/// Where alerts are sent.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NotifierConfig {
+    /// A name for logs and metrics; defaults to `KIND-INDEX`.
+    #[serde(default)]
+    pub name: Option<String>,
+    pub kind: NotifierKind,
+    /// The URL; it may hold a secret (a Slack webhook path) and is never
+    /// logged. Prefer `url_env`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// Name of an environment variable holding the URL.
+    #[serde(default)]
+    pub url_env: Option<String>,
+    /// Per request, retries included separately.
+    #[serde(default = "default_notifier_timeout", deserialize_with = "duration")]
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum NotifierKind {
+    /// Alertmanager's webhook v4 JSON, POSTed to `url`.
+    Webhook,
+    /// Alertmanager's `POST /api/v2/alerts` under `url`.
+    Alertmanager,
+    /// A Slack-compatible incoming webhook.
+    Slack,
+}
+
+impl NotifierKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifierKind::Webhook => "webhook",
+            NotifierKind::Alertmanager => "alertmanager",
+            NotifierKind::Slack => "slack",
+        }
+    }
+}
+
+impl NotifierConfig {
+    /// The URL, from the config or its environment variable.
+    pub fn resolved_url(&self) -> Option<String> {
+        self.url.clone().or_else(|| {
+            self.url_env
+                .as_ref()
+                .and_then(|var| std::env::var(var).ok())
+        })
+    }
+}
+
+fn default_op() -> String {
+    ">".to_string()
+}
+fn default_alert_window() -> Duration {
+    Duration::from_secs(5 * 60)
+}
+fn default_alert_interval() -> Duration {
+    Duration::from_secs(15)
+}
+fn default_alert_resend_delay() -> Duration {
+    Duration::from_secs(60)
+}
+fn default_notifier_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+
+fn duration_or_zero<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    if text.trim() == "0" {
+        return Ok(Duration::ZERO);
+    }
+    parse_duration(&text).map_err(serde::de::Error::custom)
 }
 
 fn default_listen() -> SocketAddr {
@@ -314,6 +483,62 @@ impl Config {
             }
             check_positive(gpu.interval).map_err(|m| (field("interval"), m))?;
         }
+        let mut rule_names = HashSet::new();
+        for (i, rule) in self.alerts.iter().enumerate() {
+            let field = |name: &str| format!("alerts[{i}].{name}");
+            check_name(&rule.name).map_err(|m| (field("name"), m))?;
+            if !rule_names.insert(rule.name.as_str()) {
+                return Err((
+                    field("name"),
+                    format!("duplicate rule name {:?}: names must be unique", rule.name),
+                ));
+            }
+            rule.signal().map_err(|m| (field("signal"), m))?;
+            rule.op().map_err(|m| (field("op"), m))?;
+            rule.threshold().map_err(|m| (field("threshold"), m))?;
+            check_positive(rule.window).map_err(|m| (field("window"), m))?;
+            if let Some(target) = &rule.target {
+                if !names.contains(target.as_str()) {
+                    return Err((
+                        field("target"),
+                        format!("no target or GPU source is named {target:?}"),
+                    ));
+                }
+            }
+            for (key, _) in rule.labels.iter() {
+                check_label_name(key).map_err(|m| (field(&format!("labels.{key}")), m))?;
+            }
+            for (key, _) in rule.annotations.iter() {
+                check_label_name(key).map_err(|m| (field(&format!("annotations.{key}")), m))?;
+            }
+        }
+        for (i, notifier) in self.notifiers.iter().enumerate() {
+            let field = |name: &str| format!("notifiers[{i}].{name}");
+            if let Some(name) = &notifier.name {
+                check_name(name).map_err(|m| (field("name"), m))?;
+            }
+            match (&notifier.url, &notifier.url_env) {
+                (Some(url), None) => {
+                    check_http_url(url).map_err(|m| (field("url"), redact_urls(&m)))?
+                }
+                (None, Some(_)) => {}
+                (Some(_), Some(_)) => {
+                    return Err((
+                        field("url"),
+                        "set either url or url_env, not both".to_string(),
+                    ))
+                }
+                (None, None) => {
+                    return Err((
+                        field("url"),
+                        "missing: set url = \"http://host:9093\" or url_env = \"VAR\"".to_string(),
+                    ))
+                }
+            }
+            check_positive(notifier.timeout).map_err(|m| (field("timeout"), m))?;
+        }
+        check_positive(self.server.alert_interval)
+            .map_err(|m| ("server.alert_interval".to_string(), m))?;
         if self.server.max_body_bytes == 0 {
             return Err((
                 "server.max_body_bytes".to_string(),
@@ -364,6 +589,43 @@ fn check_http_url(url: &str) -> Result<(), String> {
         ));
     }
     Ok(())
+}
+
+/// Prometheus label names: `[a-zA-Z_][a-zA-Z0-9_]*`.
+fn check_label_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid label name: use letters, digits and '_', not starting with a digit"
+        ))
+    }
+}
+
+/// A URL in a message keeps only its scheme, host and port: paths and
+/// queries of webhook URLs are secrets.
+pub fn redact_url(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(parsed) => match (parsed.host_str(), parsed.port()) {
+            (Some(host), Some(port)) => format!("{}://{host}:{port}/…", parsed.scheme()),
+            (Some(host), None) => format!("{}://{host}/…", parsed.scheme()),
+            _ => "(a URL)".to_string(),
+        },
+        Err(_) => "(an invalid URL)".to_string(),
+    }
+}
+
+fn redact_urls(message: &str) -> String {
+    // check_http_url quotes the URL it rejects; drop it.
+    match (message.find('"'), message.rfind('"')) {
+        (Some(a), Some(b)) if b > a => format!("{}(the URL){}", &message[..a], &message[b + 1..]),
+        _ => message.to_string(),
+    }
 }
 
 fn check_positive(duration: Duration) -> Result<(), String> {
@@ -476,5 +738,113 @@ dcgm_url = "http://127.0.0.1:9400/metrics"
             "[[targets]]\nname = \"a\"\nurl = \"http://x\"\n[targets.probe]\nshape = \"64\"\n",
         );
         assert!(err.contains("targets[0].probe.shape"), "{err}");
+    }
+
+    #[test]
+    fn alerts_and_notifiers_parse() {
+        let config = parse(
+            r#"
+[server]
+alert_interval = "5s"
+
+[[targets]]
+name = "vllm-a"
+url = "http://127.0.0.1:8000"
+
+[[alerts]]
+name = "ttft-p95"
+signal = "probe_ttft_p95"
+op = ">"
+threshold = "1s"
+window = "5m"
+for = "2m"
+keep_firing_for = "1m"
+target = "vllm-a"
+labels = { severity = "page" }
+annotations = { summary = "p95 TTFT {{ $value }}s on {{ $labels.target }}" }
+
+[[alerts]]
+name = "kv-full"
+signal = "kv_cache_usage"
+op = ">="
+threshold = 0.9
+
+[[notifiers]]
+kind = "alertmanager"
+url = "http://127.0.0.1:9093"
+
+[[notifiers]]
+kind = "slack"
+url_env = "SLACK_URL"
+timeout = "3s"
+"#,
+        )
+        .unwrap();
+        assert_eq!(config.server.alert_interval, Duration::from_secs(5));
+        let rule = &config.alerts[0];
+        assert_eq!(rule.signal(), Ok(Signal::ProbeTtftP95));
+        assert_eq!(rule.threshold(), Ok(1.0));
+        assert_eq!(rule.for_, Duration::from_secs(120));
+        assert_eq!(rule.keep_firing_for, Duration::from_secs(60));
+        assert_eq!(rule.labels["severity"], "page");
+        assert_eq!(config.alerts[1].threshold(), Ok(0.9));
+        assert_eq!(config.alerts[1].op(), Ok(Op::Ge));
+        assert_eq!(config.alerts[1].for_, Duration::ZERO);
+        assert_eq!(config.notifiers[0].kind, NotifierKind::Alertmanager);
+        assert_eq!(config.notifiers[1].timeout, Duration::from_secs(3));
+    }
+
+    #[test]
+    fn alert_errors_name_the_field() {
+        let rule = |body: &str| format!("[[alerts]]\nname = \"r\"\n{body}\n");
+        let err = error_of(&rule("signal = \"ttft\"\nthreshold = 1"));
+        assert!(
+            err.contains("alerts[0].signal") && err.contains("probe_ttft_p95"),
+            "{err}"
+        );
+        let err = error_of(&rule(
+            "signal = \"probe_ttft_p95\"\nop = \"=>\"\nthreshold = 1",
+        ));
+        assert!(err.contains("alerts[0].op"), "{err}");
+        let err = error_of(&rule("signal = \"probe_ttft_p95\"\nthreshold = \"soon\""));
+        assert!(err.contains("alerts[0].threshold"), "{err}");
+        let err = error_of(&rule("signal = \"kv_cache_usage\"\nthreshold = \"1s\""));
+        assert!(
+            err.contains("alerts[0].threshold") && err.contains("ratio"),
+            "{err}"
+        );
+        let err = error_of(&rule(
+            "signal = \"kv_cache_usage\"\nthreshold = 1\ntarget = \"nope\"",
+        ));
+        assert!(err.contains("alerts[0].target"), "{err}");
+        let err = error_of(&rule(
+            "signal = \"kv_cache_usage\"\nthreshold = 1\nfor = \"later\"",
+        ));
+        assert!(err.contains("for"), "{err}");
+        let err = error_of(&rule(
+            "signal = \"kv_cache_usage\"\nthreshold = 1\nlabels = { \"bad-name\" = \"x\" }",
+        ));
+        assert!(err.contains("alerts[0].labels.bad-name"), "{err}");
+        let err = error_of("[[notifiers]]\nkind = \"pager\"\nurl = \"http://x\"\n");
+        assert!(err.contains("kind") && err.contains("pager"), "{err}");
+        let err = error_of("[[notifiers]]\nkind = \"slack\"\n");
+        assert!(err.contains("notifiers[0].url"), "{err}");
+        let err = error_of("[[notifiers]]\nkind = \"slack\"\nurl = \"ftp://hooks/T000/SECRET\"\n");
+        assert!(
+            err.contains("notifiers[0].url") && !err.contains("SECRET"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn urls_are_redacted() {
+        assert_eq!(
+            redact_url("https://hooks.slack.com/services/T0/B0/SECRET"),
+            "https://hooks.slack.com/…"
+        );
+        assert_eq!(
+            redact_url("http://127.0.0.1:9093"),
+            "http://127.0.0.1:9093/…"
+        );
     }
 }

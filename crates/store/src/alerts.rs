@@ -7,7 +7,7 @@ use sqlx::Row;
 use crate::{ProbeRow, Store, StoreError};
 
 /// The stored state of one (rule, target) alert.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AlertRow {
     pub rule: String,
     pub target: String,
@@ -26,7 +26,7 @@ pub struct AlertRow {
 }
 
 /// One state change of an alert.
-#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct AlertEventRow {
     pub id: i64,
     pub ts_ms: i64,

@@ -57,9 +57,11 @@ async fn closed_loop_counts_and_warmup() {
     assert_eq!(r.total_input_tokens, 200);
     assert_eq!(r.total_cached_tokens, 80);
     assert!(r.request_throughput > 0.0 && r.output_throughput > 0.0);
-    // Closed loop: sent right when scheduled.
+    // Closed loop: sent right when scheduled. The median, not p99: with 20
+    // requests p99 is the single worst send, i.e. one scheduler hiccup of a
+    // loaded CI machine, which the self-check (not this test) is for.
     assert!(
-        r.dispatch_lag_ms.p99.unwrap() < 5.0,
+        r.dispatch_lag_ms.p50.unwrap() < 5.0,
         "{:?}",
         r.dispatch_lag_ms
     );

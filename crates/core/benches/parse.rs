@@ -4,15 +4,19 @@
 //! cargo bench -p llmwatch-core --bench parse -- --warm-up-time 1 --measurement-time 5
 //!
 //! Each iteration parses and drops the whole result (~12 MB of `Sample`s and
-//! labels for this page), as a scraper does. With glibc's default heap
-//! trimming a good part of that time is page faults on re-grown heap
-//! memory: compare with
-//! `GLIBC_TUNABLES=glibc.malloc.trim_threshold=4000000000:glibc.malloc.mmap_threshold=4000000000`.
+//! labels for this page), as a scraper does. Both parsers run under
+//! mimalloc, the binary's allocator: with glibc's default heap trimming a
+//! good part of the time is page faults on re-grown heap memory.
 //! Two pages: `vllm:` names as vLLM writes them (prometheus-parse drops
 //! every line whose name has a colon, so it does far less work there), and
 //! the same page without colons, which both parsers read in full.
 
 use std::fmt::Write as _;
+
+/// The allocator the llmwatch binary uses, for both parsers alike.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use std::hint::black_box;
 
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

@@ -71,6 +71,13 @@ pub struct ServerConfig {
     /// `--rules.alert.resend-delay`).
     #[serde(default = "default_alert_resend_delay", deserialize_with = "duration")]
     pub alert_resend_delay: Duration,
+    /// The p95 TTFT objective the dashboard colours against (DESIGN.md's
+    /// chat objective by default).
+    #[serde(default = "default_slo_ttft_p95", deserialize_with = "duration")]
+    pub slo_ttft_p95: Duration,
+    /// The p95 ITL objective the dashboard colours against.
+    #[serde(default = "default_slo_itl_p95", deserialize_with = "duration")]
+    pub slo_itl_p95: Duration,
 }
 
 impl Default for ServerConfig {
@@ -84,6 +91,8 @@ impl Default for ServerConfig {
             max_body_bytes: default_max_body_bytes(),
             alert_interval: default_alert_interval(),
             alert_resend_delay: default_alert_resend_delay(),
+            slo_ttft_p95: default_slo_ttft_p95(),
+            slo_itl_p95: default_slo_itl_p95(),
         }
     }
 }
@@ -127,6 +136,10 @@ pub struct TargetConfig {
     pub api_key_env: Option<String>,
     #[serde(default)]
     pub probe: Option<ProbeConfig>,
+    /// The name of the `[[gpus]]` source that serves this target, so pages
+    /// show its GPU memory and utilisation beside the target's signals.
+    #[serde(default)]
+    pub gpus: Option<String>,
 }
 
 impl TargetConfig {
@@ -346,6 +359,12 @@ fn default_database() -> PathBuf {
 fn default_retention() -> Duration {
     Duration::from_secs(30 * 24 * 3600)
 }
+fn default_slo_ttft_p95() -> Duration {
+    Duration::from_secs(1)
+}
+fn default_slo_itl_p95() -> Duration {
+    Duration::from_millis(50)
+}
 fn default_max_body_bytes() -> u64 {
     16 * 1024 * 1024
 }
@@ -539,6 +558,20 @@ impl Config {
         }
         check_positive(self.server.alert_interval)
             .map_err(|m| ("server.alert_interval".to_string(), m))?;
+        check_positive(self.server.slo_ttft_p95)
+            .map_err(|m| ("server.slo_ttft_p95".to_string(), m))?;
+        check_positive(self.server.slo_itl_p95)
+            .map_err(|m| ("server.slo_itl_p95".to_string(), m))?;
+        for (i, target) in self.targets.iter().enumerate() {
+            if let Some(gpus) = &target.gpus {
+                if !self.gpus.iter().any(|g| &g.name == gpus) {
+                    return Err((
+                        format!("targets[{i}].gpus"),
+                        format!("no [[gpus]] source is named {gpus:?}"),
+                    ));
+                }
+            }
+        }
         if self.server.max_body_bytes == 0 {
             return Err((
                 "server.max_body_bytes".to_string(),
@@ -654,6 +687,33 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(text, Path::new("test.toml"))
+    }
+
+    #[test]
+    fn dashboard_objectives_and_gpu_links() {
+        let config = parse("").unwrap();
+        assert_eq!(config.server.slo_ttft_p95, Duration::from_secs(1));
+        assert_eq!(config.server.slo_itl_p95, Duration::from_millis(50));
+        let config = parse(
+            "[server]\nslo_ttft_p95 = \"500ms\"\nslo_itl_p95 = \"30ms\"\n\
+             [[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:8000\"\ngpus = \"node\"\n\
+             [[gpus]]\nname = \"node\"\ndcgm_url = \"http://127.0.0.1:9400/metrics\"\n",
+        )
+        .unwrap();
+        assert_eq!(config.server.slo_ttft_p95, Duration::from_millis(500));
+        assert_eq!(config.targets[0].gpus.as_deref(), Some("node"));
+        let err =
+            parse("[[targets]]\nname = \"a\"\nurl = \"http://127.0.0.1:8000\"\ngpus = \"nope\"\n")
+                .unwrap_err()
+                .to_string();
+        assert!(
+            err.contains("targets[0].gpus") && err.contains("nope"),
+            "{err}"
+        );
+        let err = parse("[server]\nslo_itl_p95 = \"0s\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("server.slo_itl_p95"), "{err}");
     }
 
     #[test]

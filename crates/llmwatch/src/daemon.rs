@@ -22,6 +22,7 @@ pub struct Daemon {
     pub store: Store,
     pub listen_addr: SocketAddr,
     pub counters: Arc<ScrapeCounters>,
+    pub alerts: crate::alerts::AlertsHandle,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -137,9 +138,30 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         .await
         .with_context(|| format!("binding {}", config.server.listen))?;
     let listen_addr = listener.local_addr()?;
+    let alerts = crate::alerts::start(
+        &config,
+        listen_addr,
+        store.clone(),
+        shutdown_rx.clone(),
+        &mut tasks,
+    )
+    .await
+    .context("starting the alert engine")?;
+    // The dashboard's live updates stream (SSE): send each event at once.
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        if let Err(err) = tcp.set_nodelay(true) {
+            tracing::debug!(error = %err, "cannot set TCP_NODELAY");
+        }
+    });
     let app = web::router(web::AppState {
         store: store.clone(),
         token: config.bearer_token().map(Arc::from),
+        pages: Arc::new(crate::pages::PagesConfig::from_config(&config)),
+        api: Arc::new(
+            crate::api::ApiContext::new(&config, store.clone(), counters.clone(), alerts.clone())
+                .await
+                .context("preparing the API")?,
+        ),
     });
     let mut web_shutdown = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {
@@ -155,6 +177,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         store,
         listen_addr,
         counters,
+        alerts,
         shutdown: shutdown_tx,
         tasks,
     })

@@ -116,6 +116,14 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
         engine_urls.push((target.name.to_string(), url));
         sims.push(sim);
     }
+    // The objectives of DESIGN.md, watched on every target.
+    toml.push_str(
+        "[[alerts]]\nname = \"probe-ttft-p95\"\nsignal = \"probe_ttft_p95\"\nop = \">\"\n\
+         threshold = \"1s\"\nwindow = \"5m\"\nfor = \"1m\"\n\
+         annotations = { summary = \"p95 TTFT {{ $value }}s on {{ $labels.target }}\" }\n\
+         [[alerts]]\nname = \"kv-cache-full\"\nsignal = \"kv_cache_usage\"\nop = \">\"\n\
+         threshold = 0.9\nwindow = \"1m\"\nfor = \"1m\"\n",
+    );
     let config = Config::parse(&toml, Path::new("<demo>")).context("demo config")?;
     let daemon = daemon::start(config).await?;
     Ok(RunningDemo {

@@ -2,6 +2,8 @@
 //! server and the commands. Kept as a library so integration tests drive the
 //! same code the binary runs.
 
+pub mod alerts;
+pub mod api;
 pub mod bench_cmd;
 pub mod canary;
 pub mod config;
@@ -9,6 +11,8 @@ pub mod daemon;
 pub mod demo;
 pub mod gpu_nvml;
 pub mod inspect;
+pub mod own_metrics;
+pub mod pages;
 pub mod scrape;
 pub mod sim_cmd;
 pub mod sweep;

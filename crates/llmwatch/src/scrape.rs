@@ -160,6 +160,25 @@ pub struct ScrapeCounters {
     pub failures: AtomicU64,
     pub samples_written: AtomicU64,
     pub write_failures: AtomicU64,
+    /// Duration of each batched write.
+    pub write_latency: crate::own_metrics::LatencyHistogram,
+    /// (scrapes, failures) per scrape source name.
+    pub per_target: std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64)>>,
+}
+
+impl ScrapeCounters {
+    /// Counts one scrape of `name`.
+    pub fn count(&self, name: &str, up: bool) {
+        self.scrapes.fetch_add(1, Ordering::Relaxed);
+        if !up {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(mut map) = self.per_target.lock() {
+            let entry = map.entry(name.to_string()).or_default();
+            entry.0 += 1;
+            entry.1 += u64::from(!up);
+        }
+    }
 }
 
 /// Scrapes `job.url` once and describes the outcome.
@@ -243,9 +262,8 @@ pub async fn run_scrape_loop(
             tokio::time::sleep(Duration::from_millis(jitter)).await;
         }
         let record = scrape_once(&client, &job).await;
-        counters.scrapes.fetch_add(1, Ordering::Relaxed);
+        counters.count(&job.name, record.up);
         if !record.up {
-            counters.failures.fetch_add(1, Ordering::Relaxed);
             tracing::warn!(
                 target = %job.name,
                 url = %job.url,
@@ -269,7 +287,10 @@ pub async fn run_writer(
     const MAX_BATCH: usize = 256;
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while records.recv_many(&mut batch, MAX_BATCH).await > 0 {
-        match store.write_scrapes(&batch).await {
+        let started = Instant::now();
+        let written = store.write_scrapes(&batch).await;
+        counters.write_latency.observe(started.elapsed());
+        match written {
             Ok(samples) => {
                 counters
                     .samples_written

@@ -54,7 +54,7 @@ fn state_of(text: &str) -> Result<AlertState, StoreError> {
 }
 
 fn unpack_f64s(blob: &[u8]) -> Result<Vec<f64>, StoreError> {
-    if blob.len() % 8 != 0 {
+    if !blob.len().is_multiple_of(8) {
         return Err(StoreError::Corrupt(format!(
             "ITL blob of {} bytes is not a whole number of f64s",
             blob.len()

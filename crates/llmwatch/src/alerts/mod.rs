@@ -10,6 +10,7 @@ pub mod evaluator;
 pub mod notify;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
@@ -125,6 +126,7 @@ impl AlertsHandle {
 /// Starts the notifiers and the evaluator; their tasks go into `tasks`.
 pub async fn start(
     config: &Config,
+    listen_addr: SocketAddr,
     store: Store,
     shutdown: watch::Receiver<bool>,
     tasks: &mut Vec<JoinHandle<()>>,
@@ -151,7 +153,7 @@ pub async fn start(
         interval: config.server.alert_interval,
         resend_delay: config.server.alert_resend_delay,
         targets,
-        generator_url: format!("http://{}/alerts", config.server.listen),
+        generator_url: format!("http://{listen_addr}/alerts"),
     };
     tasks.push(tokio::spawn(run_evaluator(
         settings,

@@ -160,7 +160,11 @@ struct Worker {
 }
 
 impl Worker {
-    async fn run(self, mut batches: mpsc::Receiver<Vec<OutAlert>>, mut shutdown: watch::Receiver<bool>) {
+    async fn run(
+        self,
+        mut batches: mpsc::Receiver<Vec<OutAlert>>,
+        mut shutdown: watch::Receiver<bool>,
+    ) {
         loop {
             let batch = tokio::select! {
                 batch = batches.recv() => match batch {
@@ -194,7 +198,9 @@ impl Worker {
                     return;
                 }
                 Err(err) => {
-                    self.counters.attempt_failures.fetch_add(1, Ordering::Relaxed);
+                    self.counters
+                        .attempt_failures
+                        .fetch_add(1, Ordering::Relaxed);
                     let last = attempt == MAX_ATTEMPTS || !err.retryable();
                     tracing::warn!(
                         notifier = %self.counters.name,
@@ -332,7 +338,11 @@ pub fn slack_payload(batch: &[OutAlert]) -> Value {
     let lines: Vec<String> = batch
         .iter()
         .map(|alert| {
-            let name = alert.labels.get("alertname").map(String::as_str).unwrap_or("alert");
+            let name = alert
+                .labels
+                .get("alertname")
+                .map(String::as_str)
+                .unwrap_or("alert");
             let target = alert.labels.get("target").map(String::as_str).unwrap_or("");
             let state = if alert.firing { "FIRING" } else { "RESOLVED" };
             let value = alert
@@ -361,7 +371,9 @@ mod tests {
                 .into_iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
-            annotations: [("summary".to_string(), "slow".to_string())].into_iter().collect(),
+            annotations: [("summary".to_string(), "slow".to_string())]
+                .into_iter()
+                .collect(),
             firing,
             starts_at_ms: 1_700_000_000_000,
             ends_at_ms: Some(1_700_000_060_000),

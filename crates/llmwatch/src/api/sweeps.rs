@@ -1,0 +1,297 @@
+//! Sweeps and their runs through the API: list, detail, start.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use llmwatch_probe::{Secret, Shape};
+use llmwatch_store::SweepRow;
+use serde_json::{json, Value};
+use tokio::sync::Semaphore;
+
+use super::{params, time_fields, without_credentials, ApiError, ApiResult, RawQuery};
+use crate::sweep::{run_sweep, Ladder, SweepError, SweepSettings};
+use crate::web::AppState;
+
+/// Sweeps started through the API run one at a time.
+#[derive(Clone)]
+pub struct SweepSlots(Arc<Semaphore>);
+
+impl Default for SweepSlots {
+    fn default() -> Self {
+        SweepSlots(Arc::new(Semaphore::new(1)))
+    }
+}
+
+fn parse_json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+fn sweep_summary(row: &SweepRow) -> Value {
+    let verdict = row.verdict_json.as_deref().map(parse_json);
+    let mut out = serde_json::Map::new();
+    out.insert("id".into(), json!(row.id));
+    out.insert("target".into(), json!(row.target_name));
+    out.insert("url".into(), json!(without_credentials(&row.target_url)));
+    time_fields(&mut out, "started", Some(row.started_ms));
+    time_fields(&mut out, "ended", row.ended_ms);
+    out.insert("status".into(), json!(row.status.as_str()));
+    out.insert("stop_reason".into(), json!(row.stop_reason));
+    out.insert(
+        "saturation".into(),
+        verdict
+            .as_ref()
+            .map(|v| v["saturation"].clone())
+            .unwrap_or(Value::Null),
+    );
+    out.insert(
+        "sustainable".into(),
+        verdict
+            .as_ref()
+            .map(|v| v["sustainable"].clone())
+            .unwrap_or(Value::Null),
+    );
+    Value::Object(out)
+}
+
+fn parse_id(text: &str, what: &str) -> Result<i64, ApiError> {
+    text.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "{what}: expected a sweep id (a positive whole number), found {text:?}"
+            ))
+        })
+}
+
+pub(super) async fn list_sweeps(State(state): State<AppState>, query: RawQuery) -> ApiResult {
+    let p = params(query, &["limit", "cursor"])?;
+    let limit = p.limit(100, 1000)?;
+    let offset = p.cursor()?.unwrap_or(0);
+    let wanted = u32::try_from(offset)
+        .ok()
+        .and_then(|o| o.checked_add(limit + 1))
+        .ok_or_else(|| ApiError::bad_request("cursor: out of range"))?;
+    let rows = state.api.store.sweeps(wanted).await?;
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(rows.len());
+    let page: Vec<&SweepRow> = rows[start..].iter().take(limit as usize).collect();
+    let more = rows.len() > start + page.len();
+    let next = more.then(|| (offset + i64::from(limit)).to_string());
+    Ok(Json(json!({
+        "sweeps": page.iter().map(|r| sweep_summary(r)).collect::<Vec<_>>(),
+        "next_cursor": next,
+    })))
+}
+
+pub(super) async fn get_sweep(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    query: RawQuery,
+) -> ApiResult {
+    params(query, &[])?;
+    let id = parse_id(&id, "id")?;
+    let store = &state.api.store;
+    let row = store
+        .sweep(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no sweep with id {id}")))?;
+    let mut out = sweep_summary(&row);
+    out["settings"] = parse_json(&row.settings_json);
+    out["card"] = parse_json(&row.card_json);
+    out["verdict"] = row
+        .verdict_json
+        .as_deref()
+        .map(parse_json)
+        .unwrap_or(Value::Null);
+    out["steps"] = Value::Array(run_list(&state, id).await?);
+    Ok(Json(out))
+}
+
+async fn run_list(state: &AppState, sweep_id: i64) -> Result<Vec<Value>, ApiError> {
+    Ok(state
+        .api
+        .store
+        .sweep_steps(sweep_id)
+        .await?
+        .iter()
+        .map(|s| {
+            let mut out = serde_json::Map::new();
+            out.insert("sweep_id".into(), json!(s.sweep_id));
+            out.insert("index".into(), json!(s.step_index));
+            out.insert(
+                "load".into(),
+                json!({ "kind": s.load_kind, "value": s.load_value }),
+            );
+            time_fields(&mut out, "start", Some(s.start_ms));
+            time_fields(&mut out, "end", Some(s.end_ms));
+            out.insert("run".into(), parse_json(&s.run_json));
+            out.insert("evidence".into(), parse_json(&s.evidence_json));
+            Value::Object(out)
+        })
+        .collect())
+}
+
+pub(super) async fn list_runs(State(state): State<AppState>, query: RawQuery) -> ApiResult {
+    let p = params(query, &["sweep"])?;
+    let id = parse_id(p.required("sweep")?, "sweep")?;
+    if state.api.store.sweep(id).await?.is_none() {
+        return Err(ApiError::not_found(format!("no sweep with id {id}")));
+    }
+    Ok(Json(
+        json!({ "sweep_id": id, "runs": run_list(&state, id).await? }),
+    ))
+}
+
+/// `POST /api/v1/sweeps` body.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartSweep {
+    target: String,
+    #[serde(default)]
+    shape: Option<String>,
+    #[serde(default)]
+    concurrency: Option<Vec<u32>>,
+    #[serde(default)]
+    rate: Option<Vec<f64>>,
+    #[serde(default)]
+    requests_per_step: Option<u64>,
+    #[serde(default)]
+    min_step_duration: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+}
+
+/// How long the answer waits for the sweep row to exist.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+pub(super) async fn start_sweep(
+    State(state): State<AppState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    let Json(body) =
+        body.map_err(|err| ApiError::bad_request(format!("body: {}", err.body_text())))?;
+    let request: StartSweep = serde_json::from_value(body)
+        .map_err(|err| ApiError::bad_request(format!("body: {err}")))?;
+    let target = state
+        .api
+        .targets
+        .iter()
+        .find(|t| t.name == request.target)
+        .ok_or_else(|| {
+            ApiError::not_found(format!("no configured target named {:?}", request.target))
+        })?;
+    let mut settings = SweepSettings::new(target.url.clone());
+    settings.target_name = Some(target.name.clone());
+    settings.metrics_url = Some(target.metrics_url());
+    settings.api_key = target
+        .api_key_env
+        .as_ref()
+        .and_then(|var| std::env::var(var).ok())
+        .map(Secret::new);
+    settings.model = request
+        .model
+        .or_else(|| target.probe.as_ref().and_then(|p| p.model.clone()));
+    if let Some(shape) = &request.shape {
+        settings.shape =
+            Shape::parse(shape).map_err(|err| ApiError::bad_request(format!("shape: {err}")))?;
+    }
+    settings.ladder = match (request.concurrency, request.rate) {
+        (Some(c), None) => Ladder::Concurrency(c),
+        (None, Some(r)) => Ladder::Rate(r),
+        (None, None) => settings.ladder,
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "give either concurrency or rate, not both",
+            ))
+        }
+    };
+    if let Some(n) = request.requests_per_step {
+        settings.requests_per_step = n;
+    }
+    if let Some(text) = &request.min_step_duration {
+        settings.min_step_duration = crate::config::parse_duration(text)
+            .map_err(|err| ApiError::bad_request(format!("min_step_duration: {err}")))?;
+    }
+    settings
+        .validate()
+        .map_err(|err| ApiError::bad_request(err.to_string()))?;
+    let permit = state
+        .api
+        .sweeps
+        .0
+        .clone()
+        .try_acquire_owned()
+        .map_err(|_| ApiError {
+            status: StatusCode::CONFLICT,
+            message: "a sweep started through the API is still running; try again when it ends"
+                .into(),
+        })?;
+    let store = state.api.store.clone();
+    let before = store.sweeps(1).await?.first().map(|s| s.id).unwrap_or(0);
+    let name = target.name.clone();
+    let mut task = tokio::spawn(async move {
+        let _permit = permit;
+        let result = run_sweep(settings, Some(&store), |_| {}).await;
+        match &result {
+            Ok(report) => {
+                tracing::info!(target = %name, sweep = ?report.sweep_id, status = report.status.as_str(), "API sweep ended")
+            }
+            Err(err) => tracing::warn!(target = %name, error = %err, "API sweep failed"),
+        }
+        result.map(|report| report.sweep_id)
+    });
+    let deadline = tokio::time::Instant::now() + START_WAIT;
+    loop {
+        tokio::select! {
+            done = &mut task => {
+                return match done {
+                    Ok(Ok(id)) => Ok(accepted(id)),
+                    Ok(Err(err)) => Err(start_error(err)),
+                    Err(err) => Err(ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("the sweep task failed: {err}") }),
+                };
+            }
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        if let Some(row) = state.api.store.sweeps(1).await?.first() {
+            if row.id > before {
+                return Ok(accepted(Some(row.id)));
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(accepted(None));
+        }
+    }
+}
+
+fn accepted(id: Option<i64>) -> Response {
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "id": id,
+            "status": "running",
+            "href": id.map(|id| format!("/api/v1/sweeps/{id}")),
+        })),
+    )
+        .into_response()
+}
+
+fn start_error(err: SweepError) -> ApiError {
+    let status = match err {
+        SweepError::Ladder(_)
+        | SweepError::AboveCap { .. }
+        | SweepError::Settings(_)
+        | SweepError::Card(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    ApiError {
+        status,
+        message: format!("the sweep could not start: {err}"),
+    }
+}

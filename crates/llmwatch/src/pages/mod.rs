@@ -1,0 +1,327 @@
+//! The dashboard: server-rendered pages (askama templates from the top-level
+//! `templates/`), SVG charts drawn with plotters, live updates over SSE at
+//! `/events`, and the static assets (top-level `static/`) embedded in the
+//! binary. Every page reads with JavaScript off; `static/live.js` only makes
+//! it live.
+//!
+//! Handlers are thin: each page has a pure-ish `*_page(store, config, …)`
+//! function that reads the store and returns the template value (tests and
+//! the render benchmark call those), and the handler renders it.
+
+pub mod alerts;
+pub mod charts;
+pub mod events;
+pub mod format;
+pub mod overview;
+pub mod sweep;
+pub mod target;
+
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::Path;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::config::Config;
+use crate::web::AppState;
+
+/// What the pages need from the config.
+#[derive(Debug, Clone)]
+pub struct PagesConfig {
+    /// p95 TTFT objective, seconds (colours the overview; drawn on charts).
+    pub slo_ttft_p95: Option<f64>,
+    /// p95 ITL objective, seconds.
+    pub slo_itl_p95: Option<f64>,
+    /// Targets as configured (for GPU links and sweeps started from a page).
+    pub targets: Vec<PageTarget>,
+    /// How often `/events` sends an update.
+    pub live_interval: Duration,
+    /// Whether the sweep form may start sweeps (off in tests that must not
+    /// load anything).
+    pub sweeps_enabled: bool,
+    /// Set while a sweep started from the page runs (one at a time).
+    pub sweep_running: Arc<AtomicBool>,
+    /// The alert rules, as configured.
+    pub rules: Vec<alerts::RuleView>,
+}
+
+/// One configured target, as far as pages need it. No secrets: the API key
+/// stays an environment variable name.
+#[derive(Debug, Clone)]
+pub struct PageTarget {
+    pub name: String,
+    pub url: String,
+    pub metrics_url: String,
+    /// The GPU source that serves this target (`targets.gpus`).
+    pub gpus: Option<String>,
+    pub gpu_url: Option<String>,
+    pub api_key_env: Option<String>,
+}
+
+impl Default for PagesConfig {
+    fn default() -> Self {
+        PagesConfig {
+            slo_ttft_p95: Some(1.0),
+            slo_itl_p95: Some(0.050),
+            targets: Vec::new(),
+            live_interval: Duration::from_secs(2),
+            sweeps_enabled: true,
+            sweep_running: Arc::new(AtomicBool::new(false)),
+            rules: Vec::new(),
+        }
+    }
+}
+
+impl PagesConfig {
+    pub fn from_config(config: &Config) -> PagesConfig {
+        let targets = config
+            .targets
+            .iter()
+            .map(|t| {
+                let gpu = t
+                    .gpus
+                    .as_ref()
+                    .and_then(|name| config.gpus.iter().find(|g| &g.name == name));
+                PageTarget {
+                    name: t.name.clone(),
+                    url: t.url.clone(),
+                    metrics_url: t.metrics_url(),
+                    gpus: t.gpus.clone(),
+                    gpu_url: gpu.and_then(|g| g.dcgm_url.clone()),
+                    api_key_env: t.api_key_env.clone(),
+                }
+            })
+            .collect();
+        PagesConfig {
+            slo_ttft_p95: Some(config.server.slo_ttft_p95.as_secs_f64()),
+            slo_itl_p95: Some(config.server.slo_itl_p95.as_secs_f64()),
+            targets,
+            rules: config
+                .alerts
+                .iter()
+                .map(|r| alerts::RuleView {
+                    name: r.name.clone(),
+                    expr: format!("{} {} {}", r.signal, r.op, threshold_text(&r.threshold)),
+                    window: humantime::format_duration(r.window).to_string(),
+                    for_: humantime::format_duration(r.for_).to_string(),
+                    target: r.target.clone().unwrap_or_else(|| "every target".into()),
+                })
+                .collect(),
+            ..PagesConfig::default()
+        }
+    }
+
+    pub fn target(&self, name: &str) -> Option<&PageTarget> {
+        self.targets.iter().find(|t| t.name == name)
+    }
+
+    /// The GPU source linked to a target, if any.
+    pub fn gpus_of(&self, target: &str) -> Option<&str> {
+        self.target(target).and_then(|t| t.gpus.as_deref())
+    }
+}
+
+fn threshold_text(t: &crate::config::ThresholdValue) -> String {
+    match t {
+        crate::config::ThresholdValue::Number(n) => n.to_string(),
+        crate::config::ThresholdValue::Text(s) => s.clone(),
+    }
+}
+
+/// The page routes (mounted behind the bearer-token layer by `web::router`).
+pub fn router() -> Router<AppState> {
+    Router::new()
+        .route("/", get(overview::handler))
+        .route("/events", get(events::handler))
+        .route("/targets/{name}", get(target::handler))
+        .route("/targets/{name}/charts/{file}", get(target::chart_download))
+        .route("/sweeps", get(sweep::list_handler).post(sweep::start_handler))
+        .route("/sweeps/{id}", get(sweep::handler))
+        .route("/sweeps/{id}/charts/{file}", get(sweep::chart_download))
+        .route("/compare", get(sweep::compare_handler))
+        .route("/compare/charts/{file}", get(sweep::compare_chart_download))
+        .route("/alerts", get(alerts::handler))
+}
+
+/// Static assets, embedded from the top-level `static/` (no token needed:
+/// a stylesheet and a script, nothing about the targets).
+pub fn static_router() -> Router<AppState> {
+    Router::new().route("/static/{file}", get(static_file))
+}
+
+#[derive(rust_embed::RustEmbed)]
+#[folder = "../../static/"]
+struct Assets;
+
+async fn static_file(Path(file): Path<String>) -> Response {
+    let Some(asset) = Assets::get(&file) else {
+        return (StatusCode::NOT_FOUND, "no such asset\n").into_response();
+    };
+    let mime = match file.rsplit('.').next() {
+        Some("css") => "text/css; charset=utf-8",
+        Some("js") => "text/javascript; charset=utf-8",
+        Some("svg") => "image/svg+xml",
+        Some("png") => "image/png",
+        _ => "application/octet-stream",
+    };
+    (
+        [
+            (header::CONTENT_TYPE, mime),
+            (header::CACHE_CONTROL, "public, max-age=300"),
+        ],
+        asset.data.into_owned(),
+    )
+        .into_response()
+}
+
+/// An error page: status, message in plain words, escaped by askama.
+#[derive(askama::Template)]
+#[template(path = "error.html")]
+pub struct ErrorPage {
+    pub title: String,
+    pub message: String,
+}
+
+pub fn error_response(status: StatusCode, title: &str, message: impl Into<String>) -> Response {
+    let page = ErrorPage {
+        title: title.to_string(),
+        message: message.into(),
+    };
+    (status, render_html(&page)).into_response()
+}
+
+/// Renders a template to an HTML response body (or a plain 500).
+pub fn render_html<T: askama::Template>(template: &T) -> Response {
+    match template.render() {
+        Ok(html) => (
+            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
+            html,
+        )
+            .into_response(),
+        Err(err) => {
+            tracing::error!(error = %err, "template rendering failed");
+            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render the page\n").into_response()
+        }
+    }
+}
+
+pub fn store_error(err: impl std::fmt::Display) -> Response {
+    error_response(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "Store error",
+        format!("cannot read the store: {err}"),
+    )
+}
+
+/// A chart download: `NAME.svg`, `NAME.csv` or `NAME.json`.
+pub fn chart_file_response(chart: &charts::Chart, ext: &str) -> Response {
+    let disposition = format!("inline; filename=\"{}.{ext}\"", chart.id);
+    match ext {
+        "svg" => (
+            [
+                (header::CONTENT_TYPE, "image/svg+xml".to_string()),
+                (header::CONTENT_DISPOSITION, disposition),
+            ],
+            charts::render_svg(chart),
+        )
+            .into_response(),
+        "csv" => (
+            [
+                (header::CONTENT_TYPE, "text/csv; charset=utf-8".to_string()),
+                (header::CONTENT_DISPOSITION, disposition),
+            ],
+            chart.to_csv(),
+        )
+            .into_response(),
+        "json" => match serde_json::to_string(chart) {
+            Ok(body) => (
+                [
+                    (header::CONTENT_TYPE, "application/json".to_string()),
+                    (header::CONTENT_DISPOSITION, disposition),
+                ],
+                body,
+            )
+                .into_response(),
+            Err(err) => store_error(err),
+        },
+        _ => error_response(
+            StatusCode::NOT_FOUND,
+            "Not found",
+            "charts download as .svg, .csv or .json",
+        ),
+    }
+}
+
+/// Splits `ttft.svg` into (`ttft`, `svg`).
+pub fn split_file(file: &str) -> Option<(&str, &str)> {
+    file.rsplit_once('.')
+}
+
+/// A chart on a page: its SVG (trusted: drawn here, text escaped by the
+/// SVG backend) and its download links.
+pub struct ChartView {
+    pub id: String,
+    pub title: String,
+    pub svg: String,
+    /// Base of the download URLs, e.g. `/targets/a/charts/ttft`; the
+    /// template adds `.svg`, `.csv`, `.json` and `query`.
+    pub href: String,
+    /// Query string for the downloads (`?range=1h`), or empty.
+    pub query: String,
+}
+
+impl ChartView {
+    pub fn new(chart: &charts::Chart, href: String, query: String) -> ChartView {
+        ChartView {
+            id: chart.id.clone(),
+            title: chart.title.clone(),
+            svg: charts::render_svg(chart),
+            href,
+            query,
+        }
+    }
+}
+
+/// Escapes text for HTML (used where text is put into markup by hand).
+pub fn escape_text(text: &str) -> String {
+    crate::web::escape(text)
+}
+
+/// Percent-encodes one URL path segment (target names are config names,
+/// but never trust that).
+pub fn path_segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                out.push(b as char)
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+/// Shared state for pages, built once.
+pub type SharedPages = Arc<PagesConfig>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn path_segments_are_encoded() {
+        assert_eq!(path_segment("vllm-a_1.x"), "vllm-a_1.x");
+        assert_eq!(path_segment("a b/<c>"), "a%20b%2F%3Cc%3E");
+    }
+
+    #[test]
+    fn assets_are_embedded() {
+        assert!(Assets::get("style.css").is_some());
+        assert!(Assets::get("live.js").is_some());
+    }
+}

@@ -1,0 +1,558 @@
+//! Alerts end to end over loopback: a simulated target turns slow, the p95
+//! TTFT rule fires in a real Alertmanager (Debian's `prometheus-alertmanager`)
+//! and in a webhook receiver, then resolves when the target is fast again; a
+//! restart keeps a firing alert without firing it again; a hanging notifier
+//! never delays evaluation.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::routing::post;
+use llmwatch::config::Config;
+use llmwatch::daemon;
+use llmwatch::sim_cmd::{self, SimArgs};
+use serde_json::Value;
+
+const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A real Alertmanager on a loopback port, killed on drop.
+struct Alertmanager {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Alertmanager {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+async fn start_alertmanager() -> Alertmanager {
+    assert!(
+        Path::new(ALERTMANAGER).exists(),
+        "{ALERTMANAGER} is missing: apt-get install prometheus-alertmanager"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("alertmanager.yml");
+    std::fs::write(
+        &config,
+        "route:\n  receiver: blackhole\n  group_wait: 0s\nreceivers:\n  - name: blackhole\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let child = Command::new(ALERTMANAGER)
+        .arg(format!("--config.file={}", config.display()))
+        .arg(format!(
+            "--storage.path={}",
+            dir.path().join("data").display()
+        ))
+        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--cluster.listen-address=")
+        .arg("--log.level=warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("starting alertmanager");
+    let am = Alertmanager {
+        child,
+        url: format!("http://127.0.0.1:{port}"),
+        _dir: dir,
+    };
+    let client = reqwest::Client::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Ok(r) = client.get(format!("{}/-/ready", am.url)).send().await {
+            if r.status().is_success() {
+                return am;
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "alertmanager did not become ready"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn am_alerts(am: &Alertmanager, alertname: &str) -> Vec<Value> {
+    let body: Value = reqwest::get(format!("{}/api/v2/alerts", am.url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body.as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["labels"]["alertname"] == alertname)
+        .cloned()
+        .collect()
+}
+
+/// A webhook receiver that records every body.
+async fn start_webhook() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
+    let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let store = seen.clone();
+    let app = axum::Router::new().route(
+        "/hook",
+        post(move |axum::Json(body): axum::Json<Value>| {
+            let store = store.clone();
+            async move {
+                store.lock().unwrap().push(body);
+                "ok"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, seen)
+}
+
+async fn start_sim() -> (llmwatch_sim::Sim, SocketAddr) {
+    let (sim, engine, _) = sim_cmd::start(&SimArgs {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        profile: "balanced".into(),
+        flavor: "vllm".into(),
+        gpu_addr: None,
+        time_scale: 1.0,
+        model: "sim-model".into(),
+    })
+    .await
+    .unwrap();
+    (sim, engine)
+}
+
+fn config(text: &str) -> Config {
+    Config::parse(text, Path::new("alerts-test.toml")).unwrap()
+}
+
+async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = bool>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_target_fires_in_alertmanager_then_resolves() {
+    let started = Instant::now();
+    let am = start_alertmanager().await;
+    let (hook_addr, hooks) = start_webhook().await;
+    let (sim, engine) = start_sim().await;
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+database = {db:?}
+alert_interval = "250ms"
+alert_resend_delay = "2s"
+
+[[targets]]
+name = "sim"
+url = "http://{engine}"
+scrape_interval = "500ms"
+[targets.probe]
+interval = "150ms"
+shape = "64x2"
+
+[[alerts]]
+name = "probe-ttft-p95"
+signal = "probe_ttft_p95"
+op = ">"
+threshold = "100ms"
+window = "1500ms"
+for = "500ms"
+target = "sim"
+labels = {{ severity = "page" }}
+annotations = {{ summary = "p95 TTFT {{{{ $value }}}}s on {{{{ $labels.target }}}}" }}
+
+[[alerts]]
+name = "server-ttft-p95"
+signal = "server_ttft_p95"
+op = ">"
+threshold = "100ms"
+window = "1500ms"
+for = "500ms"
+
+[[notifiers]]
+kind = "alertmanager"
+url = "{am}"
+
+[[notifiers]]
+kind = "webhook"
+url = "http://{hook_addr}/hook"
+"#,
+        db = dir.path().join("llmwatch.db").display().to_string(),
+        am = am.url,
+    );
+    let running = daemon::start(config(&toml)).await.unwrap();
+    let api = format!("http://{}", running.listen_addr);
+
+    // Fast target: probes come in, nothing fires.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(am_alerts(&am, "probe-ttft-p95").await.is_empty());
+    let current: Value = reqwest::get(format!("{api}/api/v1/alerts"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(current["alerts"], serde_json::json!([]), "{current}");
+
+    // Slow target: every engine step costs 30x; TTFT ≈ 0.25 s.
+    sim.set_slowdown(30.0);
+    let fired_at = Instant::now();
+    wait_for(
+        "the alert in Alertmanager",
+        Duration::from_secs(20),
+        || async { !am_alerts(&am, "probe-ttft-p95").await.is_empty() },
+    )
+    .await;
+    eprintln!(
+        "fired in Alertmanager {:?} after the slowdown",
+        fired_at.elapsed()
+    );
+    // The server's own histograms (deltas over the window) agree.
+    wait_for(
+        "the server-side alert in Alertmanager",
+        Duration::from_secs(20),
+        || async { !am_alerts(&am, "server-ttft-p95").await.is_empty() },
+    )
+    .await;
+    eprintln!(
+        "server-side alert fired {:?} after the slowdown",
+        fired_at.elapsed()
+    );
+    let alert = am_alerts(&am, "probe-ttft-p95").await.remove(0);
+    assert_eq!(alert["labels"]["target"], "sim");
+    assert_eq!(alert["labels"]["severity"], "page");
+    assert_eq!(alert["status"]["state"], "active");
+    assert_eq!(
+        alert["generatorURL"],
+        format!("http://{}/alerts", running.listen_addr)
+    );
+    let summary = alert["annotations"]["summary"].as_str().unwrap();
+    assert!(
+        summary.starts_with("p95 TTFT 0.") && summary.ends_with("s on sim"),
+        "{summary}"
+    );
+
+    // The API agrees.
+    let current: Value = reqwest::get(format!("{api}/api/v1/alerts?state=firing"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let firing = &current["alerts"][0];
+    assert_eq!(firing["rule"], "probe-ttft-p95");
+    assert_eq!(firing["target"], "sim");
+    assert!(firing["value"].as_f64().unwrap() > 0.1, "{firing}");
+
+    // Fast again: resolved, and gone from Alertmanager's active alerts.
+    sim.set_slowdown(1.0);
+    let fast_at = Instant::now();
+    wait_for(
+        "the alert to resolve in Alertmanager",
+        Duration::from_secs(20),
+        || async { am_alerts(&am, "probe-ttft-p95").await.is_empty() },
+    )
+    .await;
+    eprintln!(
+        "resolved in Alertmanager {:?} after the target was fast",
+        fast_at.elapsed()
+    );
+    wait_for(
+        "the server-side alert to resolve",
+        Duration::from_secs(20),
+        || async { am_alerts(&am, "server-ttft-p95").await.is_empty() },
+    )
+    .await;
+
+    let history: Value = reqwest::get(format!("{api}/api/v1/alerts/history?rule=probe-ttft-p95"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let states: Vec<&str> = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .rev()
+        .map(|e| e["state"].as_str().unwrap())
+        .collect();
+    assert_eq!(states, ["pending", "firing", "resolved"], "{history}");
+
+    // The webhook saw the firing and the resolved notification, v4 shape.
+    let probe_hooks = || -> Vec<Value> {
+        hooks
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|h| h["groupLabels"]["alertname"] == "probe-ttft-p95")
+            .cloned()
+            .collect()
+    };
+    wait_for("two webhook posts", Duration::from_secs(5), || {
+        let n = probe_hooks().len();
+        async move { n >= 2 }
+    })
+    .await;
+    let hooks = probe_hooks();
+    assert_eq!(hooks[0]["version"], "4");
+    assert_eq!(hooks[0]["status"], "firing");
+    assert_eq!(
+        hooks[0]["alerts"][0]["labels"]["alertname"],
+        "probe-ttft-p95"
+    );
+    assert_eq!(hooks[1]["status"], "resolved");
+    assert_ne!(hooks[1]["alerts"][0]["endsAt"], "0001-01-01T00:00:00Z");
+    running.shutdown().await;
+    eprintln!("whole test {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn restart_keeps_a_firing_alert_without_firing_it_again() {
+    let (_sim, engine) = start_sim().await;
+    let (hook_addr, hooks) = start_webhook().await;
+    let dir = tempfile::tempdir().unwrap();
+    // requests_waiting ≥ 0 holds as soon as there is a scrape.
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+database = {db:?}
+alert_interval = "100ms"
+
+[[targets]]
+name = "sim"
+url = "http://{engine}"
+scrape_interval = "200ms"
+
+[[alerts]]
+name = "always"
+signal = "requests_waiting"
+op = ">="
+threshold = 0
+window = "1s"
+
+[[notifiers]]
+kind = "webhook"
+url = "http://{hook_addr}/hook"
+"#,
+        db = dir.path().join("llmwatch.db").display().to_string(),
+    );
+    let first = daemon::start(config(&toml)).await.unwrap();
+    let alerts = first.alerts.clone();
+    wait_for("the alert to fire", Duration::from_secs(10), || {
+        let firing = alerts
+            .current()
+            .iter()
+            .any(|a| a.alert.state == llmwatch_core::alerts::AlertState::Firing);
+        async move { firing }
+    })
+    .await;
+    let before = first.alerts.current().remove(0);
+    first.shutdown().await;
+
+    let second = daemon::start(config(&toml)).await.unwrap();
+    let alerts = second.alerts.clone();
+    let evaluated = alerts.evaluations();
+    wait_for("a few evaluations", Duration::from_secs(10), || {
+        let n = alerts.evaluations();
+        async move { n >= evaluated + 5 }
+    })
+    .await;
+    let after = second.alerts.current().remove(0);
+    assert_eq!(after.alert.state, llmwatch_core::alerts::AlertState::Firing);
+    assert_eq!(
+        after.alert.active_at_ms, before.alert.active_at_ms,
+        "same alert, not a new one"
+    );
+    assert_eq!(after.alert.fired_at_ms, before.alert.fired_at_ms);
+    let history = second
+        .store
+        .alert_events(Some("always"), None, None, 100)
+        .await
+        .unwrap();
+    assert_eq!(history.len(), 1, "fired once: {history:?}");
+    second.shutdown().await;
+    assert_eq!(hooks.lock().unwrap().len(), 1, "notified once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hanging_notifier_never_delays_evaluation() {
+    let (_sim, engine) = start_sim().await;
+    // Accepts connections and never answers.
+    let hang = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let hang_addr = hang.local_addr().unwrap();
+    tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = hang.accept().await {
+            held.push(socket);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+database = {db:?}
+alert_interval = "100ms"
+alert_resend_delay = "1ms"
+
+[[targets]]
+name = "sim"
+url = "http://{engine}"
+scrape_interval = "200ms"
+
+[[alerts]]
+name = "always"
+signal = "requests_waiting"
+op = ">="
+threshold = 0
+window = "1s"
+
+[[notifiers]]
+name = "hangs"
+kind = "alertmanager"
+url = "http://{hang_addr}"
+timeout = "60s"
+"#,
+        db = dir.path().join("llmwatch.db").display().to_string(),
+    );
+    let running = daemon::start(config(&toml)).await.unwrap();
+    let alerts = running.alerts.clone();
+    // Let the alert fire, then measure a window of evaluations.
+    wait_for("the alert to fire", Duration::from_secs(10), || {
+        let firing = !alerts.current().is_empty();
+        async move { firing }
+    })
+    .await;
+    let start_count = alerts.evaluations();
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let rounds = alerts.evaluations() - start_count;
+    let elapsed = started.elapsed();
+    // 100 ms interval: ~30 rounds in 3 s; a blocked evaluator would do 0-1.
+    assert!(rounds >= 20, "only {rounds} evaluations in {elapsed:?}");
+    let notifier = &alerts.notifiers[0];
+    let dropped = notifier.dropped.load(std::sync::atomic::Ordering::Relaxed);
+    assert!(
+        dropped > 0,
+        "the hanging notifier's full queue drops batches"
+    );
+    assert_eq!(notifier.sent.load(std::sync::atomic::Ordering::Relaxed), 0);
+    // Shutdown is not held up by the hanging request either.
+    let shutdown_started = Instant::now();
+    running.shutdown().await;
+    assert!(shutdown_started.elapsed() < Duration::from_secs(5));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slack_notifier_retries_5xx_with_backoff() {
+    let (_sim, engine) = start_sim().await;
+    // Answers 503 twice, then accepts.
+    let seen: Arc<Mutex<Vec<(Instant, Value)>>> = Arc::default();
+    let record = seen.clone();
+    let app = axum::Router::new().route(
+        "/services/T0/B0/SECRET",
+        post(move |axum::Json(body): axum::Json<Value>| {
+            let record = record.clone();
+            async move {
+                let mut seen = record.lock().unwrap();
+                seen.push((Instant::now(), body));
+                if seen.len() <= 2 {
+                    axum::http::StatusCode::SERVICE_UNAVAILABLE
+                } else {
+                    axum::http::StatusCode::OK
+                }
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+database = {db:?}
+alert_interval = "100ms"
+
+[[targets]]
+name = "sim"
+url = "http://{engine}"
+scrape_interval = "200ms"
+
+[[alerts]]
+name = "always"
+signal = "requests_waiting"
+op = ">="
+threshold = 0
+window = "1s"
+annotations = {{ summary = "{{{{ $value }}}} waiting" }}
+
+[[notifiers]]
+kind = "slack"
+url = "http://{addr}/services/T0/B0/SECRET"
+"#,
+        db = dir.path().join("llmwatch.db").display().to_string(),
+    );
+    let running = daemon::start(config(&toml)).await.unwrap();
+    let alerts = running.alerts.clone();
+    wait_for("delivery after two 503s", Duration::from_secs(15), || {
+        let sent = alerts.notifiers[0]
+            .sent
+            .load(std::sync::atomic::Ordering::Relaxed);
+        async move { sent == 1 }
+    })
+    .await;
+    let counters = &alerts.notifiers[0];
+    assert_eq!(
+        counters
+            .attempt_failures
+            .load(std::sync::atomic::Ordering::Relaxed),
+        2
+    );
+    assert_eq!(
+        counters.failed.load(std::sync::atomic::Ordering::Relaxed),
+        0
+    );
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3);
+    // Backoff: 0.5 s, then 1 s.
+    let gap1 = seen[1].0 - seen[0].0;
+    let gap2 = seen[2].0 - seen[1].0;
+    assert!(
+        gap1 >= Duration::from_millis(450) && gap2 >= Duration::from_millis(950),
+        "{gap1:?} {gap2:?}"
+    );
+    assert_eq!(
+        seen[2].1["text"],
+        "[FIRING] always on sim (value 0): 0 waiting"
+    );
+    running.shutdown().await;
+}

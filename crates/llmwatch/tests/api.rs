@@ -1,0 +1,481 @@
+//! The REST API over loopback against the simulator: content of every
+//! route, pagination, times in both forms, bad parameters answered 400 with
+//! a message, the bearer token, a sweep started through the API, and the
+//! OpenAPI document covering every route.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use llmwatch::config::Config;
+use llmwatch::daemon;
+use llmwatch::scrape::now_ms;
+use llmwatch::sim_cmd::{self, SimArgs};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "s3cret-token";
+
+struct Api {
+    base: String,
+    client: reqwest::Client,
+}
+
+impl Api {
+    async fn get(&self, path: &str) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .get(format!("{}{path}", self.base))
+            .bearer_auth(TOKEN)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let body = response.json().await.unwrap_or(Value::Null);
+        (status, body)
+    }
+
+    async fn ok(&self, path: &str) -> Value {
+        let (status, body) = self.get(path).await;
+        assert_eq!(status, StatusCode::OK, "{path}: {body}");
+        body
+    }
+
+    /// A 400 whose JSON message contains `needle`.
+    async fn bad(&self, path: &str, needle: &str) {
+        let (status, body) = self.get(path).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{path}: {body}");
+        assert_eq!(body["error"]["status"], 400);
+        let message = body["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains(needle),
+            "{path}: {message:?} lacks {needle:?}"
+        );
+    }
+
+    async fn post(&self, path: &str, body: Value) -> (StatusCode, Value) {
+        let response = self
+            .client
+            .post(format!("{}{path}", self.base))
+            .bearer_auth(TOKEN)
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+}
+
+fn rfc3339(ms: i64) -> String {
+    llmwatch::alerts::notify::rfc3339_ms(ms)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rest_api_end_to_end() {
+    let started = Instant::now();
+    let (_sim, engine, _) = sim_cmd::start(&SimArgs {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        profile: "balanced".into(),
+        flavor: "vllm".into(),
+        gpu_addr: None,
+        time_scale: 10.0,
+        model: "sim-model".into(),
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+database = {db:?}
+token = "{TOKEN}"
+alert_interval = "200ms"
+
+[[targets]]
+name = "sim"
+url = "http://{engine}"
+scrape_interval = "250ms"
+[targets.probe]
+interval = "150ms"
+shape = "64x4"
+
+[[alerts]]
+name = "kv-high"
+signal = "kv_cache_usage"
+op = ">"
+threshold = 0.9
+window = "1m"
+for = "1m"
+annotations = {{ summary = "KV cache {{{{ $value }}}} on {{{{ $labels.target }}}}" }}
+
+[[alerts]]
+name = "always"
+signal = "requests_waiting"
+op = ">="
+threshold = 0
+window = "10s"
+"#,
+        db = dir.path().join("llmwatch.db").display().to_string(),
+    );
+    let config = Config::parse(&toml, Path::new("api-test.toml")).unwrap();
+    let running = daemon::start(config).await.unwrap();
+    let api = Api {
+        base: format!("http://{}", running.listen_addr),
+        client: reqwest::Client::new(),
+    };
+    let t0 = now_ms();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    // The token guards everything but /healthz.
+    let plain = reqwest::get(format!("{}/healthz", api.base)).await.unwrap();
+    assert_eq!(plain.status(), StatusCode::OK);
+    let denied = reqwest::get(format!("{}/api/v1/targets", api.base))
+        .await
+        .unwrap();
+    assert_eq!(denied.status(), StatusCode::UNAUTHORIZED);
+    let denied = reqwest::get(format!("{}/metrics", api.base)).await.unwrap();
+    assert_eq!(denied.status(), StatusCode::UNAUTHORIZED);
+
+    // Targets with live status and latest signals.
+    let targets = api.ok("/api/v1/targets").await;
+    let target = &targets["targets"][0];
+    assert_eq!(target["name"], "sim");
+    assert_eq!(target["kind"], "engine");
+    assert_eq!(target["engine"], "vllm");
+    assert_eq!(target["url"], format!("http://{engine}"), "{target}");
+    assert_eq!(target["status"]["state"], "up");
+    assert!(target["status"]["last_scrape_ms"].as_i64().unwrap() >= t0);
+    assert!(target["status"]["last_scrape"]
+        .as_str()
+        .unwrap()
+        .ends_with('Z'));
+    let kv = &target["signals"]["kv_cache_usage"];
+    assert_eq!(kv["unit"], "ratio");
+    assert_eq!(kv["source"], "server");
+    assert!((0.0..=1.0).contains(&kv["value"].as_f64().unwrap()));
+    let ttft = &target["signals"]["probe_ttft_p95"];
+    assert_eq!(ttft["source"], "probe");
+    assert_eq!(ttft["unit"], "s");
+    assert!(ttft["value"].as_f64().unwrap() > 0.0);
+    assert_eq!(api.ok("/api/v1/targets/sim").await["name"], "sim");
+    let (status, body) = api.get("/api/v1/targets/nope").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body["error"]["message"].as_str().unwrap().contains("nope"));
+    api.bad("/api/v1/targets?x=1", "unknown parameter \"x\"")
+        .await;
+
+    // Signal series: RFC 3339 and Unix seconds, explicit step.
+    let now = now_ms();
+    let series = api
+        .ok(&format!(
+            "/api/v1/targets/sim/signals?signal=kv_cache_usage,requests_running,probe_ttft_p95&from={}&to={}&step=500ms",
+            rfc3339(t0),
+            now as f64 / 1000.0
+        ))
+        .await;
+    assert_eq!(series["target"], "sim");
+    assert_eq!(series["step_s"], 0.5);
+    let all = series["series"].as_array().unwrap();
+    assert_eq!(all.len(), 3);
+    assert_eq!(all[0]["signal"], "kv_cache_usage");
+    assert_eq!(all[2]["source"], "probe");
+    let points = all[0]["points"].as_array().unwrap();
+    assert!(points.len() >= 3, "{series}");
+    for point in points {
+        let t = point[0].as_f64().unwrap();
+        assert!(t >= t0 as f64 / 1000.0 - 0.001 && t <= now as f64 / 1000.0 + 0.001);
+        assert!((0.0..=1.0).contains(&point[1].as_f64().unwrap()));
+    }
+    assert!(!all[2]["points"].as_array().unwrap().is_empty());
+    api.bad("/api/v1/targets/sim/signals?from=yesterday", "from")
+        .await;
+    api.bad("/api/v1/targets/sim/signals?to=2026-13-01T00:00:00Z", "to")
+        .await;
+    api.bad("/api/v1/targets/sim/signals?step=0", "step").await;
+    api.bad("/api/v1/targets/sim/signals?step=fast", "step")
+        .await;
+    api.bad(
+        "/api/v1/targets/sim/signals?signal=ttft",
+        "unknown signal \"ttft\"",
+    )
+    .await;
+    api.bad("/api/v1/targets/sim/signals?from=2000&to=1000", "after")
+        .await;
+    api.bad(
+        "/api/v1/targets/sim/signals?from=0&step=1s",
+        "raise the step",
+    )
+    .await;
+    api.bad(
+        "/api/v1/targets/sim/signals?step=1s&step=2s",
+        "more than once",
+    )
+    .await;
+
+    // Raw metric series.
+    let raw = api
+        .ok(&format!(
+            "/api/v1/series?target=sim&metric=kv_cache_usage&from={}",
+            t0 / 1000
+        ))
+        .await;
+    assert_eq!(raw["metric"], "kv_cache_usage");
+    let first = &raw["series"][0];
+    assert_eq!(first["part"], "value");
+    assert!(first["points"].as_array().unwrap().len() >= 3, "{raw}");
+    let ttft_raw = api
+        .ok("/api/v1/series?target=sim&metric=ttft_seconds")
+        .await;
+    assert!(
+        ttft_raw["series"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["part"].as_str().unwrap().starts_with("bucket:")),
+        "histogram buckets are raw series"
+    );
+    api.bad(
+        "/api/v1/series?metric=kv_cache_usage",
+        "missing parameter \"target\"",
+    )
+    .await;
+    api.bad(
+        "/api/v1/series?target=sim&metric=kv",
+        "unknown catalog metric",
+    )
+    .await;
+    api.bad(
+        "/api/v1/series?target=sim&metric=kv_cache_usage&from=0",
+        "24 h",
+    )
+    .await;
+
+    // Probes, paginated with a cursor.
+    let page1 = api.ok("/api/v1/probes?target=sim&limit=2").await;
+    let probes = page1["probes"].as_array().unwrap();
+    assert_eq!(probes.len(), 2);
+    assert_eq!(probes[0]["ok"], true);
+    assert_eq!(probes[0]["model"], "sim-model");
+    assert_eq!(probes[0]["output_tokens"], 4);
+    assert!(probes[0]["ttft_s"].as_f64().unwrap() > 0.0);
+    assert!(probes[0]["sent_ms"].as_i64().unwrap() <= probes[1]["sent_ms"].as_i64().unwrap());
+    let cursor = page1["next_cursor"].as_str().expect("more pages");
+    let page2 = api
+        .ok(&format!(
+            "/api/v1/probes?target=sim&limit=2&cursor={cursor}"
+        ))
+        .await;
+    let ids1: Vec<i64> = probes.iter().map(|p| p["id"].as_i64().unwrap()).collect();
+    let ids2: Vec<i64> = page2["probes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids2.len(), 2);
+    assert!(
+        ids2.iter().all(|id| !ids1.contains(id)),
+        "{ids1:?} {ids2:?}"
+    );
+    let everything = api.ok("/api/v1/probes?target=sim&limit=1000").await;
+    assert!(everything["next_cursor"].is_null());
+    api.bad("/api/v1/probes?target=sim&limit=0", "limit").await;
+    api.bad("/api/v1/probes?target=sim&limit=5000", "limit")
+        .await;
+    api.bad("/api/v1/probes?target=sim&cursor=abc", "cursor")
+        .await;
+    api.bad("/api/v1/probes", "missing parameter \"target\"")
+        .await;
+
+    // Rules and alerts.
+    let rules = api.ok("/api/v1/rules").await;
+    let kv_rule = &rules["rules"][0];
+    assert_eq!(kv_rule["name"], "kv-high");
+    assert_eq!(kv_rule["signal"], "kv_cache_usage");
+    assert_eq!(kv_rule["op"], ">");
+    assert_eq!(kv_rule["threshold"], 0.9);
+    assert_eq!(kv_rule["for_s"], 60.0);
+    assert_eq!(kv_rule["alerts"], json!([]));
+    assert_eq!(rules["rules"][1]["alerts"][0]["state"], "firing");
+    let alerts = api.ok("/api/v1/alerts").await;
+    assert_eq!(alerts["alerts"].as_array().unwrap().len(), 1, "{alerts}");
+    let always = &alerts["alerts"][0];
+    assert_eq!(always["rule"], "always");
+    assert_eq!(always["labels"]["target"], "sim");
+    assert!(always["fired_at"].as_str().unwrap().ends_with('Z'));
+    assert_eq!(
+        api.ok("/api/v1/alerts?state=pending").await["alerts"],
+        json!([])
+    );
+    api.bad("/api/v1/alerts?state=burning", "state").await;
+    let history = api.ok("/api/v1/alerts/history?limit=1").await;
+    assert_eq!(history["events"][0]["state"], "firing");
+    assert_eq!(history["events"][0]["rule"], "always");
+    assert!(history["next_cursor"].is_null());
+
+    // Sweeps: none yet; bad ids and bodies; then one started here.
+    assert_eq!(api.ok("/api/v1/sweeps").await["sweeps"], json!([]));
+    let (status, _) = api.get("/api/v1/sweeps/999").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    api.bad("/api/v1/sweeps/abc", "sweep id").await;
+    api.bad("/api/v1/runs", "missing parameter \"sweep\"").await;
+    let (status, body) = api
+        .post("/api/v1/sweeps", json!({ "target": "sim", "colour": 1 }))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("colour"));
+    let (status, _) = api
+        .post("/api/v1/sweeps", json!({ "target": "other" }))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = api
+        .post(
+            "/api/v1/sweeps",
+            json!({ "target": "sim", "concurrency": [1, 1000] }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    let (status, body) = api
+        .post(
+            "/api/v1/sweeps",
+            json!({
+                "target": "sim",
+                "shape": "64x8",
+                "concurrency": [1, 2],
+                "requests_per_step": 4,
+                "min_step_duration": "500ms",
+            }),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    let id = body["id"].as_i64().expect("sweep id");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let sweep = loop {
+        let sweep = api.ok(&format!("/api/v1/sweeps/{id}")).await;
+        if sweep["status"] != "running" {
+            break sweep;
+        }
+        assert!(Instant::now() < deadline, "sweep still running: {sweep}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(sweep["status"], "completed", "{sweep}");
+    assert_eq!(sweep["target"], "sim");
+    assert_eq!(sweep["steps"].as_array().unwrap().len(), 2);
+    assert_eq!(
+        sweep["steps"][1]["load"],
+        json!({ "kind": "concurrency", "value": 2.0 })
+    );
+    assert!(sweep["verdict"].is_object());
+    let runs = api.ok(&format!("/api/v1/runs?sweep={id}")).await;
+    assert_eq!(runs["runs"].as_array().unwrap().len(), 2);
+    let list = api.ok("/api/v1/sweeps?limit=1").await;
+    assert_eq!(list["sweeps"][0]["id"], id);
+    assert!(list["next_cursor"].is_null());
+
+    // Every GET route answers what its documentation promises.
+    for (doc, _) in llmwatch::api::routes() {
+        if doc.method != "get" {
+            continue;
+        }
+        let mut path = doc
+            .path
+            .replace("{name}", "sim")
+            .replace("{id}", &id.to_string());
+        let required: Vec<String> = doc
+            .params
+            .iter()
+            .filter(|p| p.required && p.location == llmwatch::api::In::Query)
+            .map(|p| match p.name {
+                "target" => "target=sim".to_string(),
+                "metric" => "metric=kv_cache_usage".to_string(),
+                "sweep" => format!("sweep={id}"),
+                other => panic!("no test value for {other}"),
+            })
+            .collect();
+        if !required.is_empty() {
+            path = format!("{path}?{}", required.join("&"));
+        }
+        let body = api.ok(&path).await;
+        for key in doc.returns {
+            assert!(body.get(*key).is_some(), "{path}: no {key:?} in {body}");
+        }
+    }
+
+    // The OpenAPI document is served as generated.
+    assert_eq!(
+        api.ok("/api/v1/openapi.json").await,
+        llmwatch::api::openapi::document()
+    );
+
+    // Unknown routes answer JSON too.
+    let (status, body) = api.get("/api/v1/nothing/here").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(body["error"]["message"].is_string());
+
+    running.shutdown().await;
+    eprintln!("api test took {:?}", started.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn openapi_documents_every_route() {
+    let doc = llmwatch::api::openapi::document();
+    assert_eq!(doc["openapi"], "3.1.0");
+    let paths = doc["paths"].as_object().unwrap();
+    let mut documented: Vec<String> = Vec::new();
+    for (path, methods) in paths {
+        for (method, op) in methods.as_object().unwrap() {
+            documented.push(format!("{} {path}", method.to_uppercase()));
+            assert!(op["summary"].as_str().is_some_and(|s| !s.is_empty()));
+            assert!(op["responses"].as_object().unwrap().len() >= 2);
+            // Every `{param}` of the path is declared.
+            for segment in path.split('/').filter(|s| s.starts_with('{')) {
+                let name = segment.trim_matches(|c| c == '{' || c == '}');
+                assert!(
+                    op["parameters"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|p| p["name"] == name && p["in"] == "path" && p["required"] == true),
+                    "{path}: {name} undeclared"
+                );
+            }
+        }
+    }
+    documented.sort();
+    // The route list (a snapshot: a new route must be added here on purpose).
+    assert_eq!(
+        documented,
+        [
+            "GET /api/v1/alerts",
+            "GET /api/v1/alerts/history",
+            "GET /api/v1/openapi.json",
+            "GET /api/v1/probes",
+            "GET /api/v1/rules",
+            "GET /api/v1/runs",
+            "GET /api/v1/series",
+            "GET /api/v1/sweeps",
+            "GET /api/v1/sweeps/{id}",
+            "GET /api/v1/targets",
+            "GET /api/v1/targets/{name}",
+            "GET /api/v1/targets/{name}/signals",
+            "POST /api/v1/sweeps",
+        ]
+    );
+    // Every route the router serves is in the document: both come from
+    // `api::routes()`.
+    let served: Vec<String> = llmwatch::api::routes()
+        .iter()
+        .map(|(doc, _)| format!("{} {}", doc.method.to_uppercase(), doc.path))
+        .collect();
+    for route in &served {
+        assert!(documented.contains(route), "{route} undocumented");
+    }
+    // The document is valid JSON as served, and parses back the same.
+    let text = serde_json::to_string_pretty(&doc).unwrap();
+    let back: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(back, doc);
+}

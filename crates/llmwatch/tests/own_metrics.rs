@@ -1,0 +1,278 @@
+//! llmwatch's own `/metrics` against the simulator: `promtool check metrics`
+//! accepts it (Debian's `prometheus` package), and our own strict parser
+//! reads back the probe histograms, scrape health, alert states, the latest
+//! sweep verdict, store size and write latency.
+
+use std::io::Write as _;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use llmwatch::config::Config;
+use llmwatch::daemon;
+use llmwatch::scrape::now_ms;
+use llmwatch::sim_cmd::{self, SimArgs};
+use llmwatch_core::exposition::{parse, Format, MetricType, Sample};
+use llmwatch_store::{NewSweep, SweepEnd, SweepStatus};
+
+const PROMTOOL: &str = "/usr/bin/promtool";
+
+fn label<'a>(sample: &'a Sample<'_>, name: &str) -> Option<&'a str> {
+    sample
+        .labels
+        .iter()
+        .find(|l| l.name == name)
+        .map(|l| l.value.as_ref())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn own_metrics_pass_promtool_and_parse_back() {
+    let (_sim, engine, _) = sim_cmd::start(&SimArgs {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        profile: "balanced".into(),
+        flavor: "vllm".into(),
+        gpu_addr: None,
+        time_scale: 10.0,
+        model: "sim-model".into(),
+    })
+    .await
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let toml = format!(
+        r#"
+[server]
+listen = "127.0.0.1:0"
+database = {db:?}
+alert_interval = "200ms"
+
+[[targets]]
+name = "sim"
+url = "http://{engine}"
+scrape_interval = "250ms"
+[targets.probe]
+interval = "150ms"
+shape = "64x4"
+
+[[alerts]]
+name = "always"
+signal = "requests_waiting"
+op = ">="
+threshold = 0
+window = "10s"
+
+[[notifiers]]
+kind = "webhook"
+url = "http://127.0.0.1:9/hook"
+timeout = "1s"
+"#,
+        db = dir.path().join("llmwatch.db").display().to_string(),
+    );
+    let config = Config::parse(&toml, Path::new("metrics-test.toml")).unwrap();
+    let running = daemon::start(config).await.unwrap();
+    // A finished sweep of the target with a verdict.
+    let sweep = running
+        .store
+        .create_sweep(&NewSweep {
+            target_name: Some("sim".into()),
+            target_url: format!("http://{engine}"),
+            started_ms: now_ms(),
+            settings_json: "{}".into(),
+            card_json: "{}".into(),
+        })
+        .await
+        .unwrap();
+    running
+        .store
+        .finish_sweep(
+            sweep,
+            &SweepEnd {
+                ended_ms: now_ms(),
+                verdict_json: Some(
+                    r#"{"saturation": {"load": {"concurrency": 16}, "request_throughput": 12.5},
+                        "sustainable": {"load": {"concurrency": 8}, "request_throughput": 9.0}}"#
+                        .into(),
+                ),
+                stop_reason: None,
+                status: SweepStatus::Completed,
+            },
+        )
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+
+    let body = reqwest::get(format!("http://{}/metrics", running.listen_addr))
+        .await
+        .unwrap();
+    assert!(body
+        .headers()
+        .get("content-type")
+        .unwrap()
+        .to_str()
+        .unwrap()
+        .starts_with("text/plain; version=0.0.4"));
+    let text = body.text().await.unwrap();
+    running.shutdown().await;
+
+    // promtool: exit 0 and no lint complaints.
+    assert!(
+        Path::new(PROMTOOL).exists(),
+        "{PROMTOOL} is missing: apt-get install prometheus"
+    );
+    let mut child = Command::new(PROMTOOL)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let complaints = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        out.status.success() && complaints.trim().is_empty(),
+        "promtool: {complaints}\n{text}"
+    );
+
+    // Our own strict parser reads it back.
+    let page = parse(text.as_bytes(), Format::PrometheusText).expect("strict parse");
+    let family = |name: &str| {
+        page.families
+            .iter()
+            .find(|f| f.name == name)
+            .unwrap_or_else(|| panic!("no family {name}"))
+    };
+    let value = |name: &str, sample_name: &str, labels: &[(&str, &str)]| -> f64 {
+        family(name)
+            .samples
+            .iter()
+            .find(|s| s.name == sample_name && labels.iter().all(|(k, v)| label(s, k) == Some(*v)))
+            .unwrap_or_else(|| panic!("no {sample_name}{labels:?}"))
+            .value
+    };
+    for name in [
+        "llmwatch_probe_ttft_seconds",
+        "llmwatch_probe_itl_seconds",
+        "llmwatch_probe_e2e_seconds",
+    ] {
+        assert_eq!(family(name).metric_type, MetricType::Histogram);
+        let count = value(
+            name,
+            &format!("{name}_count"),
+            &[("target", "sim"), ("shape", "64x4")],
+        );
+        let inf = value(
+            name,
+            &format!("{name}_bucket"),
+            &[("target", "sim"), ("le", "+Inf")],
+        );
+        assert!(count >= 3.0, "{name}: {count}");
+        assert_eq!(count, inf);
+    }
+    // 64x4: three gaps per probe.
+    let probes = value(
+        "llmwatch_probes_total",
+        "llmwatch_probes_total",
+        &[("outcome", "ok")],
+    );
+    let itl_count = value(
+        "llmwatch_probe_itl_seconds",
+        "llmwatch_probe_itl_seconds_count",
+        &[("target", "sim")],
+    );
+    assert_eq!(itl_count, probes * 3.0);
+    assert_eq!(
+        value(
+            "llmwatch_target_up",
+            "llmwatch_target_up",
+            &[("target", "sim")]
+        ),
+        1.0
+    );
+    assert!(value("llmwatch_scrapes_total", "llmwatch_scrapes_total", &[]) >= 5.0);
+    assert!(
+        value(
+            "llmwatch_target_scrapes_total",
+            "llmwatch_target_scrapes_total",
+            &[("target", "sim")]
+        ) >= 5.0
+    );
+    assert_eq!(
+        value(
+            "llmwatch_target_scrape_failures_total",
+            "llmwatch_target_scrape_failures_total",
+            &[("target", "sim")]
+        ),
+        0.0
+    );
+    assert_eq!(
+        value(
+            "llmwatch_alerts",
+            "llmwatch_alerts",
+            &[
+                ("alertname", "always"),
+                ("target", "sim"),
+                ("state", "firing")
+            ]
+        ),
+        1.0
+    );
+    assert_eq!(
+        value(
+            "llmwatch_saturation_load",
+            "llmwatch_saturation_load",
+            &[("target", "sim"), ("load", "concurrency")]
+        ),
+        16.0
+    );
+    assert_eq!(
+        value(
+            "llmwatch_saturation_throughput_requests_per_second",
+            "llmwatch_saturation_throughput_requests_per_second",
+            &[("target", "sim")]
+        ),
+        12.5
+    );
+    assert_eq!(
+        value(
+            "llmwatch_max_sustainable_load",
+            "llmwatch_max_sustainable_load",
+            &[("target", "sim")]
+        ),
+        8.0
+    );
+    assert!(
+        value(
+            "llmwatch_store_size_bytes",
+            "llmwatch_store_size_bytes",
+            &[]
+        ) > 0.0
+    );
+    assert!(
+        value(
+            "llmwatch_store_write_duration_seconds",
+            "llmwatch_store_write_duration_seconds_count",
+            &[]
+        ) >= 1.0
+    );
+    // The webhook at port 9 refuses: failures are counted, not hidden.
+    assert!(
+        value(
+            "llmwatch_notifications_total",
+            "llmwatch_notifications_total",
+            &[("kind", "webhook"), ("outcome", "sent")]
+        ) == 0.0
+    );
+    assert!(
+        !text.contains("127.0.0.1:9/hook"),
+        "notifier URLs never appear"
+    );
+}

@@ -136,6 +136,9 @@ pub struct TargetConfig {
     pub api_key_env: Option<String>,
     #[serde(default)]
     pub probe: Option<ProbeConfig>,
+    /// Sweeps the daemon runs by itself (off unless set).
+    #[serde(default)]
+    pub sweep: Option<SweepScheduleConfig>,
     /// The name of the `[[gpus]]` source that serves this target, so pages
     /// show its GPU memory and utilisation beside the target's signals.
     #[serde(default)]
@@ -173,6 +176,41 @@ pub struct ProbeConfig {
     pub model: Option<String>,
     #[serde(default = "default_probe_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
+}
+
+/// `[targets.sweep]`: a sweep of this target every `every`. Sweeps load a
+/// server hard, so the first runs one period after start, never at start.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepScheduleConfig {
+    #[serde(deserialize_with = "duration")]
+    pub every: Duration,
+    #[serde(default = "default_sweep_shape")]
+    pub shape: String,
+    #[serde(default = "default_probe_api")]
+    pub api: ProbeApi,
+    /// Concurrency ladder; default 1, 2, 4 … 64.
+    #[serde(default)]
+    pub concurrency: Option<Vec<u32>>,
+    /// The sweep cap (default 64): a ladder above it is refused.
+    #[serde(default)]
+    pub max_concurrency: Option<u32>,
+    #[serde(default)]
+    pub requests_per_step: Option<u64>,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub min_step_duration: Option<Duration>,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub slo_ttft_p95: Option<Duration>,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub slo_itl_p95: Option<Duration>,
+}
+
+/// The shortest period between scheduled sweeps: a sweep takes minutes and
+/// loads the server hard.
+pub const MIN_SWEEP_PERIOD: Duration = Duration::from_secs(600);
+
+fn default_sweep_shape() -> String {
+    "512x128".to_string()
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -464,6 +502,35 @@ impl Config {
                         field("metrics_path"),
                         format!("must start with '/', found {path:?}"),
                     ));
+                }
+            }
+            if let Some(sweep) = &target.sweep {
+                if sweep.every < MIN_SWEEP_PERIOD {
+                    return Err((
+                        field("sweep.every"),
+                        format!(
+                            "{:?} is too often: scheduled sweeps load the server hard; at least {:?}",
+                            sweep.every, MIN_SWEEP_PERIOD
+                        ),
+                    ));
+                }
+                check_shape(&sweep.shape).map_err(|m| (field("sweep.shape"), m))?;
+                let cap = sweep.max_concurrency.unwrap_or(64);
+                if let Some(ladder) = &sweep.concurrency {
+                    if ladder.is_empty() || ladder.contains(&0) {
+                        return Err((
+                            field("sweep.concurrency"),
+                            "must list concurrency levels of at least 1, e.g. [1, 2, 4, 8]".into(),
+                        ));
+                    }
+                    if let Some(high) = ladder.iter().find(|c| **c > cap) {
+                        return Err((
+                            field("sweep.concurrency"),
+                            format!(
+                                "{high} is above the sweep cap of {cap}; raise sweep.max_concurrency on purpose"
+                            ),
+                        ));
+                    }
                 }
             }
             if let Some(probe) = &target.probe {
@@ -906,5 +973,30 @@ timeout = "3s"
             redact_url("http://127.0.0.1:9093"),
             "http://127.0.0.1:9093/…"
         );
+    }
+
+    #[test]
+    fn scheduled_sweeps_are_capped_and_named() {
+        let base = "[[targets]]\nname = \"a\"\nurl = \"http://x\"\n[targets.sweep]\n";
+        let ok = parse(&format!("{base}every = \"24h\"\nconcurrency = [1, 2, 4]\n")).unwrap();
+        let sweep = ok.targets[0].sweep.as_ref().unwrap();
+        assert_eq!(sweep.every, Duration::from_secs(86_400));
+        assert_eq!(sweep.shape, "512x128");
+        let err = error_of(&format!("{base}every = \"1m\"\n"));
+        assert!(
+            err.contains("targets[0].sweep.every") && err.contains("too often"),
+            "{err}"
+        );
+        let err = error_of(&format!("{base}every = \"1h\"\nconcurrency = [1, 128]\n"));
+        assert!(
+            err.contains("targets[0].sweep.concurrency") && err.contains("cap of 64"),
+            "{err}"
+        );
+        let ok = parse(&format!(
+            "{base}every = \"1h\"\nconcurrency = [1, 128]\nmax_concurrency = 128\n"
+        ));
+        assert!(ok.is_ok());
+        let err = error_of(&format!("{base}every = \"1h\"\nshape = \"big\"\n"));
+        assert!(err.contains("targets[0].sweep.shape"), "{err}");
     }
 }

@@ -15,6 +15,7 @@ use crate::canary::{run_canary_loop, CanaryJob};
 use crate::config::{Config, EngineChoice};
 use crate::gpu_nvml::{readings_to_samples, NvmlSource};
 use crate::scrape::{self, now_ms, ScrapeCounters, ScrapeJob};
+use crate::sweep::schedule::{run_schedule, SweepSlots};
 use crate::web;
 
 /// A running daemon.
@@ -134,6 +135,23 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         shutdown_rx.clone(),
     )));
 
+    // Scheduled sweeps share one slot with API sweeps: one sweep at a time.
+    let sweep_slots = SweepSlots::default();
+    let shared_config = Arc::new(config.clone());
+    for target in &config.targets {
+        if let Some(schedule) = &target.sweep {
+            tracing::info!(target = %target.name, every = ?schedule.every, "scheduled sweeps");
+            tasks.push(tokio::spawn(run_schedule(
+                shared_config.clone(),
+                target.clone(),
+                schedule.clone(),
+                store.clone(),
+                sweep_slots.clone(),
+                shutdown_rx.clone(),
+            )));
+        }
+    }
+
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("binding {}", config.server.listen))?;
@@ -153,15 +171,16 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             tracing::debug!(error = %err, "cannot set TCP_NODELAY");
         }
     });
+    let mut api =
+        crate::api::ApiContext::new(&config, store.clone(), counters.clone(), alerts.clone())
+            .await
+            .context("preparing the API")?;
+    api.sweeps = sweep_slots.clone();
     let app = web::router(web::AppState {
         store: store.clone(),
         token: config.bearer_token().map(Arc::from),
         pages: Arc::new(crate::pages::PagesConfig::from_config(&config)),
-        api: Arc::new(
-            crate::api::ApiContext::new(&config, store.clone(), counters.clone(), alerts.clone())
-                .await
-                .context("preparing the API")?,
-        ),
+        api: Arc::new(api),
     });
     let mut web_shutdown = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {

@@ -45,6 +45,9 @@ pub struct ApiContext {
     pub own_metrics: OwnMetrics,
     /// The configured targets (for sweeps started through the API).
     pub targets: Vec<TargetConfig>,
+    /// The whole config, for sweep settings (GPU pages of targets).
+    pub config: Arc<Config>,
+    /// Shared with the sweep schedule: one sweep at a time.
     pub sweeps: sweeps::SweepSlots,
 }
 
@@ -61,6 +64,7 @@ impl ApiContext {
             counters,
             alerts,
             targets: config.targets.clone(),
+            config: Arc::new(config.clone()),
             sweeps: sweeps::SweepSlots::default(),
         })
     }

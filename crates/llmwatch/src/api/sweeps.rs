@@ -1,6 +1,5 @@
 //! Sweeps and their runs through the API: list, detail, start.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::JsonRejection;
@@ -8,24 +7,16 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use llmwatch_probe::{Secret, Shape};
+use llmwatch_probe::Shape;
 use llmwatch_store::SweepRow;
 use serde_json::{json, Value};
-use tokio::sync::Semaphore;
 
 use super::{params, time_fields, without_credentials, ApiError, ApiResult, RawQuery};
-use crate::sweep::{run_sweep, Ladder, SweepError, SweepSettings};
+use crate::sweep::schedule::settings_for_target;
+use crate::sweep::{run_sweep, Ladder, SweepError};
 use crate::web::AppState;
 
-/// Sweeps started through the API run one at a time.
-#[derive(Clone)]
-pub struct SweepSlots(Arc<Semaphore>);
-
-impl Default for SweepSlots {
-    fn default() -> Self {
-        SweepSlots(Arc::new(Semaphore::new(1)))
-    }
-}
+pub use crate::sweep::schedule::SweepSlots;
 
 fn parse_json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
@@ -187,17 +178,10 @@ pub(super) async fn start_sweep(
         .ok_or_else(|| {
             ApiError::not_found(format!("no configured target named {:?}", request.target))
         })?;
-    let mut settings = SweepSettings::new(target.url.clone());
-    settings.target_name = Some(target.name.clone());
-    settings.metrics_url = Some(target.metrics_url());
-    settings.api_key = target
-        .api_key_env
-        .as_ref()
-        .and_then(|var| std::env::var(var).ok())
-        .map(Secret::new);
-    settings.model = request
-        .model
-        .or_else(|| target.probe.as_ref().and_then(|p| p.model.clone()));
+    let mut settings = settings_for_target(&state.api.config, target);
+    if request.model.is_some() {
+        settings.model = request.model;
+    }
     if let Some(shape) = &request.shape {
         settings.shape =
             Shape::parse(shape).map_err(|err| ApiError::bad_request(format!("shape: {err}")))?;
@@ -222,17 +206,12 @@ pub(super) async fn start_sweep(
     settings
         .validate()
         .map_err(|err| ApiError::bad_request(err.to_string()))?;
-    let permit = state
-        .api
-        .sweeps
-        .0
-        .clone()
-        .try_acquire_owned()
-        .map_err(|_| ApiError {
-            status: StatusCode::CONFLICT,
-            message: "a sweep started through the API is still running; try again when it ends"
+    let permit = state.api.sweeps.try_acquire().ok_or_else(|| ApiError {
+        status: StatusCode::CONFLICT,
+        message:
+            "another sweep (from the API or the schedule) is still running; try again when it ends"
                 .into(),
-        })?;
+    })?;
     let store = state.api.store.clone();
     let before = store.sweeps(1).await?.first().map(|s| s.id).unwrap_or(0);
     let name = target.name.clone();

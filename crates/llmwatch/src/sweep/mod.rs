@@ -19,6 +19,7 @@
 //! Entry points: [`run_sweep`] (the daemon and the CLI), [`compare_sweeps`],
 //! [`cli::run`] (`llmwatch sweep`).
 
+pub mod schedule;
 pub mod card;
 pub mod cli;
 pub mod evidence;

@@ -1,0 +1,132 @@
+//! Sweeps the daemon runs by itself: `[targets.sweep] every = "24h"` starts
+//! one sweep of that target per period (the first one period after start, so
+//! a restart never loads a production server at once), one sweep at a time
+//! across the daemon, shared with sweeps started through the API.
+
+use llmwatch_probe::record::Api;
+use llmwatch_probe::{Secret, Shape};
+use llmwatch_store::Store;
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+use super::{run_sweep, Ladder, SweepError, SweepSettings};
+use crate::config::{Config, ProbeApi, SweepScheduleConfig, TargetConfig};
+use crate::scrape::schedule_offset;
+
+/// The settings a daemon sweep of `target` starts from: its URLs (metrics,
+/// GPU page), API key and probe model, DESIGN.md's defaults for the rest.
+pub fn settings_for_target(config: &Config, target: &TargetConfig) -> SweepSettings {
+    let mut settings = SweepSettings::new(target.url.clone());
+    settings.target_name = Some(target.name.clone());
+    settings.metrics_url = Some(target.metrics_url());
+    settings.gpu_url = target.gpus.as_ref().and_then(|name| {
+        config
+            .gpus
+            .iter()
+            .find(|gpu| &gpu.name == name)
+            .and_then(|gpu| gpu.dcgm_url.clone())
+    });
+    settings.api_key = target
+        .api_key_env
+        .as_ref()
+        .and_then(|var| std::env::var(var).ok())
+        .map(Secret::new);
+    settings.model = target.probe.as_ref().and_then(|p| p.model.clone());
+    settings
+}
+
+/// Applies a `[targets.sweep]` section to `settings`; checks the result.
+pub fn apply_schedule(
+    settings: &mut SweepSettings,
+    schedule: &SweepScheduleConfig,
+) -> Result<(), SweepError> {
+    settings.shape = Shape::parse(&schedule.shape)
+        .map_err(|err| SweepError::Settings(format!("shape: {err}")))?;
+    settings.api = match schedule.api {
+        ProbeApi::Chat => Api::Chat,
+        ProbeApi::Completions => Api::Completions,
+    };
+    if let Some(ladder) = &schedule.concurrency {
+        settings.ladder = Ladder::Concurrency(ladder.clone());
+    }
+    if let Some(cap) = schedule.max_concurrency {
+        settings.max_concurrency = cap;
+    }
+    if let Some(n) = schedule.requests_per_step {
+        settings.requests_per_step = n;
+    }
+    if let Some(d) = schedule.min_step_duration {
+        settings.min_step_duration = d;
+    }
+    if let Some(d) = schedule.slo_ttft_p95 {
+        settings.objectives.ttft_p95 = Some(d.as_secs_f64());
+    }
+    if let Some(d) = schedule.slo_itl_p95 {
+        settings.objectives.itl_p95 = Some(d.as_secs_f64());
+    }
+    settings.validate()
+}
+
+/// One sweep at a time across the daemon (API and schedule alike): sweeps
+/// load servers hard, two at once would measure each other.
+#[derive(Clone)]
+pub struct SweepSlots(std::sync::Arc<Semaphore>);
+
+impl Default for SweepSlots {
+    fn default() -> Self {
+        SweepSlots(std::sync::Arc::new(Semaphore::new(1)))
+    }
+}
+
+impl SweepSlots {
+    /// A permit if no sweep is running.
+    pub fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
+        self.0.clone().try_acquire_owned().ok()
+    }
+}
+
+/// Runs `target`'s scheduled sweeps until shutdown.
+pub async fn run_schedule(
+    config: std::sync::Arc<Config>,
+    target: TargetConfig,
+    schedule: SweepScheduleConfig,
+    store: Store,
+    slots: SweepSlots,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let mut settings = settings_for_target(&config, &target);
+    if let Err(err) = apply_schedule(&mut settings, &schedule) {
+        // check-config refuses this; guard anyway.
+        tracing::error!(target = %target.name, error = %err, "scheduled sweeps disabled");
+        return;
+    }
+    let first = schedule.every + schedule_offset(&format!("{}/sweep", target.name), schedule.every);
+    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + first, schedule.every);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
+        let Some(_permit) = slots.try_acquire() else {
+            tracing::warn!(target = %target.name, "scheduled sweep skipped: another sweep is running");
+            continue;
+        };
+        tracing::info!(target = %target.name, "scheduled sweep starting");
+        let sweep = run_sweep(settings.clone(), Some(&store), |_| {});
+        let result = tokio::select! {
+            result = sweep => result,
+            _ = shutdown.changed() => return,
+        };
+        match result {
+            Ok(report) => tracing::info!(
+                target = %target.name,
+                sweep = ?report.sweep_id,
+                status = report.status.as_str(),
+                "scheduled sweep ended"
+            ),
+            Err(err) => {
+                tracing::warn!(target = %target.name, error = %err, "scheduled sweep failed")
+            }
+        }
+    }
+}

@@ -88,6 +88,14 @@ mod tests {
     }
 
     #[test]
+    fn every_signal_probe_signals_returns_is_a_probe_signal() {
+        let signals = probe_signals(&[ok(0.1, &[0.01, 0.02])]);
+        assert_eq!(signals.len(), 7);
+        assert!(signals.iter().all(|(s, _)| s.is_probe()));
+        assert!(!Signal::KvCacheUsage.is_probe());
+    }
+
+    #[test]
     fn failures_count_and_nothing_is_nan() {
         let failed = ProbeTimings {
             ok: false,

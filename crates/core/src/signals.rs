@@ -245,6 +245,11 @@ impl Signal {
             | Signal::ProbeErrorRate => &[],
         }
     }
+
+    /// Computed from llmwatch's own probes rather than from scrapes.
+    pub fn is_probe(&self) -> bool {
+        self.inputs().is_empty()
+    }
 }
 
 impl fmt::Display for Signal {

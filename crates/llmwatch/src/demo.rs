@@ -78,6 +78,7 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
         database.display().to_string()
     );
     let mut load = Vec::new();
+    let mut sweep_target = None;
     for target in TARGETS {
         let (sim, engine, gpu) = sim_cmd::start(&SimArgs {
             addr: loopback(0),
@@ -89,11 +90,22 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
         })
         .await?;
         let url = format!("http://{engine}");
+        let gpus_line = match gpu {
+            Some(_) => format!("gpus = \"{}-gpus\"\n", target.name),
+            None => String::new(),
+        };
         toml.push_str(&format!(
-            "[[targets]]\nname = \"{}\"\nurl = \"{url}\"\nscrape_interval = \"2s\"\n\
+            "[[targets]]\nname = \"{}\"\nurl = \"{url}\"\nscrape_interval = \"2s\"\n{gpus_line}\
              [targets.probe]\ninterval = \"5s\"\nshape = \"64x16\"\napi = \"chat\"\n",
             target.name
         ));
+        if sweep_target.is_none() {
+            sweep_target = Some((
+                target.name,
+                url.clone(),
+                gpu.map(|g| format!("http://{g}/metrics")),
+            ));
+        }
         if let Some(gpu) = gpu {
             toml.push_str(&format!(
                 "[[gpus]]\nname = \"{}-gpus\"\ndcgm_url = \"http://{gpu}/metrics\"\ninterval = \"2s\"\n",
@@ -126,6 +138,16 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
     );
     let config = Config::parse(&toml, Path::new("<demo>")).context("demo config")?;
     let daemon = daemon::start(config).await?;
+    // A short sweep of the first target at start, so the sweep page has
+    // something to show (stored like any sweep).
+    if let Some((name, url, gpu_url)) = sweep_target {
+        load.push(tokio::spawn(demo_sweep(
+            daemon.store.clone(),
+            name,
+            url,
+            gpu_url,
+        )));
+    }
     Ok(RunningDemo {
         daemon,
         engine_urls,
@@ -149,6 +171,40 @@ pub async fn run(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Resul
         .context("waiting for Ctrl-C")?;
     demo.shutdown().await;
     Ok(())
+}
+
+/// The demo's sweep: concurrency 1…16, short steps.
+async fn demo_sweep(
+    store: llmwatch_store::Store,
+    name: &'static str,
+    url: String,
+    gpu_url: Option<String>,
+) {
+    let mut settings = crate::sweep::SweepSettings::new(url);
+    settings.target_name = Some(name.to_string());
+    settings.gpu_url = gpu_url;
+    settings.model = Some(MODEL.to_string());
+    settings.api = llmwatch_probe::Api::Completions;
+    settings.shape = llmwatch_probe::Shape {
+        input_tokens: 128,
+        output_tokens: 32,
+    };
+    settings.ladder = crate::sweep::Ladder::Concurrency(vec![1, 2, 4, 8, 16]);
+    settings.requests_per_step = 12;
+    settings.requests_per_slot = 2;
+    settings.min_step_duration = Duration::from_secs(2);
+    settings.scrape_interval = Duration::from_millis(500);
+    // The demo's own load shares this process: do not let its scheduling
+    // jitter label the steps client-bound.
+    settings.self_check = llmwatch_probe::SelfCheckLimits {
+        max_cpu_cores: 64.0,
+        max_scheduler_lag_p99_ms: 1000.0,
+        max_dispatch_lag_p99_ms: 1000.0,
+    };
+    match crate::sweep::run_sweep(settings, Some(&store), |_| {}).await {
+        Ok(report) => tracing::info!(sweep = ?report.sweep_id, "demo sweep finished"),
+        Err(err) => tracing::warn!(error = %err, "demo sweep failed"),
+    }
 }
 
 /// One client that streams completions back to back, so the simulated

@@ -1,10 +1,9 @@
-//! Alert state and history, and the paged probe reads of the REST API and
-//! llmwatch's own `/metrics`.
+//! Alert state and history.
 
 use llmwatch_core::alerts::AlertState;
 use sqlx::Row;
 
-use crate::{ProbeRow, Store, StoreError};
+use crate::{Store, StoreError};
 
 /// The stored state of one (rule, target) alert.
 #[derive(Debug, Clone, PartialEq)]
@@ -51,59 +50,6 @@ pub struct AlertChanges {
 fn state_of(text: &str) -> Result<AlertState, StoreError> {
     text.parse::<AlertState>()
         .map_err(|err| StoreError::Corrupt(err.to_string()))
-}
-
-fn unpack_f64s(blob: &[u8]) -> Result<Vec<f64>, StoreError> {
-    if !blob.len().is_multiple_of(8) {
-        return Err(StoreError::Corrupt(format!(
-            "ITL blob of {} bytes is not a whole number of f64s",
-            blob.len()
-        )));
-    }
-    Ok(blob
-        .chunks_exact(8)
-        .map(|chunk| {
-            let mut bytes = [0u8; 8];
-            bytes.copy_from_slice(chunk);
-            f64::from_le_bytes(bytes)
-        })
-        .collect())
-}
-
-const PROBE_COLUMNS: &str = "id, target_id, run_id, ts_ms, api, model, shape, ok, error_kind,
-    error, http_status, ttfb_s, ttft_s, tpot_s, e2e_s, itl_s, prompt_tokens, output_tokens,
-    cached_tokens, finish_reason";
-
-/// A probe row with its id; `record_json` is left empty (the API and the
-/// metrics do not need every event timestamp).
-fn probe_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<(i64, ProbeRow), StoreError> {
-    Ok((
-        row.try_get("id")?,
-        ProbeRow {
-            target_id: row.try_get("target_id")?,
-            run_id: row.try_get("run_id")?,
-            ts_ms: row.try_get("ts_ms")?,
-            api: row.try_get("api")?,
-            model: row.try_get("model")?,
-            shape: row.try_get("shape")?,
-            ok: row.try_get("ok")?,
-            error_kind: row.try_get("error_kind")?,
-            error: row.try_get("error")?,
-            http_status: row
-                .try_get::<Option<i64>, _>("http_status")?
-                .and_then(|s| u16::try_from(s).ok()),
-            ttfb_s: row.try_get("ttfb_s")?,
-            ttft_s: row.try_get("ttft_s")?,
-            tpot_s: row.try_get("tpot_s")?,
-            e2e_s: row.try_get("e2e_s")?,
-            itl_s: unpack_f64s(&row.try_get::<Vec<u8>, _>("itl_s")?)?,
-            prompt_tokens: row.try_get("prompt_tokens")?,
-            output_tokens: row.try_get("output_tokens")?,
-            cached_tokens: row.try_get("cached_tokens")?,
-            finish_reason: row.try_get("finish_reason")?,
-            record_json: String::new(),
-        },
-    ))
 }
 
 impl Store {
@@ -235,60 +181,6 @@ impl Store {
                 })
             })
             .collect()
-    }
-
-    /// One page of a target's probes sent in `[from_ms, to_ms]`, oldest
-    /// first, after probe id `after_id`; each with its id (the cursor).
-    pub async fn probes_page(
-        &self,
-        target_id: i64,
-        from_ms: i64,
-        to_ms: i64,
-        after_id: Option<i64>,
-        limit: u32,
-    ) -> Result<Vec<(i64, ProbeRow)>, StoreError> {
-        let sql = format!(
-            "SELECT {PROBE_COLUMNS} FROM probes
-             WHERE target_id = ?1 AND ts_ms BETWEEN ?2 AND ?3
-               AND (?4 IS NULL OR ts_ms > (SELECT ts_ms FROM probes WHERE id = ?4)
-                    OR (ts_ms = (SELECT ts_ms FROM probes WHERE id = ?4) AND id > ?4))
-             ORDER BY ts_ms, id LIMIT ?5"
-        );
-        // Only the constant column list is interpolated; every value is bound.
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(target_id)
-            .bind(from_ms)
-            .bind(to_ms)
-            .bind(after_id)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(probe_from_row).collect()
-    }
-
-    /// Probes of every target stored after id `after_id`, in id order, at
-    /// most `limit` (for folding new probes into running histograms).
-    pub async fn probes_after_id(
-        &self,
-        after_id: i64,
-        limit: u32,
-    ) -> Result<Vec<(i64, ProbeRow)>, StoreError> {
-        let sql = format!("SELECT {PROBE_COLUMNS} FROM probes WHERE id > ? ORDER BY id LIMIT ?");
-        // Only the constant column list is interpolated; every value is bound.
-        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
-            .bind(after_id)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await?;
-        rows.iter().map(probe_from_row).collect()
-    }
-
-    /// The highest probe id stored (0 when none).
-    pub async fn last_probe_id(&self) -> Result<i64, StoreError> {
-        let row = sqlx::query("SELECT COALESCE(MAX(id), 0) AS id FROM probes")
-            .fetch_one(&self.pool)
-            .await?;
-        Ok(row.try_get("id")?)
     }
 }
 

@@ -50,6 +50,43 @@ fn pack_f64s(values: &[f64]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
 
+/// The probe columns but the full record (large; only some readers need it).
+const PROBE_COLUMNS: &str = "id, target_id, run_id, ts_ms, api, model, shape, ok, error_kind,
+    error, http_status, ttfb_s, ttft_s, tpot_s, e2e_s, itl_s, prompt_tokens, output_tokens,
+    cached_tokens, finish_reason";
+
+/// A probe row selected with [`PROBE_COLUMNS`], with its id; `record_json`
+/// is left empty.
+fn probe_from_row(row: &sqlx::sqlite::SqliteRow) -> Result<(i64, ProbeRow), StoreError> {
+    Ok((
+        row.try_get("id")?,
+        ProbeRow {
+            target_id: row.try_get("target_id")?,
+            run_id: row.try_get("run_id")?,
+            ts_ms: row.try_get("ts_ms")?,
+            api: row.try_get("api")?,
+            model: row.try_get("model")?,
+            shape: row.try_get("shape")?,
+            ok: row.try_get("ok")?,
+            error_kind: row.try_get("error_kind")?,
+            error: row.try_get("error")?,
+            http_status: row
+                .try_get::<Option<i64>, _>("http_status")?
+                .and_then(|s| u16::try_from(s).ok()),
+            ttfb_s: row.try_get("ttfb_s")?,
+            ttft_s: row.try_get("ttft_s")?,
+            tpot_s: row.try_get("tpot_s")?,
+            e2e_s: row.try_get("e2e_s")?,
+            itl_s: unpack_f64s(&row.try_get::<Vec<u8>, _>("itl_s")?)?,
+            prompt_tokens: row.try_get("prompt_tokens")?,
+            output_tokens: row.try_get("output_tokens")?,
+            cached_tokens: row.try_get("cached_tokens")?,
+            finish_reason: row.try_get("finish_reason")?,
+            record_json: String::new(),
+        },
+    ))
+}
+
 fn unpack_f64s(blob: &[u8]) -> Result<Vec<f64>, StoreError> {
     if !blob.len().is_multiple_of(8) {
         return Err(StoreError::Corrupt(format!(
@@ -69,16 +106,7 @@ fn unpack_f64s(blob: &[u8]) -> Result<Vec<f64>, StoreError> {
 
 /// Is `signal` computed from probes rather than scrapes?
 pub fn is_probe_signal(signal: Signal) -> bool {
-    matches!(
-        signal,
-        Signal::ProbeTtftP50
-            | Signal::ProbeTtftP95
-            | Signal::ProbeItlP50
-            | Signal::ProbeItlP95
-            | Signal::ProbeTpotP95
-            | Signal::ProbeE2eP95
-            | Signal::ProbeErrorRate
-    )
+    signal.is_probe()
 }
 
 impl Store {
@@ -115,7 +143,8 @@ impl Store {
         Ok(row.try_get("id")?)
     }
 
-    /// Probes of a target sent in `[from_ms, to_ms]`, oldest first, at most `limit`.
+    /// Probes of a target sent in `[from_ms, to_ms]`, oldest first, at most
+    /// `limit`, each with its full record.
     pub async fn probes(
         &self,
         target_id: i64,
@@ -123,46 +152,79 @@ impl Store {
         to_ms: i64,
         limit: u32,
     ) -> Result<Vec<ProbeRow>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT target_id, run_id, ts_ms, api, model, shape, ok, error_kind, error, http_status,
-                ttfb_s, ttft_s, tpot_s, e2e_s, itl_s, prompt_tokens, output_tokens, cached_tokens,
-                finish_reason, record
-             FROM probes WHERE target_id = ? AND ts_ms BETWEEN ? AND ? ORDER BY ts_ms LIMIT ?",
-        )
-        .bind(target_id)
-        .bind(from_ms)
-        .bind(to_ms)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        let sql = format!(
+            "SELECT {PROBE_COLUMNS}, record FROM probes
+             WHERE target_id = ? AND ts_ms BETWEEN ? AND ? ORDER BY ts_ms LIMIT ?"
+        );
+        // Only the constant column list is interpolated; every value is bound.
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(target_id)
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
         rows.iter()
             .map(|row| {
-                Ok(ProbeRow {
-                    target_id: row.try_get("target_id")?,
-                    run_id: row.try_get("run_id")?,
-                    ts_ms: row.try_get("ts_ms")?,
-                    api: row.try_get("api")?,
-                    model: row.try_get("model")?,
-                    shape: row.try_get("shape")?,
-                    ok: row.try_get("ok")?,
-                    error_kind: row.try_get("error_kind")?,
-                    error: row.try_get("error")?,
-                    http_status: row
-                        .try_get::<Option<i64>, _>("http_status")?
-                        .and_then(|s| u16::try_from(s).ok()),
-                    ttfb_s: row.try_get("ttfb_s")?,
-                    ttft_s: row.try_get("ttft_s")?,
-                    tpot_s: row.try_get("tpot_s")?,
-                    e2e_s: row.try_get("e2e_s")?,
-                    itl_s: unpack_f64s(&row.try_get::<Vec<u8>, _>("itl_s")?)?,
-                    prompt_tokens: row.try_get("prompt_tokens")?,
-                    output_tokens: row.try_get("output_tokens")?,
-                    cached_tokens: row.try_get("cached_tokens")?,
-                    finish_reason: row.try_get("finish_reason")?,
-                    record_json: row.try_get("record")?,
-                })
+                let (_, mut probe) = probe_from_row(row)?;
+                probe.record_json = row.try_get("record")?;
+                Ok(probe)
             })
             .collect()
+    }
+
+    /// One page of a target's probes sent in `[from_ms, to_ms]`, oldest
+    /// first, after probe id `after_id`; each with its id (the cursor).
+    pub async fn probes_page(
+        &self,
+        target_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+        after_id: Option<i64>,
+        limit: u32,
+    ) -> Result<Vec<(i64, ProbeRow)>, StoreError> {
+        let sql = format!(
+            "SELECT {PROBE_COLUMNS} FROM probes
+             WHERE target_id = ?1 AND ts_ms BETWEEN ?2 AND ?3
+               AND (?4 IS NULL OR ts_ms > (SELECT ts_ms FROM probes WHERE id = ?4)
+                    OR (ts_ms = (SELECT ts_ms FROM probes WHERE id = ?4) AND id > ?4))
+             ORDER BY ts_ms, id LIMIT ?5"
+        );
+        // Only the constant column list is interpolated; every value is bound.
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(target_id)
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(after_id)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(probe_from_row).collect()
+    }
+
+    /// Probes of every target stored after id `after_id`, in id order, at
+    /// most `limit` (for folding new probes into running histograms).
+    pub async fn probes_after_id(
+        &self,
+        after_id: i64,
+        limit: u32,
+    ) -> Result<Vec<(i64, ProbeRow)>, StoreError> {
+        let sql = format!("SELECT {PROBE_COLUMNS} FROM probes WHERE id > ? ORDER BY id LIMIT ?");
+        // Only the constant column list is interpolated; every value is bound.
+        let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
+            .bind(after_id)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter().map(probe_from_row).collect()
+    }
+
+    /// The highest probe id stored (0 when none).
+    pub async fn last_probe_id(&self) -> Result<i64, StoreError> {
+        let row = sqlx::query("SELECT COALESCE(MAX(id), 0) AS id FROM probes")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get("id")?)
     }
 
     /// Rolling probe signals over `(now_ms − window_ms, now_ms]`.

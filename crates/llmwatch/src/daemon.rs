@@ -179,7 +179,10 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let app = web::router(web::AppState {
         store: store.clone(),
         token: config.bearer_token().map(Arc::from),
-        pages: Arc::new(crate::pages::PagesConfig::from_config(&config)),
+        pages: Arc::new(crate::pages::PagesConfig {
+            shutdown: Some(shutdown_rx.clone()),
+            ..crate::pages::PagesConfig::from_config(&config)
+        }),
         api: Arc::new(api),
     });
     let mut web_shutdown = shutdown_rx.clone();

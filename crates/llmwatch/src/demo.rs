@@ -173,7 +173,7 @@ pub async fn run(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Resul
     Ok(())
 }
 
-/// The demo's sweep: concurrency 1…16, short steps.
+/// The demo's sweep: concurrency 1…64, short steps.
 async fn demo_sweep(
     store: llmwatch_store::Store,
     name: &'static str,
@@ -189,7 +189,7 @@ async fn demo_sweep(
         input_tokens: 128,
         output_tokens: 32,
     };
-    settings.ladder = crate::sweep::Ladder::Concurrency(vec![1, 2, 4, 8, 16]);
+    settings.ladder = crate::sweep::Ladder::Concurrency(vec![1, 2, 4, 8, 16, 32, 64]);
     settings.requests_per_step = 12;
     settings.requests_per_slot = 2;
     settings.min_step_duration = Duration::from_secs(2);

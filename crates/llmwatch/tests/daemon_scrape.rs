@@ -103,7 +103,7 @@ async fn scrapes_every_engine_and_survives_bad_targets() {
     let web = format!("http://{}", running.listen_addr);
     tokio::time::sleep(Duration::from_millis(2600)).await;
 
-    // The status page lists targets while it runs.
+    // The overview lists targets while it runs.
     let html = reqwest::get(format!("{web}/"))
         .await
         .unwrap()
@@ -111,7 +111,9 @@ async fn scrapes_every_engine_and_survives_bad_targets() {
         .await
         .unwrap();
     assert!(
-        html.contains("vllm") && html.contains("kv_cache_usage"),
+        html.contains("href=\"/targets/vllm\"")
+            && html.contains("engine vllm")
+            && html.contains("KV-cache usage"),
         "{html}"
     );
     assert_eq!(

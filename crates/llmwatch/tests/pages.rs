@@ -175,7 +175,10 @@ async fn fixture(token: Option<&str>) -> Fixture {
         if ready {
             break;
         }
-        assert!(Instant::now() < deadline, "the daemon did not fill the store in 20 s");
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not fill the store in 20 s"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     Fixture {
@@ -230,13 +233,22 @@ async fn every_page_renders_what_the_store_holds() {
     let firing_at = html.find("Firing alerts").expect("firing alerts section");
     let targets_at = html.find("<h1>Targets</h1>").expect("targets");
     assert!(firing_at < targets_at, "firing alerts are on top");
-    assert!(html.contains("<strong>kv-in-use</strong> on kv"), "the firing rule is named");
+    assert!(
+        html.contains("<strong>kv-in-use</strong> on kv"),
+        "the firing rule is named"
+    );
     assert!(html.contains("href=\"/targets/kv\""));
     assert!(html.contains("engine vllm"), "engine detected");
-    assert!(html.contains(&format!("model {MODEL}")), "model from the probes");
+    assert!(
+        html.contains(&format!("model {MODEL}")),
+        "model from the probes"
+    );
     assert_eq!(kpi(&html, "kv|state"), "up");
     let ttft = kpi(&html, "kv|ttft_p95");
-    assert!(ttft.ends_with(" ms") || ttft.ends_with(" s"), "TTFT {ttft:?}");
+    assert!(
+        ttft.ends_with(" ms") || ttft.ends_with(" s"),
+        "TTFT {ttft:?}"
+    );
     let class = kpi_class(&html, "kv|ttft_p95");
     assert!(
         ["v ok", "v warn", "v bad"].contains(&class),
@@ -248,7 +260,9 @@ async fn every_page_renders_what_the_store_holds() {
         let text = kpi(&html, id);
         assert!(text.ends_with(" %"), "{id}: {text:?}");
     }
-    let running: f64 = kpi(&html, "kv|running").parse().expect("running is a number");
+    let running: f64 = kpi(&html, "kv|running")
+        .parse()
+        .expect("running is a number");
     assert!(running >= 0.0);
     assert!(kpi(&html, "kv|waiting").parse::<f64>().is_ok());
     assert!(html.contains("GPU sources") && html.contains("kv-gpus"));
@@ -275,8 +289,18 @@ async fn every_page_renders_what_the_store_holds() {
     assert_eq!(html.matches("<svg").count(), 8, "eight inline charts");
     assert!(html.contains("objective p95 ≤ 1.00 s"));
     assert!(html.contains("objective p95 ≤ 50 ms"));
-    for legend in ["probe p95", "probe p50", "server p95", "server p50", "waiting", "running"] {
-        assert!(html.contains(&format!("\n{legend}\n</text>")), "legend {legend:?}");
+    for legend in [
+        "probe p95",
+        "probe p50",
+        "server p95",
+        "server p50",
+        "waiting",
+        "running",
+    ] {
+        assert!(
+            html.contains(&format!("\n{legend}\n</text>")),
+            "legend {legend:?}"
+        );
     }
     assert!(html.contains("<strong aria-current=\"page\">15m</strong>"));
     assert!(html.contains("href=\"/targets/kv?range=24h\""));
@@ -285,7 +309,11 @@ async fn every_page_renders_what_the_store_holds() {
     assert!(html.contains("GPU source kv-gpus"));
 
     // The data behind a chart, as JSON and CSV.
-    let (status, body) = get(&client, &format!("{base}/targets/kv/charts/kv_cache.json?range=15m")).await;
+    let (status, body) = get(
+        &client,
+        &format!("{base}/targets/kv/charts/kv_cache.json?range=15m"),
+    )
+    .await;
     assert_eq!(status, 200);
     let chart: Value = serde_json::from_str(&body).expect("chart JSON");
     assert_eq!(chart["title"], "KV-cache usage");
@@ -295,18 +323,32 @@ async fn every_page_renders_what_the_store_holds() {
         let v = p[1].as_f64().unwrap_or(-1.0);
         (0.0..=100.0).contains(&v)
     }));
-    let (status, body) = get(&client, &format!("{base}/targets/kv/charts/gpu.json?range=15m")).await;
+    let (status, body) = get(
+        &client,
+        &format!("{base}/targets/kv/charts/gpu.json?range=15m"),
+    )
+    .await;
     assert_eq!(status, 200);
     let chart: Value = serde_json::from_str(&body).expect("chart JSON");
     assert!(
-        chart["series"][1]["points"].as_array().is_some_and(|p| !p.is_empty()),
+        chart["series"][1]["points"]
+            .as_array()
+            .is_some_and(|p| !p.is_empty()),
         "GPU memory from the linked source: {body}"
     );
-    let (status, body) = get(&client, &format!("{base}/targets/kv/charts/ttft.csv?range=15m")).await;
+    let (status, body) = get(
+        &client,
+        &format!("{base}/targets/kv/charts/ttft.csv?range=15m"),
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(body.starts_with("series,unit,unix_ms,value\n"));
     assert!(body.contains("\nprobe p95,s,"), "probe TTFT rows: {body}");
-    let (status, svg) = get(&client, &format!("{base}/targets/kv/charts/requests.svg?range=1h")).await;
+    let (status, svg) = get(
+        &client,
+        &format!("{base}/targets/kv/charts/requests.svg?range=1h"),
+    )
+    .await;
     assert_eq!(status, 200);
     assert!(svg.starts_with("<svg") && svg.contains("Requests waiting and running"));
 
@@ -315,13 +357,18 @@ async fn every_page_renders_what_the_store_holds() {
     let (status, html) = get(&client, &format!("{base}/sweeps/1")).await;
     assert_eq!(status, 200, "{html}");
     assert!(html.contains("Sweep 1 of kv"));
-    assert!(html.contains("KV-cache capacity / scheduler"), "diagnosis named");
+    assert!(
+        html.contains("KV-cache capacity / scheduler"),
+        "diagnosis named"
+    );
     assert!(html.contains("Evidence: "), "diagnosis evidence");
     assert!(html.contains("What to try: "));
     assert!(html.contains("Throughput vs load"));
     assert!(html.contains("Time to first token vs load"));
     assert!(html.contains("Inter-token latency vs load"));
-    assert!(html.contains("GPU memory used, peak (%)") && html.contains("KV-cache usage, peak (%)"));
+    assert!(
+        html.contains("GPU memory used, peak (%)") && html.contains("KV-cache usage, peak (%)")
+    );
     assert!(html.contains("objective p95 TTFT ≤ 1.00 s"));
     assert!(html.contains("objective p95 ITL ≤ 50 ms"));
     let saturation = html
@@ -330,19 +377,28 @@ async fn every_page_renders_what_the_store_holds() {
         .and_then(|s| s.split("</dd>").next())
         .expect("saturation");
     if saturation.starts_with("c ") {
-        assert!(html.contains("saturation point (c "), "marked on the charts");
+        assert!(
+            html.contains("saturation point (c "),
+            "marked on the charts"
+        );
         assert!(html.contains("(saturation)</td>"), "marked in the table");
     } else {
         assert_eq!(saturation, "not reached in this sweep");
     }
     assert_eq!(html.matches("<tr class=").count(), 6, "one row per step");
     assert!(html.contains("concurrency 32"));
-    assert!(html.contains(&format!("<td>{MODEL}</td>")), "experiment card");
+    assert!(
+        html.contains(&format!("<td>{MODEL}</td>")),
+        "experiment card"
+    );
     assert!(html.contains("href=\"/sweeps/1/charts/ttft.csv\""));
     let (status, body) = get(&client, &format!("{base}/sweeps/1/charts/throughput.json")).await;
     assert_eq!(status, 200);
     let chart: Value = serde_json::from_str(&body).expect("chart JSON");
-    assert_eq!(chart["series"][0]["points"].as_array().map(Vec::len), Some(6));
+    assert_eq!(
+        chart["series"][0]["points"].as_array().map(Vec::len),
+        Some(6)
+    );
     assert_eq!(chart["series"][0]["points"][5][0], 32.0);
 
     // Sweep list and form.
@@ -351,6 +407,38 @@ async fn every_page_renders_what_the_store_holds() {
     assert!(html.contains("<form class=\"sweep\" method=\"post\" action=\"/sweeps\">"));
     assert!(html.contains("<option>kv</option>"));
     assert!(html.contains("href=\"/sweeps/2\""));
+
+    // The form refuses what it cannot run, and says why.
+    let post = |body: &'static str| {
+        client
+            .post(format!("{base}/sweeps"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(body)
+            .send()
+    };
+    let response = post(
+        "target=kv&concurrency=1%2Cx&shape=64x16&requests_per_step=5&slo_ttft_p95=1s&slo_itl_p95=50ms",
+    )
+    .await
+    .expect("post");
+    assert_eq!(response.status().as_u16(), 400);
+    assert!(response
+        .text()
+        .await
+        .expect("body")
+        .contains("not a whole concurrency"));
+    let response = post(
+        "target=nope&concurrency=1&shape=64x16&requests_per_step=5&slo_ttft_p95=1s&slo_itl_p95=50ms",
+    )
+    .await
+    .expect("post");
+    assert_eq!(response.status().as_u16(), 400);
+    let response = post(
+        "target=kv&concurrency=1,128&shape=64x16&requests_per_step=5&slo_ttft_p95=1s&slo_itl_p95=50ms",
+    )
+    .await
+    .expect("post");
+    assert_eq!(response.status().as_u16(), 400, "above the sweep cap");
 
     // Compare: the differing card fields highlighted, both curves.
     let (status, html) = get(&client, &format!("{base}/compare?a=1&b=2")).await;
@@ -408,6 +496,7 @@ async fn every_page_renders_what_the_store_holds() {
         .and_then(|a| a.iter().find(|v| v["id"] == "kv|kv"))
         .expect("KV value of target kv");
     assert!(kv["text"].as_str().is_some_and(|t| t.ends_with(" %")));
+    drop(stream);
 
     // Errors are pages too, and say what was wrong.
     let (status, html) = get(&client, &format!("{base}/targets/nope")).await;
@@ -430,4 +519,86 @@ async fn every_page_renders_what_the_store_holds() {
     }
     f.daemon.shutdown().await;
     eprintln!("pages test took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pages_need_the_token_and_live_streams_end_with_the_daemon() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\ntoken = \"s3cret\"\n",
+        dir.path().join("t.db").display().to_string()
+    );
+    let config = Config::parse(&toml, std::path::Path::new("t.toml")).expect("config");
+    let daemon = daemon::start(config).await.expect("daemon starts");
+    let base = format!("http://{}", daemon.listen_addr);
+    let client = reqwest::Client::new();
+    for path in [
+        "/",
+        "/targets/x",
+        "/sweeps",
+        "/compare",
+        "/alerts",
+        "/events",
+    ] {
+        let response = client
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status().as_u16(), 401, "{path} needs the token");
+    }
+    let authed = |path: &str| {
+        client
+            .get(format!("{base}{path}"))
+            .header("authorization", "Bearer s3cret")
+            .send()
+    };
+    let html = authed("/")
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("body");
+    assert!(html.contains("No targets yet"), "{html}");
+    let html = authed("/alerts")
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("body");
+    assert!(html.contains("No alert rules"));
+    let html = authed("/sweeps")
+        .await
+        .expect("request")
+        .text()
+        .await
+        .expect("body");
+    assert!(html.contains("No sweeps yet") && html.contains("No configured targets to sweep"));
+    // The script and stylesheet load without it (nothing about targets in them).
+    let js = client
+        .get(format!("{base}/static/live.js"))
+        .send()
+        .await
+        .expect("request");
+    assert_eq!(js.status().as_u16(), 200);
+    assert!(js
+        .text()
+        .await
+        .expect("body")
+        .contains("new EventSource(\"/events\")"));
+
+    // An open live stream does not hold the daemon's shutdown.
+    let events = authed("/events").await.expect("events");
+    assert_eq!(events.status().as_u16(), 200);
+    let mut stream = events.bytes_stream();
+    let first = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .expect("first event")
+        .expect("open")
+        .expect("chunk");
+    assert!(String::from_utf8_lossy(&first).contains("event: overview"));
+    tokio::time::timeout(Duration::from_secs(10), daemon.shutdown())
+        .await
+        .expect("shutdown within 10 s with a live stream open");
+    drop(stream);
 }

@@ -2,11 +2,11 @@
 //! (inactive, pending, firing, resolved) and the history of state changes.
 
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use llmwatch_store::{Store, StoreError};
 
 use super::format;
-use super::{render_html, store_error, PagesConfig};
+use super::{store_error, PagesConfig};
 use crate::web::AppState;
 
 /// A rule as the page shows it.
@@ -37,7 +37,7 @@ pub struct EventRow {
     pub value: String,
 }
 
-#[derive(askama::Template)]
+#[derive(askama::Template, askama_web::WebTemplate)]
 #[template(path = "alerts.html")]
 pub struct AlertsPage {
     pub rules: Vec<RuleView>,
@@ -85,7 +85,7 @@ pub async fn alerts_page(store: &Store, config: &PagesConfig) -> Result<AlertsPa
 
 pub async fn handler(State(state): State<AppState>) -> Response {
     match alerts_page(&state.store, &state.pages).await {
-        Ok(page) => render_html(&page),
+        Ok(page) => page.into_response(),
         Err(err) => store_error(err),
     }
 }

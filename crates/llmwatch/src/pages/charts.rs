@@ -218,6 +218,7 @@ fn draw(chart: &Chart, out: &mut String) -> DrawResult {
     if has_secondary {
         ctx.configure_secondary_axes()
             .y_desc(chart.y2_label.as_deref().unwrap_or("%"))
+            .y_label_formatter(&y_fmt)
             .label_style(("sans-serif", 14))
             .axis_desc_style(("sans-serif", 15))
             .y_labels(6)
@@ -239,19 +240,18 @@ fn draw(chart: &Chart, out: &mut String) -> DrawResult {
         ctx.draw_series(std::iter::once(Text::new(
             rule.label.clone(),
             (x_lo, rule.value),
-            ("sans-serif", 14).into_font().color(&PALETTE[rule.style.color % 8]),
+            ("sans-serif", 14)
+                .into_font()
+                .color(&PALETTE[rule.style.color % 8]),
         )))?;
     }
     for rule in &chart.vlines {
         let x = x_value(chart.x, rule.value);
         let style = shape(rule.style, 2);
         let pts = vec![(x, y_lo), (x, y_hi)];
+        // Named in the legend band (a label at the line would run off the
+        // plot at the right-hand end of the axis).
         ctx.draw_series(DashedLineSeries::new(pts, 5, 3, style))?;
-        ctx.draw_series(std::iter::once(Text::new(
-            rule.label.clone(),
-            (x, y_hi),
-            ("sans-serif", 14).into_font().color(&PALETTE[rule.style.color % 8]),
-        )))?;
     }
 
     let gap = max_gap(chart);
@@ -324,9 +324,9 @@ fn draw_markers(ctx: &mut Ctx<'_, '_>, style: Style, points: &[(f64, f64)]) -> D
             ctx.draw_series(p.map(|c| Cross::new(c, 3, s)))?;
         }
         Marker::Square => {
-            ctx.draw_series(p.map(|c| {
-                EmptyElement::at(c) + Rectangle::new([(-3, -3), (3, 3)], filled)
-            }))?;
+            ctx.draw_series(
+                p.map(|c| EmptyElement::at(c) + Rectangle::new([(-3, -3), (3, 3)], filled)),
+            )?;
         }
     }
     Ok(())
@@ -352,9 +352,9 @@ fn draw_markers_secondary(
             ctx.draw_secondary_series(p.map(|c| Cross::new(c, 3, s)))?;
         }
         Marker::Square => {
-            ctx.draw_secondary_series(p.map(|c| {
-                EmptyElement::at(c) + Rectangle::new([(-3, -3), (3, 3)], filled)
-            }))?;
+            ctx.draw_secondary_series(
+                p.map(|c| EmptyElement::at(c) + Rectangle::new([(-3, -3), (3, 3)], filled)),
+            )?;
         }
     }
     Ok(())
@@ -401,11 +401,16 @@ fn legend_layout(chart: &Chart) -> Vec<LegendEntry> {
     out
 }
 
-fn draw_legend<DB: DrawingBackend>(chart: &Chart, area: &DrawingArea<DB, plotters::coord::Shift>) -> DrawResult
+fn draw_legend<DB: DrawingBackend>(
+    chart: &Chart,
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+) -> DrawResult
 where
     DB::ErrorType: 'static,
 {
-    for ((name, style, is_series), entry) in legend_items(chart).into_iter().zip(legend_layout(chart)) {
+    for ((name, style, is_series), entry) in
+        legend_items(chart).into_iter().zip(legend_layout(chart))
+    {
         let y = 10 + 18 * entry.row as i32;
         let x = entry.x;
         let s = shape(style, 2);
@@ -433,7 +438,10 @@ where
             Marker::Circle => area.draw(&Circle::new(c, 3, filled))?,
             Marker::Triangle => area.draw(&TriangleMarker::new(c, 4, filled))?,
             Marker::Cross => area.draw(&Cross::new(c, 3, s))?,
-            Marker::Square => area.draw(&Rectangle::new([(c.0 - 3, y - 3), (c.0 + 3, y + 3)], filled))?,
+            Marker::Square => area.draw(&Rectangle::new(
+                [(c.0 - 3, y - 3), (c.0 + 3, y + 3)],
+                filled,
+            ))?,
         }
         area.draw(&Text::new(
             name,
@@ -613,7 +621,25 @@ mod tests {
         assert_eq!(format_axis_number(2.0), "2");
         assert_eq!(format_axis_number(1500.0), "1.5k");
         assert_eq!(format_axis_number(64.0), "64");
-        assert_eq!(format_x(XAxis::Load { min: 1.0, max: 64.0 }, 3.0), "8");
-        assert_eq!(format_x(XAxis::Load { min: 1.0, max: 64.0 }, 2.5), "");
+        assert_eq!(
+            format_x(
+                XAxis::Load {
+                    min: 1.0,
+                    max: 64.0
+                },
+                3.0
+            ),
+            "8"
+        );
+        assert_eq!(
+            format_x(
+                XAxis::Load {
+                    min: 1.0,
+                    max: 64.0
+                },
+                2.5
+            ),
+            ""
+        );
     }
 }

@@ -22,8 +22,23 @@ pub async fn handler(
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
     let interval = state.pages.live_interval.max(Duration::from_millis(200));
     let stream = stream::unfold((state, true), move |(state, first)| async move {
+        let mut shutdown = state.pages.shutdown.clone();
+        if shutdown.as_ref().is_some_and(|s| *s.borrow()) {
+            return None;
+        }
         if !first {
-            tokio::time::sleep(interval).await;
+            let stopped = async {
+                match shutdown.as_mut() {
+                    Some(s) => {
+                        let _ = s.changed().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = stopped => return None,
+            }
         }
         let event = match overview_page(&state.store, &state.pages, now_ms()).await {
             Ok(page) => {

@@ -85,9 +85,7 @@ pub fn percent(v: f64) -> String {
 
 /// A count or rate: whole numbers without decimals.
 pub fn number(v: f64) -> String {
-    if v.fract() == 0.0 && v.abs() < 1e15 {
-        format!("{v:.0}")
-    } else if v.abs() >= 100.0 {
+    if (v.fract() == 0.0 && v.abs() < 1e15) || v.abs() >= 100.0 {
         format!("{v:.0}")
     } else {
         format!("{v:.2}")

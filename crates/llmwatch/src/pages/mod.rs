@@ -16,7 +16,6 @@ pub mod overview;
 pub mod sweep;
 pub mod target;
 
-use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -43,10 +42,11 @@ pub struct PagesConfig {
     /// Whether the sweep form may start sweeps (off in tests that must not
     /// load anything).
     pub sweeps_enabled: bool,
-    /// Set while a sweep started from the page runs (one at a time).
-    pub sweep_running: Arc<AtomicBool>,
     /// The alert rules, as configured.
     pub rules: Vec<alerts::RuleView>,
+    /// Flips to `true` when the daemon stops: live streams end, so a
+    /// graceful shutdown does not wait on open browser tabs.
+    pub shutdown: Option<tokio::sync::watch::Receiver<bool>>,
 }
 
 /// One configured target, as far as pages need it. No secrets: the API key
@@ -70,8 +70,8 @@ impl Default for PagesConfig {
             targets: Vec::new(),
             live_interval: Duration::from_secs(2),
             sweeps_enabled: true,
-            sweep_running: Arc::new(AtomicBool::new(false)),
             rules: Vec::new(),
+            shutdown: None,
         }
     }
 }
@@ -139,7 +139,10 @@ pub fn router() -> Router<AppState> {
         .route("/events", get(events::handler))
         .route("/targets/{name}", get(target::handler))
         .route("/targets/{name}/charts/{file}", get(target::chart_download))
-        .route("/sweeps", get(sweep::list_handler).post(sweep::start_handler))
+        .route(
+            "/sweeps",
+            get(sweep::list_handler).post(sweep::start_handler),
+        )
         .route("/sweeps/{id}", get(sweep::handler))
         .route("/sweeps/{id}/charts/{file}", get(sweep::chart_download))
         .route("/compare", get(sweep::compare_handler))
@@ -179,7 +182,7 @@ async fn static_file(Path(file): Path<String>) -> Response {
 }
 
 /// An error page: status, message in plain words, escaped by askama.
-#[derive(askama::Template)]
+#[derive(askama::Template, askama_web::WebTemplate)]
 #[template(path = "error.html")]
 pub struct ErrorPage {
     pub title: String,
@@ -191,22 +194,7 @@ pub fn error_response(status: StatusCode, title: &str, message: impl Into<String
         title: title.to_string(),
         message: message.into(),
     };
-    (status, render_html(&page)).into_response()
-}
-
-/// Renders a template to an HTML response body (or a plain 500).
-pub fn render_html<T: askama::Template>(template: &T) -> Response {
-    match template.render() {
-        Ok(html) => (
-            [(header::CONTENT_TYPE, "text/html; charset=utf-8")],
-            html,
-        )
-            .into_response(),
-        Err(err) => {
-            tracing::error!(error = %err, "template rendering failed");
-            (StatusCode::INTERNAL_SERVER_ERROR, "cannot render the page\n").into_response()
-        }
-    }
+    (status, page).into_response()
 }
 
 pub fn store_error(err: impl std::fmt::Display) -> Response {

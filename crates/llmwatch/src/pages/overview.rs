@@ -2,7 +2,7 @@
 //! objectives, GPU sources, firing alerts on top, recent sweeps.
 
 use axum::extract::State;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use llmwatch_core::alerts::AlertState;
 use llmwatch_core::probe_signals::{probe_signals, ProbeTimings};
 use llmwatch_core::signals::Signal;
@@ -10,7 +10,7 @@ use llmwatch_store::{Store, StoreError, TargetKind, TargetRow};
 use serde::Serialize;
 
 use super::format::{self, Kpi, Level};
-use super::{path_segment, render_html, store_error, PagesConfig};
+use super::{path_segment, store_error, PagesConfig};
 use crate::scrape::now_ms;
 use crate::web::{AppState, PROBE_WINDOW_MS};
 
@@ -104,7 +104,7 @@ pub struct SweepLink {
     pub status: String,
 }
 
-#[derive(askama::Template)]
+#[derive(askama::Template, askama_web::WebTemplate)]
 #[template(path = "overview.html")]
 pub struct OverviewPage {
     pub targets: Vec<TargetCard>,
@@ -313,7 +313,7 @@ fn state_of(up: Option<bool>) -> &'static str {
 
 pub async fn handler(State(state): State<AppState>) -> Response {
     match overview_page(&state.store, &state.pages, now_ms()).await {
-        Ok(page) => render_html(&page),
+        Ok(page) => page.into_response(),
         Err(err) => store_error(err),
     }
 }

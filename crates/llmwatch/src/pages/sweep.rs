@@ -4,8 +4,6 @@
 //! evidence, the experiment card, the per-step table), and two sweeps
 //! compared.
 
-use std::sync::atomic::Ordering;
-
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -21,10 +19,7 @@ use serde_json::Value;
 
 use super::charts::{Chart, Dash, Marker, Rule, Series, Style, XAxis};
 use super::format;
-use super::{
-    chart_file_response, error_response, render_html, split_file, store_error, ChartView,
-    PagesConfig,
-};
+use super::{chart_file_response, error_response, split_file, store_error, ChartView, PagesConfig};
 use crate::sweep::{compare_sweeps, load_sweep, run_sweep, Ladder, StoredSweep, SweepError};
 use crate::web::AppState;
 
@@ -106,10 +101,7 @@ fn load_axis(steps: &[StepResult]) -> XAxis {
 fn points(steps: &[StepResult], f: impl Fn(&StepResult) -> Option<f64>) -> Vec<[f64; 2]> {
     steps
         .iter()
-        .filter_map(|s| {
-            f(s).filter(|v| v.is_finite())
-                .map(|v| [s.load.value(), v])
-        })
+        .filter_map(|s| f(s).filter(|v| v.is_finite()).map(|v| [s.load.value(), v]))
         .collect()
 }
 
@@ -131,7 +123,9 @@ fn overlays(steps: &[StepResult]) -> Vec<Series> {
             "%",
             GPU_MEM,
             true,
-            points(steps, |s| s.server.gpu_mem_used_ratio_max.map(|v| v * 100.0)),
+            points(steps, |s| {
+                s.server.gpu_mem_used_ratio_max.map(|v| v * 100.0)
+            }),
         ),
         series(
             "KV-cache usage, peak (%)",
@@ -150,7 +144,10 @@ pub fn sweep_charts(steps: &[StepResult], verdict: &SweepVerdict) -> Vec<Chart> 
     let mut vlines = Vec::new();
     if let Some(s) = &verdict.saturation {
         vlines.push(Rule {
-            label: format!("saturation point ({short} {})", format::number(s.load.value())),
+            label: format!(
+                "saturation point ({short} {})",
+                format::number(s.load.value())
+            ),
             value: s.load.value(),
             style: SATURATION,
         });
@@ -283,7 +280,7 @@ pub struct FindingView {
     pub step: String,
 }
 
-#[derive(askama::Template)]
+#[derive(askama::Template, askama_web::WebTemplate)]
 #[template(path = "sweep.html")]
 pub struct SweepPage {
     pub id: i64,
@@ -469,10 +466,14 @@ pub async fn sweep_page(store: &Store, id: i64) -> Result<Option<SweepPage>, Swe
 
 pub async fn handler(State(state): State<AppState>, Path(id): Path<String>) -> Response {
     let Ok(id) = id.parse::<i64>() else {
-        return error_response(StatusCode::NOT_FOUND, "No such sweep", "sweep ids are numbers");
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "No such sweep",
+            "sweep ids are numbers",
+        );
     };
     match sweep_page(&state.store, id).await {
-        Ok(Some(page)) => render_html(&page),
+        Ok(Some(page)) => page.into_response(),
         Ok(None) => error_response(
             StatusCode::NOT_FOUND,
             "No such sweep",
@@ -515,7 +516,7 @@ pub struct SweepListRow {
     pub stop_reason: String,
 }
 
-#[derive(askama::Template)]
+#[derive(askama::Template, askama_web::WebTemplate)]
 #[template(path = "sweeps.html")]
 pub struct SweepListPage {
     pub sweeps: Vec<SweepListRow>,
@@ -535,6 +536,7 @@ pub struct ListQuery {
 pub async fn sweep_list_page(
     store: &Store,
     config: &PagesConfig,
+    running: bool,
     message: Option<String>,
 ) -> Result<SweepListPage, llmwatch_store::StoreError> {
     let sweeps = store
@@ -553,7 +555,7 @@ pub async fn sweep_list_page(
         sweeps,
         targets: config.targets.iter().map(|t| t.name.clone()).collect(),
         enabled: config.sweeps_enabled,
-        running: config.sweep_running.load(Ordering::SeqCst),
+        running,
         message,
         slo_ttft: format!("{}ms", config.slo_ttft_p95.unwrap_or(1.0) * 1000.0),
         slo_itl: format!("{}ms", config.slo_itl_p95.unwrap_or(0.05) * 1000.0),
@@ -561,11 +563,13 @@ pub async fn sweep_list_page(
 }
 
 pub async fn list_handler(State(state): State<AppState>, Query(q): Query<ListQuery>) -> Response {
-    let message = q
-        .started
-        .map(|t| format!("Sweep of {t} started; it appears below once its first step is measured."));
-    match sweep_list_page(&state.store, &state.pages, message).await {
-        Ok(page) => render_html(&page),
+    let message = q.started.map(|t| {
+        format!("Sweep of {t} started; it appears below once its first step is measured.")
+    });
+    // The daemon's one sweep slot (shared with the API and schedules).
+    let running = state.api.sweeps.try_acquire().is_none();
+    match sweep_list_page(&state.store, &state.pages, running, message).await {
+        Ok(page) => page.into_response(),
         Err(err) => store_error(err),
     }
 }
@@ -619,8 +623,16 @@ pub async fn start_handler(State(state): State<AppState>, Form(form): Form<Start
     };
     settings.requests_per_step = form.requests_per_step;
     for (text, slot, name) in [
-        (&form.slo_ttft_p95, &mut settings.objectives.ttft_p95, "p95 TTFT objective"),
-        (&form.slo_itl_p95, &mut settings.objectives.itl_p95, "p95 ITL objective"),
+        (
+            &form.slo_ttft_p95,
+            &mut settings.objectives.ttft_p95,
+            "p95 TTFT objective",
+        ),
+        (
+            &form.slo_itl_p95,
+            &mut settings.objectives.itl_p95,
+            "p95 ITL objective",
+        ),
     ] {
         match crate::config::parse_duration(text) {
             Ok(d) if !d.is_zero() => *slot = Some(d.as_secs_f64()),
@@ -631,26 +643,25 @@ pub async fn start_handler(State(state): State<AppState>, Form(form): Form<Start
     if let Err(err) = settings.validate() {
         return bad(err.to_string());
     }
-    if config
-        .sweep_running
-        .compare_exchange(false, true, Ordering::SeqCst, Ordering::SeqCst)
-        .is_err()
-    {
+    // One sweep at a time across the daemon: the API's and the schedules'
+    // slot.
+    let Some(permit) = state.api.sweeps.try_acquire() else {
         return error_response(
             StatusCode::CONFLICT,
             "A sweep is running",
             "one sweep at a time: wait for the running one to finish",
         );
-    }
+    };
     let store = state.store.clone();
-    let running = config.sweep_running.clone();
     let name = target.name.clone();
     tokio::spawn(async move {
         match run_sweep(settings, Some(&store), |_| {}).await {
-            Ok(report) => tracing::info!(sweep = ?report.sweep_id, target = %name, "sweep finished"),
+            Ok(report) => {
+                tracing::info!(sweep = ?report.sweep_id, target = %name, "sweep finished")
+            }
             Err(err) => tracing::warn!(target = %name, error = %err, "sweep failed"),
         }
-        running.store(false, Ordering::SeqCst);
+        drop(permit);
     });
     (
         StatusCode::SEE_OTHER,
@@ -682,7 +693,7 @@ pub struct DiffRow {
     pub changed: bool,
 }
 
-#[derive(askama::Template)]
+#[derive(askama::Template, askama_web::WebTemplate)]
 #[template(path = "compare.html")]
 pub struct ComparePage {
     pub a: Option<i64>,
@@ -707,22 +718,23 @@ pub fn compare_charts(a: &StoredSweep, b: &StoredSweep) -> Vec<Chart> {
     let lb = format!("sweep {}", b.row.id);
     let sa = Style::new(4, Dash::Solid, Marker::Circle);
     let sb = Style::new(5, Dash::Dashed, Marker::Triangle);
-    let chart = |id: &str, title: &str, y: &str, unit: &str, f: &dyn Fn(&StepResult) -> Option<f64>| {
-        Chart {
-            id: id.to_string(),
-            title: title.to_string(),
-            x,
-            x_label: x_label.to_string(),
-            y_label: y.to_string(),
-            y2_label: None,
-            series: vec![
-                series(&la, unit, sa, false, points(&a.steps, f)),
-                series(&lb, unit, sb, false, points(&b.steps, f)),
-            ],
-            hlines: Vec::new(),
-            vlines: Vec::new(),
-        }
-    };
+    let chart =
+        |id: &str, title: &str, y: &str, unit: &str, f: &dyn Fn(&StepResult) -> Option<f64>| {
+            Chart {
+                id: id.to_string(),
+                title: title.to_string(),
+                x,
+                x_label: x_label.to_string(),
+                y_label: y.to_string(),
+                y2_label: None,
+                series: vec![
+                    series(&la, unit, sa, false, points(&a.steps, f)),
+                    series(&lb, unit, sb, false, points(&b.steps, f)),
+                ],
+                hlines: Vec::new(),
+                vlines: Vec::new(),
+            }
+        };
     vec![
         chart(
             "throughput",
@@ -731,7 +743,9 @@ pub fn compare_charts(a: &StoredSweep, b: &StoredSweep) -> Vec<Chart> {
             "tokens/s",
             &|s| Some(s.output_token_throughput),
         ),
-        chart("ttft", "p95 TTFT vs load", "p95 TTFT (s)", "s", &|s| s.ttft.p95),
+        chart("ttft", "p95 TTFT vs load", "p95 TTFT (s)", "s", &|s| {
+            s.ttft.p95
+        }),
         chart("itl", "p95 ITL vs load", "p95 ITL (ms)", "ms", &|s| {
             s.itl.p95.map(|v| v * 1000.0)
         }),
@@ -838,7 +852,10 @@ fn parse_id(v: &Option<String>) -> Result<Option<i64>, String> {
     }
 }
 
-pub async fn compare_handler(State(state): State<AppState>, Query(q): Query<CompareQuery>) -> Response {
+pub async fn compare_handler(
+    State(state): State<AppState>,
+    Query(q): Query<CompareQuery>,
+) -> Response {
     let (a, b) = match (parse_id(&q.a), parse_id(&q.b)) {
         (Ok(a), Ok(b)) => (a, b),
         (Err(e), _) | (_, Err(e)) => {
@@ -846,7 +863,7 @@ pub async fn compare_handler(State(state): State<AppState>, Query(q): Query<Comp
         }
     };
     match compare_page(&state.store, a, b).await {
-        Ok(page) => render_html(&page),
+        Ok(page) => page.into_response(),
         Err(SweepError::NotFound(id)) => error_response(
             StatusCode::NOT_FOUND,
             "No such sweep",

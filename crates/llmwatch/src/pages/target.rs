@@ -3,17 +3,20 @@
 
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
+use llmwatch_core::probe_signals::{probe_signals, ProbeTimings};
 use llmwatch_core::signals::Signal;
-use llmwatch_store::{Point, Range, Store, StoreError, TargetKind};
+use llmwatch_store::{
+    is_probe_signal, Point, Range, Store, StoreError, TargetKind, PROBE_WINDOW_MIN_MS,
+};
 use serde::Deserialize;
 
 use super::charts::{Chart, Dash, Marker, Rule, Series, Style, XAxis};
 use super::format;
 use super::overview::{target_card, TargetCard};
 use super::{
-    chart_file_response, error_response, path_segment, render_html, split_file, store_error,
-    ChartView, PagesConfig,
+    chart_file_response, error_response, path_segment, split_file, store_error, ChartView,
+    PagesConfig,
 };
 use crate::scrape::now_ms;
 use crate::web::AppState;
@@ -71,7 +74,7 @@ pub struct RangeLink {
     pub current: bool,
 }
 
-#[derive(askama::Template)]
+#[derive(askama::Template, askama_web::WebTemplate)]
 #[template(path = "target.html")]
 pub struct TargetPage {
     pub name: String,
@@ -98,15 +101,76 @@ pub async fn target_charts(
     target_name: &str,
     range: Range,
 ) -> Result<Vec<Chart>, StoreError> {
-    let mut series = store
-        .signals_series(target_id, TARGET_SIGNALS, range)
-        .await?;
-    if let Some(gpu) = config.gpus_of(target_name) {
-        if let Some(gpu) = store.target_by_name(gpu).await? {
-            series.extend(store.signals_series(gpu.id, GPU_SIGNALS, range).await?);
+    let scrape_signals: Vec<Signal> = TARGET_SIGNALS
+        .iter()
+        .copied()
+        .filter(|s| !is_probe_signal(*s))
+        .collect();
+    let gpu = match config.gpus_of(target_name) {
+        Some(gpu) => store.target_by_name(gpu).await?,
+        None => None,
+    };
+    // Three independent reads: run them at once (SQLite in WAL mode serves
+    // concurrent readers from the pool).
+    let gpu_series = async {
+        match &gpu {
+            Some(gpu) => store.signals_series(gpu.id, GPU_SIGNALS, range).await,
+            None => Ok(Vec::new()),
         }
-    }
+    };
+    let (mut series, probes, gpu_series) = tokio::try_join!(
+        store.signals_series(target_id, &scrape_signals, range),
+        probe_series(store, target_id, range),
+        gpu_series,
+    )?;
+    series.extend(probes);
+    series.extend(gpu_series);
     Ok(build_charts(&series, config, range))
+}
+
+/// Every probe signal over `range`, each instant rolled over the same
+/// window as [`Store::signals_series`] (the step, at least
+/// [`PROBE_WINDOW_MIN_MS`]), from one read of the probes: the store's
+/// per-signal series reads them once per signal, which on a 24 h page was
+/// 170 of its 195 ms (BENCHMARKS.md).
+pub async fn probe_series(
+    store: &Store,
+    target_id: i64,
+    range: Range,
+) -> Result<Vec<(Signal, Vec<Point>)>, StoreError> {
+    let window = range.step_ms.max(PROBE_WINDOW_MIN_MS);
+    let probes = store
+        .probes(target_id, range.from_ms - window + 1, range.to_ms, u32::MAX)
+        .await?;
+    let stamps: Vec<i64> = probes.iter().map(|p| p.ts_ms).collect();
+    let timings: Vec<ProbeTimings> = probes
+        .into_iter()
+        .map(|p| ProbeTimings {
+            ok: p.ok,
+            ttft_s: p.ttft_s,
+            tpot_s: p.tpot_s,
+            e2e_s: p.e2e_s,
+            itl_s: p.itl_s,
+        })
+        .collect();
+    let mut out: Vec<(Signal, Vec<Point>)> = TARGET_SIGNALS
+        .iter()
+        .copied()
+        .filter(|s| is_probe_signal(*s))
+        .map(|s| (s, Vec::new()))
+        .collect();
+    let mut t = range.from_ms;
+    while t <= range.to_ms {
+        let start = stamps.partition_point(|ts| *ts <= t - window);
+        let end = stamps.partition_point(|ts| *ts <= t);
+        for (signal, value) in probe_signals(&timings[start..end]) {
+            if let Some((_, points)) = out.iter_mut().find(|(s, _)| *s == signal) {
+                points.push(Point { ts_ms: t, value });
+            }
+        }
+        t += range.step_ms;
+    }
+    Ok(out)
 }
 
 /// Pure: the charts from the signals' points.
@@ -160,8 +224,22 @@ pub fn build_charts(
         vec![
             line(Signal::ProbeTtftP95, "probe p95", "s", 1.0, probe95, false),
             line(Signal::ProbeTtftP50, "probe p50", "s", 1.0, probe50, false),
-            line(Signal::ServerTtftP95, "server p95", "s", 1.0, server95, false),
-            line(Signal::ServerTtftP50, "server p50", "s", 1.0, server50, false),
+            line(
+                Signal::ServerTtftP95,
+                "server p95",
+                "s",
+                1.0,
+                server95,
+                false,
+            ),
+            line(
+                Signal::ServerTtftP50,
+                "server p50",
+                "s",
+                1.0,
+                server50,
+                false,
+            ),
         ],
     );
     if let Some(slo) = config.slo_ttft_p95 {
@@ -176,10 +254,38 @@ pub fn build_charts(
         "Inter-token latency: probe (exact) vs server histogram (interpolated)",
         "ITL (ms)",
         vec![
-            line(Signal::ProbeItlP95, "probe p95", "ms", 1000.0, probe95, false),
-            line(Signal::ProbeItlP50, "probe p50", "ms", 1000.0, probe50, false),
-            line(Signal::ServerItlP95, "server p95", "ms", 1000.0, server95, false),
-            line(Signal::ServerItlP50, "server p50", "ms", 1000.0, server50, false),
+            line(
+                Signal::ProbeItlP95,
+                "probe p95",
+                "ms",
+                1000.0,
+                probe95,
+                false,
+            ),
+            line(
+                Signal::ProbeItlP50,
+                "probe p50",
+                "ms",
+                1000.0,
+                probe50,
+                false,
+            ),
+            line(
+                Signal::ServerItlP95,
+                "server p95",
+                "ms",
+                1000.0,
+                server95,
+                false,
+            ),
+            line(
+                Signal::ServerItlP50,
+                "server p50",
+                "ms",
+                1000.0,
+                server50,
+                false,
+            ),
         ],
     );
     if let Some(slo) = config.slo_itl_p95 {
@@ -369,7 +475,11 @@ pub async fn target_page(
                 .map(format::seconds)
                 .unwrap_or_else(|| "–".into())
         ),
-        refresh_s: if label == "15m" || label == "1h" { 30 } else { 300 },
+        refresh_s: if label == "15m" || label == "1h" {
+            30
+        } else {
+            300
+        },
     }))
 }
 
@@ -387,7 +497,7 @@ pub async fn handler(
         );
     }
     match target_page(&state.store, &state.pages, &name, label, now_ms()).await {
-        Ok(Some(page)) => render_html(&page),
+        Ok(Some(page)) => page.into_response(),
         Ok(None) => error_response(
             StatusCode::NOT_FOUND,
             "No such target",

@@ -1,0 +1,360 @@
+//! End to end in a real browser: headless Chromium (Debian's `chromium`,
+//! installed by `.ci/run`) loads the overview of a running `llmwatch demo`,
+//! sees a value change through a live update (SSE → `static/live.js`),
+//! opens the target and sweep pages, and saves screenshots (to the build's
+//! temp dir; with `LLMWATCH_UPDATE_SCREENSHOTS=1` to `docs/screenshots/`,
+//! shown in the README).
+//!
+//! Chromium is driven over the DevTools protocol on `--remote-debugging-pipe`
+//! (NUL-separated JSON on fds 3 and 4; a `sh` redirection maps them to the
+//! child's stdin/stdout), so no websocket client and no npm are needed.
+//!
+//! Set `LLMWATCH_CHROMIUM` to a browser binary to use another one, or
+//! `LLMWATCH_SKIP_BROWSER=1` to skip this test on a machine without one.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use serde_json::{json, Value};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStdin, ChildStdout, Command};
+
+fn find_chromium() -> Option<PathBuf> {
+    if let Ok(path) = std::env::var("LLMWATCH_CHROMIUM") {
+        return Some(PathBuf::from(path));
+    }
+    let path = std::env::var_os("PATH")?;
+    for dir in std::env::split_paths(&path) {
+        for name in ["chromium", "chromium-browser", "google-chrome", "chrome"] {
+            let candidate = dir.join(name);
+            if candidate.is_file() {
+                return Some(candidate);
+            }
+        }
+    }
+    None
+}
+
+/// A DevTools-protocol session with one page, over a pipe.
+struct Browser {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    next_id: u64,
+    session: Option<String>,
+    _profile: tempfile::TempDir,
+}
+
+impl Browser {
+    async fn launch(binary: &Path) -> Browser {
+        let profile = tempfile::tempdir().expect("profile dir");
+        let mut child = Command::new("sh")
+            .arg("-c")
+            .arg(r#"exec "$0" "$@" 3<&0 4>&1 0</dev/null 1>/dev/null 2>/dev/null"#)
+            .arg(binary)
+            .args([
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--disable-dev-shm-usage",
+                "--hide-scrollbars",
+                "--mute-audio",
+                "--window-size=1280,900",
+                "--remote-debugging-pipe",
+            ])
+            .arg(format!("--user-data-dir={}", profile.path().display()))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .expect("chromium starts");
+        let stdin = child.stdin.take().expect("pipe to chromium");
+        let stdout = BufReader::new(child.stdout.take().expect("pipe from chromium"));
+        let mut browser = Browser {
+            child,
+            stdin,
+            stdout,
+            next_id: 0,
+            session: None,
+            _profile: profile,
+        };
+        let target = browser
+            .call("Target.createTarget", json!({ "url": "about:blank" }))
+            .await;
+        let target_id = target["targetId"].as_str().expect("target id").to_string();
+        let attached = browser
+            .call(
+                "Target.attachToTarget",
+                json!({ "targetId": target_id, "flatten": true }),
+            )
+            .await;
+        browser.session = Some(attached["sessionId"].as_str().expect("session").to_string());
+        browser.call("Page.enable", json!({})).await;
+        browser.call("Runtime.enable", json!({})).await;
+        browser
+    }
+
+    /// Sends one command and waits for its answer (events are skipped).
+    async fn call(&mut self, method: &str, params: Value) -> Value {
+        self.next_id += 1;
+        let id = self.next_id;
+        let mut message = json!({ "id": id, "method": method, "params": params });
+        if let Some(session) = &self.session {
+            message["sessionId"] = json!(session);
+        }
+        let mut bytes = serde_json::to_vec(&message).expect("JSON");
+        bytes.push(0);
+        self.stdin
+            .write_all(&bytes)
+            .await
+            .expect("write to chromium");
+        self.stdin.flush().await.expect("flush");
+        let answer = tokio::time::timeout(Duration::from_secs(60), async {
+            loop {
+                let mut buf = Vec::new();
+                let n = self
+                    .stdout
+                    .read_until(0, &mut buf)
+                    .await
+                    .expect("read from chromium");
+                assert!(n > 0, "chromium closed the pipe during {method}");
+                buf.pop();
+                let Ok(reply) = serde_json::from_slice::<Value>(&buf) else {
+                    continue;
+                };
+                if reply["id"].as_u64() == Some(id) {
+                    return reply;
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|_| panic!("no answer to {method} within 60 s"));
+        assert!(
+            answer.get("error").is_none(),
+            "{method} failed: {}",
+            answer["error"]
+        );
+        answer["result"].clone()
+    }
+
+    async fn eval(&mut self, expression: &str) -> Value {
+        let result = self
+            .call(
+                "Runtime.evaluate",
+                json!({ "expression": expression, "returnByValue": true }),
+            )
+            .await;
+        result["result"]["value"].clone()
+    }
+
+    /// Navigates and waits for the load event (the SSE stream stays open).
+    async fn open(&mut self, url: &str) {
+        self.call("Page.navigate", json!({ "url": url })).await;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            let state = self.eval("document.readyState").await;
+            let here = self.eval("location.href").await;
+            if state == "complete" && here.as_str().is_some_and(|h| h == url) {
+                break;
+            }
+            assert!(Instant::now() < deadline, "{url} did not load in 30 s");
+        }
+    }
+
+    async fn viewport(&mut self, width: u32, height: u32, mobile: bool) {
+        self.call(
+            "Emulation.setDeviceMetricsOverride",
+            json!({ "width": width, "height": height, "deviceScaleFactor": 1, "mobile": mobile }),
+        )
+        .await;
+    }
+
+    /// A full-page PNG at `width` CSS pixels.
+    async fn screenshot(&mut self, width: u32, mobile: bool, path: &Path) {
+        self.viewport(width, 900, mobile).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let metrics = self.call("Page.getLayoutMetrics", json!({})).await;
+        let height = metrics["cssContentSize"]["height"]
+            .as_f64()
+            .unwrap_or(900.0)
+            .clamp(400.0, 6000.0) as u32;
+        self.viewport(width, height, mobile).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let shot = self
+            .call("Page.captureScreenshot", json!({ "format": "png" }))
+            .await;
+        let png = base64::engine::general_purpose::STANDARD
+            .decode(shot["data"].as_str().expect("screenshot data"))
+            .expect("base64 PNG");
+        assert!(png.starts_with(b"\x89PNG"), "a PNG");
+        std::fs::write(path, &png).expect("screenshot written");
+        eprintln!("saved {} ({} KiB)", path.display(), png.len() / 1024);
+    }
+
+    async fn close(mut self) {
+        let _ = tokio::time::timeout(
+            Duration::from_secs(5),
+            self.call("Browser.close", json!({})),
+        )
+        .await;
+        let _ = self.child.kill().await;
+    }
+}
+
+/// `{data-kpi id: text}` of the page, without the page-level ids (`_…`).
+const KPI_TEXTS: &str = "JSON.stringify(Object.fromEntries(Array.from(\
+    document.querySelectorAll('[data-kpi]')).filter(e => !e.dataset.kpi.startsWith('_'))\
+    .map(e => [e.dataset.kpi, e.textContent])))";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_sees_live_updates_and_the_sweep_page() {
+    if std::env::var_os("LLMWATCH_SKIP_BROWSER").is_some() {
+        eprintln!("LLMWATCH_SKIP_BROWSER is set: browser test skipped");
+        return;
+    }
+    let chromium = find_chromium().expect(
+        "no chromium on PATH: install Debian's `chromium` (.ci/run does), set \
+         LLMWATCH_CHROMIUM=/path/to/browser, or LLMWATCH_SKIP_BROWSER=1 to skip",
+    );
+    let started = Instant::now();
+    let listen: SocketAddr = "127.0.0.1:0".parse().expect("address");
+    let demo = llmwatch::demo::start(listen, None)
+        .await
+        .expect("demo starts");
+    let base = format!("http://{}", demo.daemon.listen_addr);
+    let store = demo.daemon.store.clone();
+
+    // The demo's sweep runs at start: wait for it to finish (or at least
+    // to have measured steps), and for the first probes and scrapes.
+    let deadline = Instant::now() + Duration::from_secs(150);
+    loop {
+        let sweep = store.sweep(1).await.expect("store");
+        let steps = store.sweep_steps(1).await.expect("store").len();
+        let done = sweep.as_ref().is_some_and(|s| s.ended_ms.is_some());
+        if done || (Instant::now() >= deadline && steps >= 2) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(30),
+            "the demo sweep measured {steps} steps in 180 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!(
+        "demo sweep ready after {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+
+    let mut browser = Browser::launch(&chromium).await;
+    // Screenshots go to the build's temp dir; with
+    // LLMWATCH_UPDATE_SCREENSHOTS=1 they replace the README's.
+    let shots = if std::env::var_os("LLMWATCH_UPDATE_SCREENSHOTS").is_some() {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots")
+    } else {
+        Path::new(env!("CARGO_TARGET_TMPDIR")).join("screenshots")
+    };
+    std::fs::create_dir_all(&shots).expect("screenshot dir");
+
+    // The overview, as the server rendered it, then live.
+    browser.open(&format!("{base}/")).await;
+    let title = browser.eval("document.title").await;
+    assert_eq!(title, "Overview · llmwatch");
+    let initial: Value =
+        serde_json::from_str(browser.eval(KPI_TEXTS).await.as_str().expect("kpi texts"))
+            .expect("kpi JSON");
+    assert!(
+        initial.get("healthy|kv").is_some() && initial.get("kv-starved|kv").is_some(),
+        "both demo targets on the overview: {initial}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let changed = loop {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let now: Value =
+            serde_json::from_str(browser.eval(KPI_TEXTS).await.as_str().expect("kpi texts"))
+                .expect("kpi JSON");
+        let updates = browser
+            .eval("Number(document.body.dataset.liveUpdates || 0)")
+            .await;
+        let changed: Vec<String> = now
+            .as_object()
+            .map(|o| {
+                o.iter()
+                    .filter(|(id, text)| initial.get(id.as_str()) != Some(*text))
+                    .map(|(id, text)| format!("{id}: {} → {text}", initial[id.as_str()]))
+                    .collect()
+            })
+            .unwrap_or_default();
+        if updates.as_u64().unwrap_or(0) >= 1 && !changed.is_empty() {
+            break changed;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no value changed through live updates in 30 s ({updates} updates)"
+        );
+    };
+    eprintln!("live updates changed: {}", changed.join("; "));
+    let marked = browser
+        .eval("document.querySelectorAll('[data-changed]').length")
+        .await;
+    assert!(
+        marked.as_u64().unwrap_or(0) >= 1,
+        "live.js marks what it changed"
+    );
+    let status = browser
+        .eval("document.getElementById('live-status').textContent")
+        .await;
+    assert!(
+        status.as_str().is_some_and(|s| s.starts_with("live: ")),
+        "{status}"
+    );
+    browser
+        .screenshot(1280, false, &shots.join("overview.png"))
+        .await;
+
+    // A target page: eight charts, drawn server-side.
+    browser
+        .open(&format!("{base}/targets/kv-starved?range=15m"))
+        .await;
+    let charts = browser
+        .eval("document.querySelectorAll('figure.chart svg').length")
+        .await;
+    assert_eq!(charts, 8, "eight charts on the target page");
+    browser
+        .screenshot(1280, false, &shots.join("target.png"))
+        .await;
+
+    // The sweep page: verdict, marked charts, the step table.
+    browser.open(&format!("{base}/sweeps/1")).await;
+    let text = browser.eval("document.body.innerText").await;
+    let text = text.as_str().unwrap_or("");
+    assert!(text.contains("Sweep 1 of healthy"), "{text}");
+    assert!(text.contains("Saturation point") && text.contains("Max sustainable load"));
+    assert!(text.contains("Experiment card"));
+    let charts = browser
+        .eval("document.querySelectorAll('figure.chart svg').length")
+        .await;
+    assert_eq!(charts, 3, "the method's three charts");
+    browser
+        .screenshot(1280, false, &shots.join("sweep.png"))
+        .await;
+
+    // On a phone.
+    browser.open(&format!("{base}/")).await;
+    browser
+        .screenshot(390, true, &shots.join("overview-phone.png"))
+        .await;
+
+    browser.close().await;
+    demo.shutdown().await;
+    eprintln!("browser test took {:.1} s", started.elapsed().as_secs_f64());
+}

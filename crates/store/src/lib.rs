@@ -421,15 +421,21 @@ impl Store {
             .copied()
             .filter(|s| !is_probe_signal(*s))
             .collect();
-        for (signal, points) in out.iter_mut().filter(|(s, _)| is_probe_signal(*s)) {
-            *points = self
-                .probe_signal_series(
-                    target_id,
-                    *signal,
-                    range,
-                    range.step_ms.max(PROBE_WINDOW_MIN_MS),
-                )
-                .await?;
+        let probe_wanted: Vec<Signal> = signals
+            .iter()
+            .copied()
+            .filter(|s| is_probe_signal(*s))
+            .collect();
+        if !probe_wanted.is_empty() {
+            let window = range.step_ms.max(PROBE_WINDOW_MIN_MS);
+            for (signal, points) in self
+                .probe_signals_series(target_id, &probe_wanted, range, window)
+                .await?
+            {
+                if let Some((_, slot)) = out.iter_mut().find(|(s, _)| *s == signal) {
+                    *slot = points;
+                }
+            }
         }
         if scrape_signals.is_empty() {
             return Ok(out);

@@ -34,18 +34,6 @@ pub struct ProbeRow {
     pub record_json: String,
 }
 
-impl ProbeRow {
-    fn timings(&self) -> ProbeTimings {
-        ProbeTimings {
-            ok: self.ok,
-            ttft_s: self.ttft_s,
-            tpot_s: self.tpot_s,
-            e2e_s: self.e2e_s,
-            itl_s: self.itl_s.clone(),
-        }
-    }
-}
-
 fn pack_f64s(values: &[f64]) -> Vec<u8> {
     values.iter().flat_map(|v| v.to_le_bytes()).collect()
 }
@@ -227,6 +215,39 @@ impl Store {
         Ok(row.try_get("id")?)
     }
 
+    /// The timings the rolling probe signals need, for probes of a target
+    /// sent in `[from_ms, to_ms]`, oldest first. A narrow read: no record JSON.
+    pub async fn probe_timings(
+        &self,
+        target_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<(i64, ProbeTimings)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT ts_ms, ok, ttft_s, tpot_s, e2e_s, itl_s FROM probes
+             WHERE target_id = ? AND ts_ms BETWEEN ? AND ? ORDER BY ts_ms",
+        )
+        .bind(target_id)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok((
+                    row.try_get("ts_ms")?,
+                    ProbeTimings {
+                        ok: row.try_get("ok")?,
+                        ttft_s: row.try_get("ttft_s")?,
+                        tpot_s: row.try_get("tpot_s")?,
+                        e2e_s: row.try_get("e2e_s")?,
+                        itl_s: unpack_f64s(&row.try_get::<Vec<u8>, _>("itl_s")?)?,
+                    },
+                ))
+            })
+            .collect()
+    }
+
     /// Rolling probe signals over `(now_ms − window_ms, now_ms]`.
     pub async fn probe_signals(
         &self,
@@ -235,9 +256,9 @@ impl Store {
         window_ms: i64,
     ) -> Result<Vec<(Signal, f64)>, StoreError> {
         let probes = self
-            .probes(target_id, now_ms - window_ms + 1, now_ms, u32::MAX)
+            .probe_timings(target_id, now_ms - window_ms + 1, now_ms)
             .await?;
-        let timings: Vec<ProbeTimings> = probes.iter().map(ProbeRow::timings).collect();
+        let timings: Vec<ProbeTimings> = probes.into_iter().map(|(_, t)| t).collect();
         Ok(probe_signals(&timings))
     }
 
@@ -250,30 +271,38 @@ impl Store {
         range: Range,
         window_ms: i64,
     ) -> Result<Vec<Point>, StoreError> {
-        let probes = self
-            .probes(
-                target_id,
-                range.from_ms - window_ms + 1,
-                range.to_ms,
-                u32::MAX,
-            )
+        let mut series = self
+            .probe_signals_series(target_id, &[signal], range, window_ms)
             .await?;
-        let mut points = Vec::new();
+        Ok(series.pop().map(|(_, points)| points).unwrap_or_default())
+    }
+
+    /// Several probe signals at each step of `range`, each over the
+    /// `window_ms` before it, from one read of the probes.
+    pub async fn probe_signals_series(
+        &self,
+        target_id: i64,
+        signals: &[Signal],
+        range: Range,
+        window_ms: i64,
+    ) -> Result<Vec<(Signal, Vec<Point>)>, StoreError> {
+        let probes = self
+            .probe_timings(target_id, range.from_ms - window_ms + 1, range.to_ms)
+            .await?;
+        let (stamps, timings): (Vec<i64>, Vec<ProbeTimings>) = probes.into_iter().unzip();
+        let mut out: Vec<(Signal, Vec<Point>)> = signals.iter().map(|s| (*s, Vec::new())).collect();
         let mut t = range.from_ms;
         while t <= range.to_ms {
-            let start = probes.partition_point(|p| p.ts_ms <= t - window_ms);
-            let end = probes.partition_point(|p| p.ts_ms <= t);
-            let timings: Vec<ProbeTimings> =
-                probes[start..end].iter().map(ProbeRow::timings).collect();
-            if let Some((_, value)) = probe_signals(&timings)
-                .into_iter()
-                .find(|(s, _)| *s == signal)
-            {
-                points.push(Point { ts_ms: t, value });
+            let start = stamps.partition_point(|ts| *ts <= t - window_ms);
+            let end = stamps.partition_point(|ts| *ts <= t);
+            for (signal, value) in probe_signals(&timings[start..end]) {
+                if let Some((_, points)) = out.iter_mut().find(|(s, _)| *s == signal) {
+                    points.push(Point { ts_ms: t, value });
+                }
             }
             t += range.step_ms;
         }
-        Ok(points)
+        Ok(out)
     }
 }
 

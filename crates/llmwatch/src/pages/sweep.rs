@@ -12,7 +12,7 @@ use llmwatch_core::analysis::{
     analyze_sweep, summary_lines, AnalysisConfig, Load, Objectives, StepResult, SweepVerdict,
     WorkloadHints,
 };
-use llmwatch_probe::{PromptKind, Secret, Shape};
+use llmwatch_probe::{PromptKind, Shape};
 use llmwatch_store::Store;
 use serde::Deserialize;
 use serde_json::Value;
@@ -596,7 +596,8 @@ pub async fn start_handler(State(state): State<AppState>, Form(form): Form<Start
             "this server does not start sweeps from the page",
         );
     }
-    let Some(target) = config.target(&form.target) else {
+    let daemon_config = &state.api.config;
+    let Some(target) = daemon_config.targets.iter().find(|t| t.name == form.target) else {
         return error_response(
             StatusCode::BAD_REQUEST,
             "Unknown target",
@@ -604,15 +605,8 @@ pub async fn start_handler(State(state): State<AppState>, Form(form): Form<Start
         );
     };
     let bad = |msg: String| error_response(StatusCode::BAD_REQUEST, "Cannot start the sweep", msg);
-    let mut settings = crate::sweep::SweepSettings::new(target.url.clone());
-    settings.target_name = Some(target.name.clone());
-    settings.metrics_url = Some(target.metrics_url.clone());
-    settings.gpu_url = target.gpu_url.clone();
-    settings.api_key = target
-        .api_key_env
-        .as_ref()
-        .and_then(|var| std::env::var(var).ok())
-        .map(Secret::new);
+    // The same starting settings as API and scheduled sweeps of this target.
+    let mut settings = crate::sweep::schedule::settings_for_target(daemon_config, target);
     settings.ladder = match Ladder::parse_concurrency(&form.concurrency) {
         Ok(l) => l,
         Err(err) => return bad(err.to_string()),

@@ -4,7 +4,6 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use llmwatch_core::probe_signals::{probe_signals, ProbeTimings};
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{
     is_probe_signal, Point, Range, Store, StoreError, TargetKind, PROBE_WINDOW_MIN_MS,
@@ -139,38 +138,14 @@ pub async fn probe_series(
     range: Range,
 ) -> Result<Vec<(Signal, Vec<Point>)>, StoreError> {
     let window = range.step_ms.max(PROBE_WINDOW_MIN_MS);
-    let probes = store
-        .probes(target_id, range.from_ms - window + 1, range.to_ms, u32::MAX)
-        .await?;
-    let stamps: Vec<i64> = probes.iter().map(|p| p.ts_ms).collect();
-    let timings: Vec<ProbeTimings> = probes
-        .into_iter()
-        .map(|p| ProbeTimings {
-            ok: p.ok,
-            ttft_s: p.ttft_s,
-            tpot_s: p.tpot_s,
-            e2e_s: p.e2e_s,
-            itl_s: p.itl_s,
-        })
-        .collect();
-    let mut out: Vec<(Signal, Vec<Point>)> = TARGET_SIGNALS
+    let wanted: Vec<Signal> = TARGET_SIGNALS
         .iter()
         .copied()
         .filter(|s| is_probe_signal(*s))
-        .map(|s| (s, Vec::new()))
         .collect();
-    let mut t = range.from_ms;
-    while t <= range.to_ms {
-        let start = stamps.partition_point(|ts| *ts <= t - window);
-        let end = stamps.partition_point(|ts| *ts <= t);
-        for (signal, value) in probe_signals(&timings[start..end]) {
-            if let Some((_, points)) = out.iter_mut().find(|(s, _)| *s == signal) {
-                points.push(Point { ts_ms: t, value });
-            }
-        }
-        t += range.step_ms;
-    }
-    Ok(out)
+    store
+        .probe_signals_series(target_id, &wanted, range, window)
+        .await
 }
 
 /// Pure: the charts from the signals' points.

@@ -19,11 +19,11 @@
 //! Entry points: [`run_sweep`] (the daemon and the CLI), [`compare_sweeps`],
 //! [`cli::run`] (`llmwatch sweep`).
 
-pub mod schedule;
 pub mod card;
 pub mod cli;
 pub mod evidence;
 pub mod render;
+pub mod schedule;
 
 use std::time::Duration;
 

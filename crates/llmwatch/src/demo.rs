@@ -70,7 +70,6 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
             (Some(dir), path)
         }
     };
-    let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
     let mut sims = Vec::new();
     let mut engine_urls = Vec::new();
     let mut toml = format!(
@@ -80,15 +79,8 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
     let mut load = Vec::new();
     let mut sweep_target = None;
     for target in TARGETS {
-        let (sim, engine, gpu) = sim_cmd::start(&SimArgs {
-            addr: loopback(0),
-            profile: target.profile.to_string(),
-            flavor: "vllm".to_string(),
-            gpu_addr: Some(loopback(0)),
-            time_scale: 1.0,
-            model: MODEL.to_string(),
-        })
-        .await?;
+        let (sim, engine, gpu) =
+            sim_cmd::start(&SimArgs::loopback(target.profile, MODEL, 1.0).with_gpu_page()).await?;
         let url = format!("http://{engine}");
         let gpus_line = match gpu {
             Some(_) => format!("gpus = \"{}-gpus\"\n", target.name),

@@ -15,6 +15,26 @@ pub struct SimArgs {
     pub model: String,
 }
 
+impl SimArgs {
+    /// A vLLM-flavoured simulator on a free loopback port, without a GPU page.
+    pub fn loopback(profile: &str, model: &str, time_scale: f64) -> SimArgs {
+        SimArgs {
+            addr: SocketAddr::from(([127, 0, 0, 1], 0)),
+            profile: profile.to_string(),
+            flavor: "vllm".to_string(),
+            gpu_addr: None,
+            time_scale,
+            model: model.to_string(),
+        }
+    }
+
+    /// Also serve a dcgm-exporter page, on a free loopback port.
+    pub fn with_gpu_page(mut self) -> SimArgs {
+        self.gpu_addr = Some(SocketAddr::from(([127, 0, 0, 1], 0)));
+        self
+    }
+}
+
 /// Starts a simulator from CLI-style arguments and returns it with the
 /// addresses it listens on (engine, GPU page).
 pub async fn start(args: &SimArgs) -> anyhow::Result<(Sim, SocketAddr, Option<SocketAddr>)> {

@@ -123,16 +123,9 @@ async fn start_webhook() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
 }
 
 async fn start_sim() -> (llmwatch_sim::Sim, SocketAddr) {
-    let (sim, engine, _) = sim_cmd::start(&SimArgs {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        profile: "balanced".into(),
-        flavor: "vllm".into(),
-        gpu_addr: None,
-        time_scale: 1.0,
-        model: "sim-model".into(),
-    })
-    .await
-    .unwrap();
+    let (sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 1.0))
+        .await
+        .unwrap();
     (sim, engine)
 }
 

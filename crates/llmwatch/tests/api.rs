@@ -73,16 +73,9 @@ fn rfc3339(ms: i64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_api_end_to_end() {
     let started = Instant::now();
-    let (_sim, engine, _) = sim_cmd::start(&SimArgs {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        profile: "balanced".into(),
-        flavor: "vllm".into(),
-        gpu_addr: None,
-        time_scale: 10.0,
-        model: "sim-model".into(),
-    })
-    .await
-    .unwrap();
+    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let toml = format!(
         r#"

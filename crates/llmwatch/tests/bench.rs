@@ -5,16 +5,9 @@ use llmwatch::sim_cmd::{self, SimArgs};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_prints_the_table_and_writes_json() {
-    let (_sim, engine, _) = sim_cmd::start(&SimArgs {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        profile: "balanced".into(),
-        flavor: "vllm".into(),
-        gpu_addr: None,
-        time_scale: 8.0,
-        model: "bench-model".into(),
-    })
-    .await
-    .unwrap();
+    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "bench-model", 8.0))
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let json_path = dir.path().join("run.json");
     let url = format!("http://{engine}");

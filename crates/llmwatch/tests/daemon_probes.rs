@@ -12,16 +12,9 @@ use llmwatch_core::signals::Signal;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canaries_are_stored_and_become_signals() {
-    let (sim, engine, _) = sim_cmd::start(&SimArgs {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        profile: "balanced".into(),
-        flavor: "vllm".into(),
-        gpu_addr: None,
-        time_scale: 10.0,
-        model: "sim-model".into(),
-    })
-    .await
-    .unwrap();
+    let (sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("llmwatch.db");
     let toml = format!(

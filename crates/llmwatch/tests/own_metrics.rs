@@ -27,16 +27,9 @@ fn label<'a>(sample: &'a Sample<'_>, name: &str) -> Option<&'a str> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_metrics_pass_promtool_and_parse_back() {
-    let (_sim, engine, _) = sim_cmd::start(&SimArgs {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        profile: "balanced".into(),
-        flavor: "vllm".into(),
-        gpu_addr: None,
-        time_scale: 10.0,
-        model: "sim-model".into(),
-    })
-    .await
-    .unwrap();
+    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+        .await
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let toml = format!(
         r#"

@@ -4,7 +4,6 @@
 //! alert that fires. Each page is fetched over HTTP and asserted on its
 //! content — values, chart markers, diagnosis text — not only its status.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
@@ -85,17 +84,9 @@ async fn background_load(client: reqwest::Client, url: String, worker: usize) {
 }
 
 async fn fixture(token: Option<&str>) -> Fixture {
-    let loopback: SocketAddr = "127.0.0.1:0".parse().expect("address");
-    let (sim, engine, gpu) = start(&SimArgs {
-        addr: loopback,
-        profile: "kv-starved".to_string(),
-        flavor: "vllm".to_string(),
-        gpu_addr: Some(loopback),
-        time_scale: 2.0,
-        model: MODEL.to_string(),
-    })
-    .await
-    .expect("simulator starts");
+    let (sim, engine, gpu) = start(&SimArgs::loopback("kv-starved", MODEL, 2.0).with_gpu_page())
+        .await
+        .expect("simulator starts");
     let url = format!("http://{engine}");
     let gpu_url = format!("http://{}/metrics", gpu.expect("GPU page"));
     let dir = tempfile::tempdir().expect("temp dir");

@@ -8,7 +8,6 @@
 //! "client's" process CPU here — except in the test that wants a
 //! client-bound run.
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
 use llmwatch::scrape::now_ms;
@@ -34,17 +33,9 @@ struct Target {
 }
 
 async fn sim(profile: &str, time_scale: f64) -> Target {
-    let loopback: SocketAddr = "127.0.0.1:0".parse().expect("address");
-    let (sim, engine, gpu) = start(&SimArgs {
-        addr: loopback,
-        profile: profile.to_string(),
-        flavor: "vllm".to_string(),
-        gpu_addr: Some(loopback),
-        time_scale,
-        model: MODEL.to_string(),
-    })
-    .await
-    .expect("simulator starts");
+    let (sim, engine, gpu) = start(&SimArgs::loopback(profile, MODEL, time_scale).with_gpu_page())
+        .await
+        .expect("simulator starts");
     let gpu = gpu.expect("GPU page requested");
     Target {
         sim,

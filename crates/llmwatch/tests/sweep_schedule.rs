@@ -12,16 +12,10 @@ use llmwatch_store::Store;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schedule_runs_sweeps_and_shares_the_slot() {
-    let (_sim, engine, gpu) = sim_cmd::start(&SimArgs {
-        addr: "127.0.0.1:0".parse().unwrap(),
-        profile: "balanced".into(),
-        flavor: "vllm".into(),
-        gpu_addr: Some("127.0.0.1:0".parse().unwrap()),
-        time_scale: 20.0,
-        model: "sched-model".into(),
-    })
-    .await
-    .unwrap();
+    let (_sim, engine, gpu) =
+        sim_cmd::start(&SimArgs::loopback("balanced", "sched-model", 20.0).with_gpu_page())
+            .await
+            .unwrap();
     let gpu = gpu.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("llmwatch.db");

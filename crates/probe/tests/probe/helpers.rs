@@ -3,6 +3,9 @@
 //! clock readings, and it records the monotonic instant of every event it
 //! hands to hyper (the truth the client is compared with).
 
+// Shared by the `probe` and `accuracy` test binaries; each uses a part.
+#![allow(dead_code)]
+
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};

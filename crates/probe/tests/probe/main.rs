@@ -1,7 +1,7 @@
-//! Integration tests of the probe against loopback servers (one binary, as
-//! STYLE.md asks). Every server binds 127.0.0.1:0.
+//! Integration tests of the probe against loopback servers. Every server
+//! binds 127.0.0.1:0. The timing-accuracy tests live in `tests/accuracy/`,
+//! a binary of their own, so nothing else runs beside them.
 
-mod accuracy;
 mod faults;
 mod fixtures;
 mod helpers;

@@ -285,7 +285,7 @@ fn draw(chart: &Chart, out: &mut String) -> DrawResult {
                     }
                 };
             }
-            draw_markers_secondary(&mut ctx, series.style, &markers)?;
+            draw_markers(&mut ctx, series.style, &markers, true)?;
         } else {
             for seg in segments {
                 match series.style.dash {
@@ -294,7 +294,7 @@ fn draw(chart: &Chart, out: &mut String) -> DrawResult {
                     Dash::Dotted => ctx.draw_series(DashedLineSeries::new(seg, 2, 3, style))?,
                 };
             }
-            draw_markers(&mut ctx, series.style, &markers)?;
+            draw_markers(&mut ctx, series.style, &markers, false)?;
         }
     }
     root.present()?;
@@ -308,53 +308,34 @@ type Ctx<'a, 'b> = DualCoordChartContext<
     Cartesian2d<plotters::coord::types::RangedCoordf64, plotters::coord::types::RangedCoordf64>,
 >;
 
-fn draw_markers(ctx: &mut Ctx<'_, '_>, style: Style, points: &[(f64, f64)]) -> DrawResult {
-    let s = shape(style, 1);
-    let filled = s.filled();
-    let p = points.iter().copied();
-    match style.marker {
-        Marker::None => {}
-        Marker::Circle => {
-            ctx.draw_series(p.map(|c| Circle::new(c, 3, filled)))?;
-        }
-        Marker::Triangle => {
-            ctx.draw_series(p.map(|c| TriangleMarker::new(c, 4, filled)))?;
-        }
-        Marker::Cross => {
-            ctx.draw_series(p.map(|c| Cross::new(c, 3, s)))?;
-        }
-        Marker::Square => {
-            ctx.draw_series(
-                p.map(|c| EmptyElement::at(c) + Rectangle::new([(-3, -3), (3, 3)], filled)),
-            )?;
-        }
-    }
-    Ok(())
-}
-
-fn draw_markers_secondary(
+/// Draws `points` with the series' marker, against the left (`secondary`
+/// false) or right y axis.
+fn draw_markers(
     ctx: &mut Ctx<'_, '_>,
     style: Style,
     points: &[(f64, f64)],
+    secondary: bool,
 ) -> DrawResult {
     let s = shape(style, 1);
     let filled = s.filled();
     let p = points.iter().copied();
+    // The element type differs per marker, so each arm draws on its own.
+    macro_rules! draw {
+        ($series:expr) => {
+            if secondary {
+                ctx.draw_secondary_series($series)?;
+            } else {
+                ctx.draw_series($series)?;
+            }
+        };
+    }
     match style.marker {
         Marker::None => {}
-        Marker::Circle => {
-            ctx.draw_secondary_series(p.map(|c| Circle::new(c, 3, filled)))?;
-        }
-        Marker::Triangle => {
-            ctx.draw_secondary_series(p.map(|c| TriangleMarker::new(c, 4, filled)))?;
-        }
-        Marker::Cross => {
-            ctx.draw_secondary_series(p.map(|c| Cross::new(c, 3, s)))?;
-        }
+        Marker::Circle => draw!(p.map(|c| Circle::new(c, 3, filled))),
+        Marker::Triangle => draw!(p.map(|c| TriangleMarker::new(c, 4, filled))),
+        Marker::Cross => draw!(p.map(|c| Cross::new(c, 3, s))),
         Marker::Square => {
-            ctx.draw_secondary_series(
-                p.map(|c| EmptyElement::at(c) + Rectangle::new([(-3, -3), (3, 3)], filled)),
-            )?;
+            draw!(p.map(|c| EmptyElement::at(c) + Rectangle::new([(-3, -3), (3, 3)], filled)))
         }
     }
     Ok(())

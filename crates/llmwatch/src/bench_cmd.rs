@@ -9,18 +9,17 @@ use anyhow::{bail, Context};
 use clap::Args;
 use llmwatch_probe::record::Api;
 use llmwatch_probe::{
-    run, Bound, Calibrator, ClientConfig, Load, Objectives, ProbeClient, PromptKind, RunConfig,
-    RunResult, Secret, Shape, Workload,
+    Bound, Calibrator, ClientConfig, Load, MeasuringThread, Objectives, ProbeClient, PromptKind,
+    RunConfig, RunResult, Secret, Shape, Spin, Workload,
 };
 
 use crate::canary::discover_model;
 use crate::config::parse_duration;
 
+/// What to send and how to measure it: the flags `llmwatch bench` and
+/// `llmwatch sweep` share.
 #[derive(Debug, Clone, Args)]
-pub struct BenchArgs {
-    /// Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000
-    #[arg(long)]
-    pub url: String,
+pub struct WorkloadArgs {
     /// Model to ask for (default: the first of /v1/models).
     #[arg(long)]
     pub model: Option<String>,
@@ -33,6 +32,64 @@ pub struct BenchArgs {
     /// random | shared-prefix[:RATIO] | rag[:DOCS]
     #[arg(long, default_value = "random")]
     pub prompt: String,
+    /// Sampling temperature (recorded on a sweep's card).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Environment variable holding the API key (never printed).
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// Seeds prompts and arrivals.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Busy-poll the measuring thread so idle-CPU wake-ups stay out of the
+    /// timings: auto (on with 4+ cores), on, off.
+    #[arg(long, default_value = "auto", value_parser = parse_spin)]
+    pub spin: Spin,
+}
+
+fn parse_spin(text: &str) -> Result<Spin, String> {
+    Spin::parse(text).ok_or_else(|| format!("expected auto, on or off, got {text:?}"))
+}
+
+/// [`WorkloadArgs`] checked and parsed.
+#[derive(Debug, Clone)]
+pub struct ParsedWorkload {
+    pub api: Api,
+    pub shape: Shape,
+    pub prompt: PromptKind,
+    pub api_key: Option<Secret>,
+}
+
+impl WorkloadArgs {
+    /// Parses the flags; errors name the flag.
+    pub fn parse(&self) -> anyhow::Result<ParsedWorkload> {
+        let api = Api::parse(&self.api)
+            .with_context(|| format!("--api: expected chat or completions, got {:?}", self.api))?;
+        let shape = Shape::parse(&self.shape).map_err(|err| anyhow::anyhow!("--shape: {err}"))?;
+        let prompt =
+            PromptKind::parse(&self.prompt).map_err(|err| anyhow::anyhow!("--prompt: {err}"))?;
+        let api_key = match &self.api_key_env {
+            Some(var) => Some(Secret::new(std::env::var(var).with_context(|| {
+                format!("--api-key-env: environment variable {var} is not set")
+            })?)),
+            None => None,
+        };
+        Ok(ParsedWorkload {
+            api,
+            shape,
+            prompt,
+            api_key,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000
+    #[arg(long)]
+    pub url: String,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
     /// Requests in flight (closed loop); with --rate, the cap on in-flight requests.
     #[arg(long, default_value_t = 8)]
     pub concurrency: u32,
@@ -51,8 +108,6 @@ pub struct BenchArgs {
     /// Requests sent first and left out of the statistics.
     #[arg(long, default_value_t = 0)]
     pub warmup: u64,
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
     /// Goodput objectives, e.g. 1s, 50ms.
     #[arg(long)]
     pub slo_ttft_p95: Option<String>,
@@ -60,17 +115,12 @@ pub struct BenchArgs {
     pub slo_itl_p95: Option<String>,
     #[arg(long)]
     pub slo_e2e_p95: Option<String>,
-    /// Environment variable holding the API key (never printed).
-    #[arg(long)]
-    pub api_key_env: Option<String>,
     /// Deadline for one request.
     #[arg(long, default_value = "10m")]
     pub timeout: String,
     /// Write the full result (every probe's timings) as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
 }
 
 fn optional_duration(flag: &str, value: &Option<String>) -> anyhow::Result<Option<Duration>> {
@@ -82,29 +132,30 @@ fn optional_duration(flag: &str, value: &Option<String>) -> anyhow::Result<Optio
 
 /// Turns CLI arguments into a run: client, workload, config.
 pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload, RunConfig)> {
-    let api = Api::parse(&args.api)
-        .with_context(|| format!("--api: expected chat or completions, got {:?}", args.api))?;
-    let shape = Shape::parse(&args.shape).context("--shape")?;
-    let kind = PromptKind::parse(&args.prompt).context("--prompt")?;
+    let parsed = args.workload.parse()?;
     let mut client_config = ClientConfig::new(args.url.clone());
     client_config.timeout =
         parse_duration(&args.timeout).map_err(|err| anyhow::anyhow!("--timeout: {err}"))?;
-    if let Some(var) = &args.api_key_env {
-        let key = std::env::var(var)
-            .with_context(|| format!("--api-key-env: environment variable {var} is not set"))?;
-        client_config.api_key = Some(Secret::new(key));
-    }
+    client_config.api_key = parsed.api_key;
     let client = ProbeClient::new(client_config)?;
-    let model = match &args.model {
+    let model = match &args.workload.model {
         Some(model) => model.clone(),
         None => discover_model(client.http(), &args.url)
             .await
             .map_err(|err| anyhow::anyhow!("no --model given and discovery failed: {err}"))?,
     };
     let calibrator = Calibrator::new();
-    let mut workload =
-        Workload::prepare(&client, &calibrator, api, &model, shape, kind, args.seed).await;
-    workload.temperature = args.temperature;
+    let mut workload = Workload::prepare(
+        &client,
+        &calibrator,
+        parsed.api,
+        &model,
+        parsed.shape,
+        parsed.prompt,
+        args.workload.seed,
+    )
+    .await;
+    workload.temperature = args.workload.temperature;
     let load = match args.rate {
         Some(rate) => Load::Rate {
             per_second: rate,
@@ -131,7 +182,7 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
             itl_p95: optional_duration("slo-itl-p95", &args.slo_itl_p95)?,
             e2e_p95: optional_duration("slo-e2e-p95", &args.slo_e2e_p95)?,
         },
-        seed: args.seed,
+        seed: args.workload.seed,
         ..RunConfig::closed(args.concurrency, args.requests)
     };
     Ok((client, workload, config))
@@ -146,7 +197,10 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
             args.url
         );
     }
-    let result = run(&client, &config, |i| workload.request(i)).await?;
+    // The run gets a thread of its own (and, with --spin, a busy core);
+    // the client above only calibrated the prompt.
+    let measuring = MeasuringThread::start(client.config().clone(), args.workload.spin.resolve())?;
+    let result = measuring.run(config, move |i| workload.request(i)).await?;
     Ok(result)
 }
 

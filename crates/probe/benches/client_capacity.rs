@@ -1,36 +1,39 @@
 //! How much can one client core measure, and how accurately?
 //!
 //! A loopback SSE server (raw HTTP/1.1 over tokio TCP, its own thread and
-//! runtime, TCP_NODELAY) streams vLLM-shaped chat chunks; the client is
-//! `llmwatch_probe::run` on a **current_thread** runtime (one core), exactly
-//! as `llmwatch bench` drives it. The server stamps each event right after
+//! runtime, TCP_NODELAY) streams vLLM-shaped chat chunks; the client is a
+//! [`MeasuringThread`] — one current-thread runtime on a thread of its own,
+//! exactly as `llmwatch bench` and sweeps drive it — either sleeping when
+//! idle or busy-polling (`spin`). The server stamps each event right after
 //! its `write` returns; the client's stamp is its parse instant
 //! (`sent_at + at_ns`); both are the same process's monotonic clock, so the
 //! difference is the client's timing error (plus loopback and the server's
 //! own scheduling, so it is an upper bound).
 //!
 //! Phase A (capacity): streams with zero delay between events — the most
-//! events/s the client parses. Phase B (accuracy under load): paced streams
-//! (one event per stream every 50 ms, phases spread) at rising concurrency,
+//! events/s the client parses, and its CPU per event (sleeping thread).
+//! Phase B (accuracy under load): paced streams (one event per stream every
+//! 50 ms, phases spread) at rising concurrency, sleeping and spinning,
 //! reporting the timing error p50/p99/max and the client self-check.
 //!
 //! Run: `cargo bench -p llmwatch-probe --bench client_capacity`
 //! (`-- --quick` for a short pass). Knobs: `BENCH_STREAMS=100,1000` (phase
-//! B steps), `BENCH_SKIP_A=1`, `BENCH_MT=N` (client on an N-worker runtime,
-//! for comparison), `BENCH_DEBUG=1` (error per event index). Each section
-//! prints the box's load and CPU pressure: on a shared machine the timing
-//! error measures the neighbours as much as the client.
+//! B steps), `BENCH_SKIP_A=1`, `BENCH_MODES=spin` (or `sleep`),
+//! `BENCH_DEBUG=1` (error per event index). Each section prints the box's
+//! load and CPU pressure, and each step the hypervisor's steal: on a shared
+//! machine the timing error measures the neighbours as much as the client.
 //!
-//! Columns: `client us/ev` is CPU time of the client's runtime thread per
-//! measured event (including its share of sending the requests);
-//! `proc cpu` is the run's self-check (whole process, server included);
-//! `sched p99` the self-check's scheduler lag.
+//! Columns: `client us/ev` is the measuring thread's CPU time per measured
+//! event (sleeping; including its share of sending the requests) or its
+//! time not spent spinning (spinning); `sched p99` the self-check's
+//! scheduler lag; `steal %` the share of all CPU time the hypervisor gave
+//! elsewhere during the step.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use llmwatch_probe::{run, Api, ClientConfig, ProbeClient, ProbeRequest, RunConfig, RunResult};
+use llmwatch_probe::{Api, ClientConfig, MeasuringThread, ProbeRequest, RunConfig, RunResult};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -139,16 +142,19 @@ fn spawn_server(stamps: Stamps) -> std::net::SocketAddr {
 }
 
 struct Step {
-    /// CPU seconds of the client's runtime thread during the step.
+    /// CPU seconds of the measuring thread during the step (busy seconds
+    /// when it spins).
     client_cpu_s: f64,
     result: RunResult,
     wall: f64,
     events: u64,
     errors_us: Vec<f64>,
+    /// Hypervisor steal over the step, % of all CPU time.
+    steal_pct: f64,
 }
 
 async fn step(
-    client: &ProbeClient,
+    client: &MeasuringThread,
     stamps: &Stamps,
     streams: u32,
     events: u64,
@@ -161,32 +167,34 @@ async fn step(
     cfg.warmup_requests = u64::from(streams);
     let warm = cfg.warmup_requests;
     let started = Instant::now();
-    let cpu0 = thread_cpu_s();
-    let result = run(client, &cfg, |i| {
-        let (events, interval_us) = if i < warm {
-            (1, 0)
-        } else {
-            (events, interval_us)
-        };
-        // Paced streams start after a 300 ms settle (all requests sent,
-        // connections up), then spread their phases over one interval.
-        let phase = if interval_us > 0 {
-            300_000 + (i % u64::from(streams)) * interval_us / u64::from(streams)
-        } else {
-            0
-        };
-        let mut r = ProbeRequest::fixed(
-            Api::Chat,
-            "m",
-            format!("{i} {events} {interval_us} {phase}"),
-            events as u32,
-        );
-        r.continuous_usage_stats = false;
-        r
-    })
-    .await
-    .expect("valid config");
-    let client_cpu_s = thread_cpu_s() - cpu0;
+    let steal0 = steal_ticks();
+    let result = client
+        .run(cfg, move |i| {
+            let (events, interval_us) = if i < warm {
+                (1, 0)
+            } else {
+                (events, interval_us)
+            };
+            // Paced streams start after a 300 ms settle (all requests sent,
+            // connections up), then spread their phases over one interval.
+            let phase = if interval_us > 0 {
+                300_000 + (i % u64::from(streams)) * interval_us / u64::from(streams)
+            } else {
+                0
+            };
+            let mut r = ProbeRequest::fixed(
+                Api::Chat,
+                "m",
+                format!("{i} {events} {interval_us} {phase}"),
+                events as u32,
+            );
+            r.continuous_usage_stats = false;
+            r
+        })
+        .await
+        .expect("valid config");
+    let steal_pct = steal_pct(steal0);
+    let client_cpu_s = result.self_check.cpu_cores.unwrap_or(f64::NAN) * result.duration_s;
     let wall = started
         .elapsed()
         .as_secs_f64()
@@ -243,6 +251,7 @@ async fn step(
         wall,
         events: n,
         errors_us,
+        steal_pct,
     }
 }
 
@@ -268,16 +277,25 @@ fn box_state() -> String {
     )
 }
 
-/// CPU time (user + system) of the calling thread, from /proc.
-fn thread_cpu_s() -> f64 {
-    let stat = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
-    let after = stat.rfind(')').map(|i| &stat[i + 1..]).unwrap_or("");
-    let f: Vec<&str> = after.split_whitespace().collect();
-    let ticks: f64 = f.get(11).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0)
-        + f.get(12).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
-    // SAFETY: sysconf only reads a constant.
-    let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
-    ticks / hz.max(1.0)
+/// (steal, total) jiffies of all CPUs, from /proc/stat.
+fn steal_ticks() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (fields.get(7).copied().unwrap_or(0.0), fields.iter().sum())
+}
+
+/// Steal since `before`, % of all CPU time: time the hypervisor ran
+/// something else while this machine's CPUs wanted to run.
+fn steal_pct(before: (f64, f64)) -> f64 {
+    let now = steal_ticks();
+    100.0 * (now.0 - before.0) / (now.1 - before.1).max(1.0)
 }
 
 fn raise_fd_limit() {
@@ -306,13 +324,14 @@ fn main() {
     rt.block_on(async move {
         let mut cfg = ClientConfig::new(format!("http://{addr}"));
         cfg.timeout = Duration::from_secs(60);
-        let client = ProbeClient::new(cfg).unwrap();
-        println!("client: current_thread runtime (1 core); server: own thread, 1 worker");
+        let sleeping = MeasuringThread::start(cfg.clone(), false).unwrap();
+        let spinning = MeasuringThread::start(cfg, true).unwrap();
+        println!("client: MeasuringThread (one current_thread runtime, one core); server: own thread, 1 worker");
         println!("{}", box_state());
-        println!("\nPhase A: zero-delay streams, events/s the client parses");
+        println!("\nPhase A: zero-delay streams, events/s the client parses (sleeping thread)");
         println!(
-            "{:>8} {:>8} {:>8} {:>10} {:>12} {:>12} {:>9} {:>7}",
-            "streams", "events", "wall s", "events/s", "client cpu s", "client us/ev", "proc cpu", "failed"
+            "{:>8} {:>8} {:>8} {:>10} {:>12} {:>12} {:>7} {:>7}",
+            "streams", "events", "wall s", "events/s", "client cpu s", "client us/ev", "steal %", "failed"
         );
         let sizes: &[u32] = if std::env::var("BENCH_SKIP_A").is_ok() {
             &[]
@@ -323,59 +342,70 @@ fn main() {
         };
         for &c in sizes {
             let per = if c == 1 { 20_000 } else { (200_000 / u64::from(c)).max(50) };
-            let s = step(&client, &stamps, c, per, 0).await;
+            let s = step(&sleeping, &stamps, c, per, 0).await;
             println!(
-                "{:>8} {:>8} {:>8.2} {:>10.0} {:>12.2} {:>12.2} {:>9.2} {:>7}",
+                "{:>8} {:>8} {:>8.2} {:>10.0} {:>12.2} {:>12.2} {:>7.1} {:>7}",
                 c,
                 s.events,
                 s.wall,
                 s.events as f64 / s.wall,
                 s.client_cpu_s,
                 s.client_cpu_s * 1e6 / s.events.max(1) as f64,
-                s.result.self_check.cpu_cores.unwrap_or(f64::NAN),
+                s.steal_pct,
                 s.result.failed
             );
         }
         println!("{}", box_state());
         println!("\nPhase B: paced streams (1 event / 50 ms each); timing error (us) = client parse − server write");
         println!(
-            "{:>8} {:>9} {:>9} {:>9} {:>9} {:>9} {:>11} {:>9} {:>9} {:>6}",
-            "streams", "events/s", "err p50", "err p99", "err max", "<1ms %", "client us/ev", "proc cpu", "sched p99", "failed"
+            "{:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9} {:>7} {:>6}",
+            "streams", "mode", "events/s", "err p50", "err p99", "err max", "<1ms %", "client us/ev", "sched p99", "steal %", "failed"
         );
         let sizes: Vec<u32> = match std::env::var("BENCH_STREAMS") {
             Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
             Err(_) if quick => vec![100, 1000],
             Err(_) => vec![100, 250, 500, 1000, 1500, 2000, 3000],
         };
-        let mut best = None;
+        let modes: Vec<(&str, &MeasuringThread)> = match std::env::var("BENCH_MODES").as_deref() {
+            Ok("spin") => vec![("spin", &spinning)],
+            Ok("sleep") => vec![("sleep", &sleeping)],
+            _ => vec![("sleep", &sleeping), ("spin", &spinning)],
+        };
+        let mut best: Vec<(&str, u32)> = Vec::new();
         for &c in &sizes {
-            let events = if quick { 20 } else { 40 };
-            let s = step(&client, &stamps, c, events, 50_000).await;
-            let p99 = pct(&s.errors_us, 0.99);
-            let within = s.errors_us.iter().filter(|e| e.abs() < 1000.0).count() as f64
-                / s.errors_us.len().max(1) as f64;
-            let sc = &s.result.self_check;
-            println!(
-                "{:>8} {:>9.0} {:>9.1} {:>9.1} {:>9.1} {:>8.2}% {:>11.2} {:>9.2} {:>9.2} {:>6}",
-                c,
-                f64::from(c) * 1e6 / 50_000.0,
-                pct(&s.errors_us, 0.5),
-                p99,
-                s.errors_us.last().copied().unwrap_or(f64::NAN),
-                within * 100.0,
-                s.client_cpu_s * 1e6 / s.events.max(1) as f64,
-                sc.cpu_cores.unwrap_or(f64::NAN),
-                sc.scheduler_lag_p99_ms.unwrap_or(f64::NAN),
-                s.result.failed
-            );
-            if p99 < 1000.0 && s.result.failed == 0 {
-                best = Some(c);
+            for (mode, client) in &modes {
+                let events = if quick { 20 } else { 40 };
+                let s = step(client, &stamps, c, events, 50_000).await;
+                let p99 = pct(&s.errors_us, 0.99);
+                let within = s.errors_us.iter().filter(|e| e.abs() < 1000.0).count() as f64
+                    / s.errors_us.len().max(1) as f64;
+                let sc = &s.result.self_check;
+                println!(
+                    "{:>8} {:>6} {:>9.0} {:>9.1} {:>9.1} {:>9.1} {:>8.2}% {:>12.2} {:>9.2} {:>7.1} {:>6}",
+                    c,
+                    mode,
+                    f64::from(c) * 1e6 / 50_000.0,
+                    pct(&s.errors_us, 0.5),
+                    p99,
+                    s.errors_us.last().copied().unwrap_or(f64::NAN),
+                    within * 100.0,
+                    s.client_cpu_s * 1e6 / s.events.max(1) as f64,
+                    sc.scheduler_lag_p99_ms.unwrap_or(f64::NAN),
+                    s.steal_pct,
+                    s.result.failed
+                );
+                if p99 < 1000.0 && s.result.failed == 0 {
+                    best.retain(|(m, _)| m != mode);
+                    best.push((mode, c));
+                }
             }
         }
         println!("{}", box_state());
-        match best {
-            Some(c) => println!("\nmost concurrent streams with p99 timing error < 1 ms: {c}"),
-            None => println!("\nno step reached p99 timing error < 1 ms"),
+        for (mode, _) in &modes {
+            match best.iter().find(|(m, _)| m == mode) {
+                Some((_, c)) => println!("{mode}: most concurrent streams with p99 timing error < 1 ms: {c}"),
+                None => println!("{mode}: no step reached p99 timing error < 1 ms"),
+            }
         }
     });
 }

@@ -8,13 +8,15 @@
 //! ([`stats`], [`result`]) are pure.
 //!
 //! Entry points: [`ProbeClient::probe`] (one request), [`run`] (one run
-//! under a [`Load`]), [`render_table`] (the report), [`Canary`] (the
+//! under a [`Load`]), [`MeasuringThread`] (runs on a thread of their own,
+//! busy-polling where there are cores to spare), [`render_table`] (the report), [`Canary`] (the
 //! daemon's always-on probe).
 
 pub mod canary;
 pub mod chunk;
 pub mod client;
 pub mod load;
+pub mod measure;
 pub mod record;
 pub mod report;
 pub mod result;
@@ -26,11 +28,12 @@ pub mod stats;
 pub use canary::{Canary, CanaryBusy};
 pub use client::{ClientConfig, ClientError, ProbeClient, ProbeRequest, Secret};
 pub use load::{run, Bound, Load, RunConfig, RunError, Workload};
+pub use measure::{MeasureError, MeasuringThread, Spin};
 pub use record::{
     Api, ErrorKind, OutputEvent, ProbeError, ProbeRecord, RequestInfo, TimeoutPhase, Usage,
 };
 pub use report::render_table;
 pub use result::{Objectives, RunResult};
-pub use selfcheck::{SelfCheck, SelfCheckLimits};
+pub use selfcheck::{CpuMeasure, SelfCheck, SelfCheckLimits};
 pub use shape::{Calibration, Calibrator, PromptGenerator, PromptKind, Shape, ShapeError};
 pub use stats::{percentile, Summary};

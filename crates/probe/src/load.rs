@@ -21,7 +21,7 @@ use tokio::task::JoinSet;
 use crate::client::{ProbeClient, ProbeRequest};
 use crate::record::{Api, ProbeError, ProbeRecord};
 use crate::result::{Objectives, RunResult};
-use crate::selfcheck::{Monitor, SelfCheckLimits};
+use crate::selfcheck::{CpuSource, Monitor, SelfCheckLimits};
 use crate::shape::{approx_words, Calibration, Calibrator, PromptGenerator, PromptKind, Shape};
 
 /// How load is applied.
@@ -91,6 +91,8 @@ pub enum RunError {
     Burstiness(f64),
     #[error("the run is bounded by 0 requests or a zero duration")]
     EmptyBound,
+    #[error("the measuring thread stopped before the run ended")]
+    MeasuringThreadGone,
 }
 
 /// What a run needs to build its requests: endpoint, model, shape and
@@ -202,16 +204,32 @@ fn validate(config: &RunConfig) -> Result<(), RunError> {
 /// number `i` (warm-ups are the first `warmup_requests` numbers); it is
 /// called before the request's scheduled instant is awaited, so building a
 /// prompt never delays a send.
+///
+/// The run's tasks share the caller's runtime; for the most accurate
+/// timings run on a [`crate::MeasuringThread`] instead.
 pub async fn run<F>(
     client: &ProbeClient,
     config: &RunConfig,
+    make_request: F,
+) -> Result<RunResult, RunError>
+where
+    F: FnMut(u64) -> ProbeRequest,
+{
+    run_measured(client, config, make_request, CpuSource::Process).await
+}
+
+/// [`run`], with the self-check's CPU read from `cpu`.
+pub(crate) async fn run_measured<F>(
+    client: &ProbeClient,
+    config: &RunConfig,
     mut make_request: F,
+    cpu: CpuSource,
 ) -> Result<RunResult, RunError>
 where
     F: FnMut(u64) -> ProbeRequest,
 {
     validate(config)?;
-    let monitor = Monitor::start();
+    let monitor = Monitor::start_with(cpu);
     let slots = match config.load {
         Load::Concurrency { concurrency } => Some(concurrency),
         Load::Rate {

@@ -172,6 +172,7 @@ pub fn render_table(r: &RunResult) -> String {
     let s = &r.self_check;
     title(&mut out, "Client self-check", '-');
     line(&mut out, "Client CPU (cores):", num(s.cpu_cores));
+    let _ = writeln!(out, "  ({})", s.cpu_measure.label());
     line(
         &mut out,
         "Scheduler lag P99 (ms):",

@@ -12,10 +12,14 @@ use std::time::{Duration, Instant};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use std::sync::Mutex;
+
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
+
+use crate::measure::SpinStats;
 
 /// Limits past which a run is `client_bound`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -36,13 +40,37 @@ impl Default for SelfCheckLimits {
     }
 }
 
+/// What [`SelfCheck::cpu_cores`] measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CpuMeasure {
+    /// The whole process's CPU time (a run on the caller's runtime).
+    #[default]
+    Process,
+    /// The measuring thread's CPU time (it runs every probe of the run).
+    MeasuringThread,
+    /// The busy-polling measuring thread's time on anything but spinning.
+    SpinBusy,
+}
+
+impl CpuMeasure {
+    pub fn label(self) -> &'static str {
+        match self {
+            CpuMeasure::Process => "process",
+            CpuMeasure::MeasuringThread => "measuring thread",
+            CpuMeasure::SpinBusy => "measuring thread, busy-polling (time not spent spinning)",
+        }
+    }
+}
+
 /// What the self-check found.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SelfCheck {
-    /// Process CPU time over the run's wall time, in cores (`None` where
-    /// `/proc/self/stat` is unavailable). Process-wide: it includes anything
-    /// else the process does.
+    /// CPU time over the run's wall time, in cores (`None` where it cannot
+    /// be read), of what [`SelfCheck::cpu_measure`] names.
     pub cpu_cores: Option<f64>,
+    #[serde(default)]
+    pub cpu_measure: CpuMeasure,
     /// p99 of how long a message from an OS thread (one per ms) waited
     /// before its task on the client runtime was polled (HdrHistogram,
     /// 3 significant digits), ms.
@@ -62,6 +90,7 @@ impl SelfCheck {
     /// Applies the limits.
     pub fn judge(
         cpu_cores: Option<f64>,
+        cpu_measure: CpuMeasure,
         scheduler_lag: Option<(f64, f64)>,
         dispatch_lag_p99_ms: Option<f64>,
         tokens_per_event: Option<f64>,
@@ -89,6 +118,7 @@ impl SelfCheck {
         }
         SelfCheck {
             cpu_cores,
+            cpu_measure,
             scheduler_lag_p99_ms: scheduler_lag.map(|s| s.0),
             scheduler_lag_max_ms: scheduler_lag.map(|s| s.1),
             dispatch_lag_p99_ms,
@@ -114,6 +144,57 @@ pub fn process_cpu_time() -> Option<Duration> {
     Some(Duration::from_secs_f64((utime + stime) as f64 / hz as f64))
 }
 
+/// CPU time (user + system) of the calling thread.
+pub fn thread_cpu_time() -> Option<Duration> {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes into the local timespec only.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return None;
+    }
+    Some(Duration::new(
+        u64::try_from(ts.tv_sec).ok()?,
+        u32::try_from(ts.tv_nsec).ok()?,
+    ))
+}
+
+/// Where a run's CPU figure comes from.
+#[derive(Clone)]
+pub(crate) enum CpuSource {
+    Process,
+    /// The calling thread, which runs every task of the run (a current-
+    /// thread runtime).
+    Thread,
+    /// The spinner's count of its turns (see [`SpinStats::busy_share`]).
+    Spin(Arc<Mutex<SpinStats>>),
+}
+
+impl CpuSource {
+    fn measure(&self) -> CpuMeasure {
+        match self {
+            CpuSource::Process => CpuMeasure::Process,
+            CpuSource::Thread => CpuMeasure::MeasuringThread,
+            CpuSource::Spin(_) => CpuMeasure::SpinBusy,
+        }
+    }
+
+    fn cpu_time(&self) -> Option<Duration> {
+        match self {
+            CpuSource::Process => process_cpu_time(),
+            CpuSource::Thread => thread_cpu_time(),
+            CpuSource::Spin(stats) => {
+                if let Ok(mut s) = stats.lock() {
+                    s.reset();
+                }
+                None
+            }
+        }
+    }
+}
+
 fn clock_ticks_per_second() -> Option<u64> {
     // SAFETY: sysconf has no preconditions; it only reads a constant.
     let v = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -130,6 +211,7 @@ fn clock_ticks_per_second() -> Option<u64> {
 /// the stamping of a real event.
 pub struct Monitor {
     started: Instant,
+    source: CpuSource,
     cpu_start: Option<Duration>,
     stop: Arc<AtomicBool>,
     ticker: JoinHandle<Histogram<u64>>,
@@ -137,8 +219,12 @@ pub struct Monitor {
 
 impl Monitor {
     /// Starts the ticker thread and its receiving task on the current
-    /// runtime.
+    /// runtime; the process's CPU is measured.
     pub fn start() -> Monitor {
+        Monitor::start_with(CpuSource::Process)
+    }
+
+    pub(crate) fn start_with(source: CpuSource) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, mut rx) = mpsc::unbounded_channel::<Instant>();
         let thread_stop = stop.clone();
@@ -167,19 +253,26 @@ impl Monitor {
         });
         Monitor {
             started: Instant::now(),
-            cpu_start: process_cpu_time(),
+            cpu_start: source.cpu_time(),
+            source,
             stop,
             ticker,
         }
     }
 
-    /// Stops the ticker: (CPU cores, (scheduler lag p99 ms, max ms)).
-    pub async fn finish(self) -> (Option<f64>, Option<(f64, f64)>) {
-        let wall = self.started.elapsed().as_secs_f64();
-        let cpu = match (self.cpu_start, process_cpu_time()) {
-            (Some(a), Some(b)) if wall > 0.0 => Some(b.saturating_sub(a).as_secs_f64() / wall),
-            _ => None,
+    /// Stops the ticker: ((CPU cores, what they measure), (scheduler lag
+    /// p99 ms, max ms)).
+    pub async fn finish(self) -> ((Option<f64>, CpuMeasure), Option<(f64, f64)>) {
+        let elapsed = self.started.elapsed();
+        let wall = elapsed.as_secs_f64();
+        let cpu = match &self.source {
+            CpuSource::Spin(stats) => stats.lock().ok().and_then(|s| s.busy_share(elapsed)),
+            other => match (self.cpu_start, other.cpu_time()) {
+                (Some(a), Some(b)) if wall > 0.0 => Some(b.saturating_sub(a).as_secs_f64() / wall),
+                _ => None,
+            },
         };
+        let cpu = (cpu, self.source.measure());
         // The thread sees the flag within a millisecond and drops its
         // sender, which ends the task's loop.
         self.stop.store(true, Ordering::Relaxed);
@@ -200,14 +293,20 @@ mod tests {
 
     #[test]
     fn cpu_time_reads() {
-        let t = process_cpu_time();
-        assert!(t.is_some());
+        assert!(process_cpu_time().is_some());
+        let before = thread_cpu_time().unwrap();
+        let mut x = 0u64;
+        for i in 0..2_000_000u64 {
+            x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(i));
+        }
+        assert!(thread_cpu_time().unwrap() > before, "{x}");
     }
 
     #[test]
     fn judge_reasons() {
         let s = SelfCheck::judge(
             Some(1.5),
+            CpuMeasure::Process,
             Some((7.0, 9.0)),
             Some(1.0),
             None,
@@ -217,6 +316,7 @@ mod tests {
         assert_eq!(s.reasons.len(), 2);
         let s = SelfCheck::judge(
             Some(0.1),
+            CpuMeasure::Process,
             Some((0.5, 1.0)),
             Some(0.2),
             Some(1.0),

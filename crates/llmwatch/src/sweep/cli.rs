@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::bench_cmd::WorkloadArgs;
 use anyhow::{bail, Context};
-use llmwatch_probe::{Api, PromptKind, Secret, Shape};
 use llmwatch_store::Store;
 
 use super::card::parse_card_arg;
@@ -19,21 +19,8 @@ pub struct SweepArgs {
     /// The target's base URL (e.g. http://127.0.0.1:8000).
     #[arg(long, required_unless_present = "compare")]
     pub url: Option<String>,
-    /// Model to probe (default: the first of /v1/models).
-    #[arg(long)]
-    pub model: Option<String>,
-    /// chat or completions.
-    #[arg(long, default_value = "chat")]
-    pub api: String,
-    /// Input x output tokens.
-    #[arg(long, default_value = "512x128")]
-    pub shape: String,
-    /// random, shared-prefix[:RATIO] or rag[:DOCS].
-    #[arg(long, default_value = "random")]
-    pub prompt: String,
-    /// Sampling temperature (recorded on the card).
-    #[arg(long, default_value_t = 0.0)]
-    pub temperature: f32,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
     /// Closed-loop concurrency ladder.
     #[arg(long, default_value = "1,2,4,8,16,32,64", conflicts_with = "rate")]
     pub concurrency: String,
@@ -94,9 +81,6 @@ pub struct SweepArgs {
     /// The daemon's name for this target: step probes are stored under it.
     #[arg(long)]
     pub target: Option<String>,
-    /// Environment variable holding the API key.
-    #[arg(long)]
-    pub api_key_env: Option<String>,
     /// Database file.
     #[arg(long, default_value = "llmwatch.db")]
     pub database: PathBuf,
@@ -109,9 +93,6 @@ pub struct SweepArgs {
     /// Experiment card field, key=value (repeatable).
     #[arg(long = "card")]
     pub card: Vec<String>,
-    /// Seeds prompts and arrivals.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
     /// Compare two stored sweeps by id instead of running one.
     #[arg(long, num_args = 2, value_names = ["A", "B"])]
     pub compare: Option<Vec<i64>>,
@@ -127,15 +108,15 @@ pub fn settings_from_args(args: &SweepArgs) -> anyhow::Result<SweepSettings> {
         bail!("--url is required to run a sweep");
     };
     let mut s = SweepSettings::new(url.clone());
-    s.model = args.model.clone();
-    s.api = Api::parse(&args.api)
-        .with_context(|| format!("--api: expected chat or completions, got {:?}", args.api))?;
-    s.shape = args
-        .shape
-        .parse::<Shape>()
-        .map_err(|err| anyhow::anyhow!("--shape: {err}"))?;
-    s.prompt = PromptKind::parse(&args.prompt).map_err(|err| anyhow::anyhow!("--prompt: {err}"))?;
-    s.temperature = args.temperature;
+    let parsed = args.workload.parse()?;
+    s.model = args.workload.model.clone();
+    s.api = parsed.api;
+    s.shape = parsed.shape;
+    s.prompt = parsed.prompt;
+    s.api_key = parsed.api_key;
+    s.temperature = args.workload.temperature;
+    s.seed = args.workload.seed;
+    s.spin = args.workload.spin;
     s.ladder = match &args.rate {
         Some(rate) => Ladder::parse_rate(rate)?,
         None => Ladder::parse_concurrency(&args.concurrency)?,
@@ -165,12 +146,6 @@ pub fn settings_from_args(args: &SweepArgs) -> anyhow::Result<SweepSettings> {
     s.metrics_url = args.metrics_url.clone();
     s.gpu_url = args.gpu_url.clone();
     s.target_name = args.target.clone();
-    s.seed = args.seed;
-    if let Some(var) = &args.api_key_env {
-        let key =
-            std::env::var(var).with_context(|| format!("--api-key-env: ${var} is not set"))?;
-        s.api_key = Some(Secret::new(key));
-    }
     for arg in &args.card {
         s.card.push(parse_card_arg(arg)?);
     }

@@ -25,6 +25,8 @@ pub mod evidence;
 pub mod render;
 pub mod schedule;
 
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use llmwatch_core::analysis::{
@@ -32,8 +34,8 @@ use llmwatch_core::analysis::{
     Objectives, Quantiles, ServerEvidence, StepResult, SweepVerdict, WorkloadHints,
 };
 use llmwatch_probe::{
-    run, Api, Bound, Calibrator, ClientConfig, ClientError, ProbeClient, PromptKind, RunConfig,
-    RunError, RunResult, Secret, SelfCheckLimits, Shape, Summary, Workload,
+    Api, Bound, Calibrator, ClientConfig, MeasureError, MeasuringThread, ProbeClient, PromptKind,
+    RunConfig, RunError, RunResult, Secret, SelfCheckLimits, Shape, Spin, Summary, Workload,
 };
 use llmwatch_store::{
     NewSweep, Store, StoreError, SweepEnd, SweepRow, SweepStatus, SweepStepRow, TargetKind,
@@ -188,6 +190,9 @@ pub struct SweepSettings {
     pub seed: u64,
     /// Deadline for one request (connect to end of stream).
     pub request_timeout: Duration,
+    /// Whether the measuring thread busy-polls during steps (see
+    /// [`llmwatch_probe::measure`]).
+    pub spin: Spin,
 }
 
 impl SweepSettings {
@@ -228,6 +233,7 @@ impl SweepSettings {
             card: Vec::new(),
             seed: 0,
             request_timeout: Duration::from_secs(600),
+            spin: Spin::Auto,
         }
     }
 
@@ -331,6 +337,7 @@ impl SweepSettings {
             "self_check": self.self_check,
             "scrape_interval_s": self.scrape_interval.as_secs_f64(),
             "seed": self.seed,
+            "spin": self.spin,
         })
     }
 }
@@ -351,7 +358,7 @@ pub enum SweepError {
     #[error(transparent)]
     Card(#[from] CardFieldError),
     #[error("probe client: {0}")]
-    Client(#[from] ClientError),
+    Client(#[from] MeasureError),
     #[error("cannot build the scrape client: {0}")]
     Http(#[from] reqwest::Error),
     #[error("no model given and none discovered: {0}")]
@@ -451,7 +458,8 @@ pub async fn run_sweep(
     let mut client_config = ClientConfig::new(settings.url.clone());
     client_config.api_key = settings.api_key.clone();
     client_config.timeout = settings.request_timeout;
-    let client = ProbeClient::new(client_config)?;
+    let measuring = MeasuringThread::start(client_config.clone(), settings.spin.resolve())?;
+    let client = ProbeClient::new(client_config).map_err(MeasureError::from)?;
     let http = scrape_client()?;
     let model = match &settings.model {
         Some(m) => m.clone(),
@@ -487,6 +495,7 @@ pub async fn run_sweep(
     )
     .await;
     workload.temperature = settings.temperature;
+    let workload = Arc::new(workload);
 
     let started_ms = now_ms();
     let settings_json = settings.to_json();
@@ -521,7 +530,7 @@ pub async fn run_sweep(
     for (index, load) in loads.iter().enumerate() {
         let measured = run_step(
             &settings,
-            &client,
+            &measuring,
             &http,
             &workload,
             &metrics_url,
@@ -656,9 +665,9 @@ fn default_warmup(load: Load) -> u64 {
 /// running alongside.
 async fn run_step(
     settings: &SweepSettings,
-    client: &ProbeClient,
+    client: &MeasuringThread,
     http: &reqwest::Client,
-    workload: &Workload,
+    workload: &Arc<Workload>,
     metrics_url: &str,
     load: Load,
     next_seq: &mut u64,
@@ -688,14 +697,7 @@ async fn run_step(
         settings.scrape_interval,
     );
     let step_start_ms = now_ms();
-    let base = *next_seq;
-    let mut used = 0u64;
-    let mut result = run(client, &first, |i| {
-        used = used.max(i + 1);
-        workload.request(base + i)
-    })
-    .await;
-    *next_seq = base + used;
+    let mut result = run_counted(client, first.clone(), workload, next_seq).await;
 
     // Whichever ends later: top up with a duration-bounded run at the same
     // load when the request count was reached before the minimum duration —
@@ -711,14 +713,7 @@ async fn run_step(
                 seed: first.seed.wrapping_add(1),
                 ..first.clone()
             };
-            let base = *next_seq;
-            let mut used = 0u64;
-            let r2 = run(client, &second, |i| {
-                used = used.max(i + 1);
-                workload.request(base + i)
-            })
-            .await;
-            *next_seq = base + used;
+            let r2 = run_counted(client, second, workload, next_seq).await;
             result = r2.map(|r2| merge_runs(&first, r1, r2));
         }
     }
@@ -763,6 +758,28 @@ async fn run_step(
     })
 }
 
+/// One run on the measuring thread, its requests numbered from `next_seq`
+/// on (prompts never repeat across a sweep); `next_seq` moves past the
+/// numbers it used.
+async fn run_counted(
+    client: &MeasuringThread,
+    config: RunConfig,
+    workload: &Arc<Workload>,
+    next_seq: &mut u64,
+) -> Result<RunResult, RunError> {
+    let base = *next_seq;
+    let used = Arc::new(AtomicU64::new(0));
+    let (counter, workload) = (used.clone(), workload.clone());
+    let result = client
+        .run(config, move |i| {
+            counter.fetch_max(i + 1, Ordering::Relaxed);
+            workload.request(base + i)
+        })
+        .await;
+    *next_seq = base + used.load(Ordering::Relaxed);
+    result
+}
+
 /// One run from two back-to-back runs at the same load: their records
 /// together over their summed wall time; the self-check takes the worse of
 /// the two for CPU and scheduler lag (dispatch lag is recomputed from the
@@ -773,7 +790,10 @@ fn merge_runs(config: &RunConfig, a: &RunResult, b: RunResult) -> RunResult {
         (Some(x), Some(y)) => Some(x.max(y)),
         (x, y) => x.or(y),
     };
-    let cpu = max(a.self_check.cpu_cores, b.self_check.cpu_cores);
+    let cpu = (
+        max(a.self_check.cpu_cores, b.self_check.cpu_cores),
+        b.self_check.cpu_measure,
+    );
     let sched_p99 = max(
         a.self_check.scheduler_lag_p99_ms,
         b.self_check.scheduler_lag_p99_ms,

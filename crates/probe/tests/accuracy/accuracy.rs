@@ -2,15 +2,18 @@
 //!
 //! Truth is per event: the server stamps each event with the monotonic
 //! clock as hyper pulls it; the client's parse instant is `sent_at +
-//! at_ns`. The error distribution is asserted at p99 ≤ 1 ms (the test box
-//! is a shared 2-core machine running other builds, and this is a debug
-//! build, so a rare scheduler hiccup must not fail the suite); the worst
-//! error is printed. The release-mode capacity bench asserts nothing but
-//! reports the same error at far higher load.
+//! at_ns`. The client runs on a [`MeasuringThread`], as `llmwatch bench`
+//! and sweeps do: sleeping at concurrency 1, busy-polling at 64 (the mode
+//! meant for load; a debug build on a 2-core VM holds p99 ≤ 0.6 ms either
+//! way). The error distribution is asserted at p99 ≤ 1 ms; the box is
+//! shared, so an attempt may be retried, and each attempt reports the
+//! hypervisor's steal (time the host gave our CPUs to someone else), the
+//! usual cause of a noisy one. The release-mode capacity bench reports the
+//! same error at far higher load.
 
 use std::time::{Duration, Instant};
 
-use llmwatch_probe::{run, Api, ClientConfig, ProbeClient, ProbeRecord, ProbeRequest, RunConfig};
+use llmwatch_probe::{Api, ClientConfig, MeasuringThread, ProbeRecord, ProbeRequest, RunConfig};
 
 use crate::helpers::*;
 
@@ -78,6 +81,11 @@ struct Errors {
     itl: Vec<f64>,
     tpot: Vec<f64>,
     e2e: Vec<f64>,
+    /// The server's per-token ITL (each event's gap split over its
+    /// tokens) and per-record TPOT, from its own stamps: what the run's
+    /// statistics must reproduce.
+    itl_per_token_truth: Vec<f64>,
+    tpot_truth: Vec<f64>,
 }
 
 fn compare(rec: &ProbeRecord, stamps: &[Instant], continuous: bool, e: &mut Errors) {
@@ -105,6 +113,9 @@ fn compare(rec: &ProbeRecord, stamps: &[Instant], continuous: bool, e: &mut Erro
         let measured = signed_ms(at(rec.events[k].at_ns), at(rec.events[k - 1].at_ns));
         let truth = signed_ms(stamps[k + 1], stamps[k]);
         e.itl.push((measured - truth).abs());
+        let tokens = if continuous { PATTERN[k - 1] } else { 1 };
+        e.itl_per_token_truth
+            .extend(std::iter::repeat_n(truth / tokens as f64, tokens as usize));
     }
     if std::env::var("ACC_DEBUG").is_ok() {
         let errs: Vec<String> = rec
@@ -134,6 +145,7 @@ fn compare(rec: &ProbeRecord, stamps: &[Instant], continuous: bool, e: &mut Erro
     let tpot_truth = signed_ms(done, stamps[1]) / (total_tokens() - first) as f64;
     e.tpot
         .push((rec.tpot_ns().unwrap() / 1e6 - tpot_truth).abs());
+    e.tpot_truth.push(tpot_truth);
     e.e2e
         .push((rec.e2e_ns as f64 / 1e6 - signed_ms(done, sent)).abs());
 }
@@ -147,27 +159,33 @@ fn p50_p99_max(v: &mut [f64]) -> (f64, f64, f64) {
 /// The outcome of one attempt.
 struct Attempt {
     /// Every error's p99 within 1 ms (the requirement).
-    strict: bool,
-    /// Every error's p90 within 1 ms (accepted only on a contended box).
-    relaxed: bool,
+    within: bool,
     report: String,
 }
 
 /// One attempt. Structural checks (token counts, role-only, usage) panic at
 /// once: they do not depend on timing noise.
-async fn accuracy_at(concurrency: u32, requests: u64, continuous: bool, interval: u64) -> Attempt {
+async fn accuracy_at(
+    concurrency: u32,
+    requests: u64,
+    continuous: bool,
+    interval: u64,
+    spin: bool,
+) -> Attempt {
+    let steal_before = steal_ticks();
     let phase = Duration::from_micros(interval * 1000 / 64);
     let server = spawn_server(script(continuous, interval, phase));
     boost_priority();
-    let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
+    let client = MeasuringThread::start(ClientConfig::new(server.url()), spin).unwrap();
     let cfg = RunConfig::closed(concurrency, requests);
-    let result = run(&client, &cfg, |i| {
-        let mut r = ProbeRequest::fixed(Api::Chat, "m", format!("req-{i}"), 64);
-        r.continuous_usage_stats = continuous;
-        r
-    })
-    .await
-    .unwrap();
+    let result = client
+        .run(cfg, move |i| {
+            let mut r = ProbeRequest::fixed(Api::Chat, "m", format!("req-{i}"), 64);
+            r.continuous_usage_stats = continuous;
+            r
+        })
+        .await
+        .unwrap();
     assert_eq!(result.successful, requests, "{:?}", result.errors);
     let mut errs = Errors::default();
     for rec in &result.records {
@@ -175,24 +193,21 @@ async fn accuracy_at(concurrency: u32, requests: u64, continuous: bool, interval
         compare(rec, &server.stamps_of(&id), continuous, &mut errs);
     }
     // Run-level per-token ITL: multi-token events split their gap.
-    let first = if continuous { FIRST_TOKENS } else { 1 };
-    let per_token: Vec<f64> = if continuous {
-        PATTERN
-            .iter()
-            .flat_map(|&t| std::iter::repeat_n(interval as f64 / t as f64, t as usize))
-            .collect()
+    let tokens_after_first: u64 = if continuous {
+        PATTERN.iter().sum()
     } else {
-        vec![interval as f64; PATTERN.len()]
+        PATTERN.len() as u64
     };
-    assert_eq!(result.itl_ms.n, per_token.len() as u64 * requests);
+    assert_eq!(result.itl_ms.n, tokens_after_first * requests);
     assert_eq!(result.itl_event_ms.n, PATTERN.len() as u64 * requests);
-    let mut sorted = per_token.clone();
-    sorted.sort_by(f64::total_cmp);
-    let itl_median_truth = llmwatch_probe::percentile(&sorted, 0.5).unwrap();
-    let tpot_truth =
-        (interval * (PATTERN.len() as u64 + 1) + 3) as f64 / (total_tokens() - first) as f64;
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        llmwatch_probe::percentile(v, 0.5).unwrap()
+    };
+    let itl_median_truth = median(&mut errs.itl_per_token_truth);
+    let tpot_truth = median(&mut errs.tpot_truth);
     let mut report = Vec::new();
-    let (mut strict, mut relaxed) = (true, true);
+    let mut within = true;
     for (name, v) in [
         ("TTFT", &mut errs.ttft),
         ("ITL", &mut errs.itl),
@@ -205,80 +220,62 @@ async fn accuracy_at(concurrency: u32, requests: u64, continuous: bool, interval
             "{name} p50 {p50:.3} p90 {p90:.3} p99 {p99:.3} max {max:.3} (n={})",
             v.len()
         ));
-        strict &= p99 <= 1.0;
-        relaxed &= p90 <= 1.0;
+        within &= p99 <= 1.0;
     }
     let itl_p50 = result.itl_ms.p50.unwrap();
     let tpot_p50 = result.tpot_ms.p50.unwrap();
-    report.push(format!("run ITL p50 {itl_p50:.3} (script {itl_median_truth:.3}), TPOT p50 {tpot_p50:.3} (script {tpot_truth:.3})"));
+    report.push(format!("run ITL p50 {itl_p50:.3} (server {itl_median_truth:.3}), TPOT p50 {tpot_p50:.3} (server {tpot_truth:.3})"));
     let medians = (itl_p50 - itl_median_truth).abs() <= 1.0 && (tpot_p50 - tpot_truth).abs() <= 1.0;
-    strict &= medians;
-    relaxed &= medians;
+    within &= medians;
     let ttft = result.ttft_ms.min.unwrap();
     assert!(
         ttft >= (HEADER_DELAY_MS + FIRST_TOKEN_MS) as f64,
         "TTFT min {ttft}"
     );
-    let report =
-        format!("concurrency {concurrency}, continuous usage {continuous}: errors (ms) {report:?}");
-    Attempt {
-        strict,
-        relaxed,
-        report,
-    }
+    let report = format!(
+        "concurrency {concurrency}, continuous usage {continuous}, spin {spin}, steal {:.1} %: errors (ms) {report:?}",
+        steal_pct_since(steal_before)
+    );
+    Attempt { within, report }
 }
 
-/// The 1-minute load average over the core count, from /proc.
-fn load_per_core() -> f64 {
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|s| {
-            s.split_whitespace()
-                .next()
-                .and_then(|v| v.parse::<f64>().ok())
-        })
-        .unwrap_or(0.0);
-    let cores = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1);
-    load / cores as f64
+/// (steal, total) jiffies over all CPUs, from /proc/stat.
+fn steal_ticks() -> (f64, f64) {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let fields: Vec<f64> = stat
+        .lines()
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    (fields.get(7).copied().unwrap_or(0.0), fields.iter().sum())
+}
+
+fn steal_pct_since(before: (f64, f64)) -> f64 {
+    let now = steal_ticks();
+    100.0 * (now.0 - before.0) / (now.1 - before.1).max(1.0)
 }
 
 /// Runs up to 3 attempts, serialized with the other timing tests, and
 /// passes on the first whose error p99 is within 1 ms. A real inaccuracy
 /// (stamping late, counting the wrong event) fails every attempt; a
-/// neighbour's compile stealing the CPU for a few ms fails one. Only when
-/// the box is demonstrably oversubscribed (load average above its core
-/// count) is an attempt with every p90 within 1 ms accepted instead, with a
-/// warning: the strict figure then comes from the release-mode bench.
+/// neighbour's compile stealing the CPU for a few ms fails one.
 async fn accurate(concurrency: u32, requests: u64, continuous: bool, interval: u64) {
     let _serial = TIMING.lock().await;
+    let spin = concurrency > 1;
     let mut reports = Vec::new();
-    let mut relaxed_ok = false;
     for _ in 0..3 {
-        let a = accuracy_at(concurrency, requests, continuous, interval).await;
-        if a.strict {
+        let a = accuracy_at(concurrency, requests, continuous, interval, spin).await;
+        if a.within {
             eprintln!("{} (after {} noisy attempts)", a.report, reports.len());
             return;
         }
-        relaxed_ok |= a.relaxed;
         reports.push(a.report);
     }
-    let load = load_per_core();
-    // An unoptimised build of the client adds its own scheduling delay at
-    // concurrency 64 (p99 1.2–2 ms seen on an idle 2-core VM, p90 ≤ 0.3 ms);
-    // there, and on an oversubscribed box, p90 ≤ 1 ms is the bar and the
-    // shortfall is printed. `cargo test --release` holds every case to p99.
-    if relaxed_ok && (load > 1.0 || cfg!(debug_assertions)) {
-        eprintln!(
-            "WARNING: load {load:.2} per core, debug build {}; p99 ≤ 1 ms not reached, p90 ≤ 1 ms was:\n{}",
-            cfg!(debug_assertions),
-            reports.join("\n")
-        );
-        return;
-    }
     panic!(
-        "timing error above 1 ms in every attempt (load {load:.2}/core):\n{}",
+        "timing error above 1 ms in every attempt:\n{}",
         reports.join("\n")
     );
 }

@@ -186,8 +186,8 @@ async fn demo_sweep(
     settings.requests_per_slot = 2;
     settings.min_step_duration = Duration::from_secs(2);
     settings.scrape_interval = Duration::from_millis(500);
-    // The demo's own load shares this process: do not let its scheduling
-    // jitter label the steps client-bound.
+    // The simulated engines share this machine's cores with the measuring
+    // thread: do not let their scheduling jitter label steps client-bound.
     settings.self_check = llmwatch_probe::SelfCheckLimits {
         max_cpu_cores: 64.0,
         max_scheduler_lag_p99_ms: 1000.0,

@@ -1,10 +1,12 @@
-//! `llmwatch bench` end to end: the real binary against a simulated engine
-//! on loopback, printed table and JSON checked for content.
+//! `llmwatch bench` and `llmwatch sweep` end to end: the real binary
+//! against a simulated engine on loopback, printed table and JSON checked
+//! for content.
 
 use llmwatch::sim_cmd::{self, SimArgs};
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn bench_prints_the_table_and_writes_json() {
+/// Runs the binary's bench against a simulated engine with `extra` flags;
+/// asserts the table and JSON, returns the JSON and the printed table.
+async fn bench_against_the_sim(extra: &[&str]) -> (serde_json::Value, String) {
     let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "bench-model", 8.0))
         .await
         .unwrap();
@@ -32,6 +34,7 @@ async fn bench_prints_the_table_and_writes_json() {
             "--json",
             &json_arg,
         ])
+        .args(extra)
         .env("RUST_LOG", "warn")
         .output()
         .await
@@ -63,6 +66,53 @@ async fn bench_prints_the_table_and_writes_json() {
     assert_eq!(result["records"][0]["request"]["model"], "bench-model");
     // Calibrated against /tokenize: the server counted exactly 128 prompt tokens.
     assert_eq!(result["records"][0]["usage"]["prompt_tokens"], 128);
+    (result, stdout.into_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_prints_the_table_and_writes_json() {
+    let (result, stdout) = bench_against_the_sim(&[]).await;
+    // `--spin auto`: the measuring thread sleeps below 4 cores.
+    let spins = llmwatch_probe::Spin::Auto.resolve();
+    let measure = if spins {
+        "spin_busy"
+    } else {
+        "measuring_thread"
+    };
+    assert_eq!(result["self_check"]["cpu_measure"], measure);
+    let cores = result["self_check"]["cpu_cores"].as_f64().unwrap();
+    assert!(cores > 0.0 && cores <= 1.0, "one thread: {cores}");
+    assert!(stdout.contains("(measuring thread"), "{stdout}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_with_spin_busy_polls_and_says_so() {
+    let (result, stdout) = bench_against_the_sim(&["--spin", "on"]).await;
+    assert_eq!(result["self_check"]["cpu_measure"], "spin_busy");
+    let busy = result["self_check"]["cpu_cores"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&busy), "{busy}");
+    assert!(stdout.contains("busy-polling"), "{stdout}");
+}
+
+#[tokio::test]
+async fn bench_refuses_an_unknown_spin_mode() {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
+        .args([
+            "bench",
+            "--url",
+            "http://127.0.0.1:9",
+            "--spin",
+            "sometimes",
+        ])
+        .output()
+        .await
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("--spin") && stderr.contains("expected auto, on or off"),
+        "{stderr}"
+    );
 }
 
 #[tokio::test]
@@ -78,4 +128,68 @@ async fn bench_against_nothing_fails_with_a_clear_message() {
         stderr.contains("discovery failed") && stderr.contains("127.0.0.1:9"),
         "{stderr}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_cli_takes_the_shared_workload_flags() {
+    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sweep-model", 8.0))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("sweep.json");
+    let url = format!("http://{engine}");
+    let json_arg = json_path.display().to_string();
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
+        .args([
+            "sweep",
+            "--url",
+            &url,
+            "--api",
+            "completions",
+            "--shape",
+            "64x8",
+            "--prompt",
+            "shared-prefix:0.5",
+            "--concurrency",
+            "1,2",
+            "--requests-per-step",
+            "4",
+            "--min-step-duration",
+            "200ms",
+            "--scrape-interval",
+            "100ms",
+            "--seed",
+            "7",
+            "--spin",
+            "on",
+            "--no-store",
+            "--json",
+            &json_arg,
+        ])
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let report: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    let settings = &report["settings"];
+    assert_eq!(settings["api"], "completions", "{settings}");
+    assert_eq!(settings["shape"], "64x8");
+    assert_eq!(settings["seed"], 7);
+    assert_eq!(settings["spin"], "on");
+    assert_eq!(report["model"], "sweep-model");
+    let steps = report["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{report}");
+    for step in steps {
+        assert_eq!(
+            step["run"]["self_check"]["cpu_measure"], "spin_busy",
+            "{step}"
+        );
+    }
 }

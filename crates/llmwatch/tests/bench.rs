@@ -3,48 +3,60 @@
 //! for content.
 
 use llmwatch::sim_cmd::{self, SimArgs};
+use llmwatch_sim::Sim;
 
-/// Runs the binary's bench against a simulated engine with `extra` flags;
-/// asserts the table and JSON, returns the JSON and the printed table.
-async fn bench_against_the_sim(extra: &[&str]) -> (serde_json::Value, String) {
-    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "bench-model", 8.0))
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let json_path = dir.path().join("run.json");
-    let url = format!("http://{engine}");
-    let json_arg = json_path.display().to_string();
+/// Runs the binary with `args`: (succeeded, stdout, stderr).
+async fn llmwatch(args: &[&str]) -> (bool, String, String) {
     let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
-        .args([
-            "bench",
-            "--url",
-            &url,
-            "--api",
-            "completions",
-            "--shape",
-            "128x32",
-            "--concurrency",
-            "4",
-            "--requests",
-            "24",
-            "--warmup",
-            "2",
-            "--slo-ttft-p95",
-            "10s",
-            "--json",
-            &json_arg,
-        ])
-        .args(extra)
+        .args(args)
         .env("RUST_LOG", "warn")
         .output()
         .await
         .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
+    (
         output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+/// A balanced simulated engine serving `model`, and its base URL.
+async fn sim(model: &str) -> (Sim, String) {
+    let (sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", model, 8.0))
+        .await
+        .unwrap();
+    (sim, format!("http://{engine}"))
+}
+
+/// Runs the binary's bench against a simulated engine with `extra` flags;
+/// asserts the table and JSON, returns the JSON and the printed table.
+async fn bench_against_the_sim(extra: &[&str]) -> (serde_json::Value, String) {
+    let (_sim, url) = sim("bench-model").await;
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("run.json");
+    let json_arg = json_path.display().to_string();
+    let mut args = vec![
+        "bench",
+        "--url",
+        &url,
+        "--api",
+        "completions",
+        "--shape",
+        "128x32",
+        "--concurrency",
+        "4",
+        "--requests",
+        "24",
+        "--warmup",
+        "2",
+        "--slo-ttft-p95",
+        "10s",
+        "--json",
+        &json_arg,
+    ];
+    args.extend_from_slice(extra);
+    let (ok, stdout, stderr) = llmwatch(&args).await;
+    assert!(ok, "{stdout}\n{stderr}");
     for line in [
         "Serving Benchmark Result",
         "Successful requests:                     24",
@@ -66,7 +78,7 @@ async fn bench_against_the_sim(extra: &[&str]) -> (serde_json::Value, String) {
     assert_eq!(result["records"][0]["request"]["model"], "bench-model");
     // Calibrated against /tokenize: the server counted exactly 128 prompt tokens.
     assert_eq!(result["records"][0]["usage"]["prompt_tokens"], 128);
-    (result, stdout.into_owned())
+    (result, stdout)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,19 +108,15 @@ async fn bench_with_spin_busy_polls_and_says_so() {
 
 #[tokio::test]
 async fn bench_refuses_an_unknown_spin_mode() {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
-        .args([
-            "bench",
-            "--url",
-            "http://127.0.0.1:9",
-            "--spin",
-            "sometimes",
-        ])
-        .output()
-        .await
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (ok, _, stderr) = llmwatch(&[
+        "bench",
+        "--url",
+        "http://127.0.0.1:9",
+        "--spin",
+        "sometimes",
+    ])
+    .await;
+    assert!(!ok);
     assert!(
         stderr.contains("--spin") && stderr.contains("expected auto, on or off"),
         "{stderr}"
@@ -117,13 +125,9 @@ async fn bench_refuses_an_unknown_spin_mode() {
 
 #[tokio::test]
 async fn bench_against_nothing_fails_with_a_clear_message() {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
-        .args(["bench", "--url", "http://127.0.0.1:9", "--requests", "1"])
-        .output()
-        .await
-        .unwrap();
-    assert!(!output.status.success());
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let (ok, _, stderr) =
+        llmwatch(&["bench", "--url", "http://127.0.0.1:9", "--requests", "1"]).await;
+    assert!(!ok);
     assert!(
         stderr.contains("discovery failed") && stderr.contains("127.0.0.1:9"),
         "{stderr}"
@@ -132,50 +136,38 @@ async fn bench_against_nothing_fails_with_a_clear_message() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sweep_cli_takes_the_shared_workload_flags() {
-    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sweep-model", 8.0))
-        .await
-        .unwrap();
+    let (_sim, url) = sim("sweep-model").await;
     let dir = tempfile::tempdir().unwrap();
     let json_path = dir.path().join("sweep.json");
-    let url = format!("http://{engine}");
     let json_arg = json_path.display().to_string();
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
-        .args([
-            "sweep",
-            "--url",
-            &url,
-            "--api",
-            "completions",
-            "--shape",
-            "64x8",
-            "--prompt",
-            "shared-prefix:0.5",
-            "--concurrency",
-            "1,2",
-            "--requests-per-step",
-            "4",
-            "--min-step-duration",
-            "200ms",
-            "--scrape-interval",
-            "100ms",
-            "--seed",
-            "7",
-            "--spin",
-            "on",
-            "--no-store",
-            "--json",
-            &json_arg,
-        ])
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let (ok, stdout, stderr) = llmwatch(&[
+        "sweep",
+        "--url",
+        &url,
+        "--api",
+        "completions",
+        "--shape",
+        "64x8",
+        "--prompt",
+        "shared-prefix:0.5",
+        "--concurrency",
+        "1,2",
+        "--requests-per-step",
+        "4",
+        "--min-step-duration",
+        "200ms",
+        "--scrape-interval",
+        "100ms",
+        "--seed",
+        "7",
+        "--spin",
+        "on",
+        "--no-store",
+        "--json",
+        &json_arg,
+    ])
+    .await;
+    assert!(ok, "{stdout}\n{stderr}");
     let report: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
     let settings = &report["settings"];

@@ -20,7 +20,7 @@
 //! (`-- --quick` for a short pass). Knobs: `BENCH_STREAMS=100,1000` (phase
 //! B steps), `BENCH_SKIP_A=1`, `BENCH_MODES=spin` (or `sleep`),
 //! `BENCH_DEBUG=1` (error per event index). Each section prints the box's
-//! load and CPU pressure, and each step the hypervisor's steal: on a shared
+//! load and CPU pressure, and each step the hypervisor's steal (the self-check's `host_steal_pct`): on a shared
 //! machine the timing error measures the neighbours as much as the client.
 //!
 //! Columns: `client us/ev` is the measuring thread's CPU time per measured
@@ -167,7 +167,6 @@ async fn step(
     cfg.warmup_requests = u64::from(streams);
     let warm = cfg.warmup_requests;
     let started = Instant::now();
-    let steal0 = steal_ticks();
     let result = client
         .run(cfg, move |i| {
             let (events, interval_us) = if i < warm {
@@ -193,7 +192,7 @@ async fn step(
         })
         .await
         .expect("valid config");
-    let steal_pct = steal_pct(steal0);
+    let steal_pct = result.self_check.host_steal_pct.unwrap_or(f64::NAN);
     let client_cpu_s = result.self_check.cpu_cores.unwrap_or(f64::NAN) * result.duration_s;
     let wall = started
         .elapsed()
@@ -275,27 +274,6 @@ fn box_state() -> String {
             .join(" "),
         psi.lines().next().unwrap_or("n/a")
     )
-}
-
-/// (steal, total) jiffies of all CPUs, from /proc/stat.
-fn steal_ticks() -> (f64, f64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let fields: Vec<f64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    (fields.get(7).copied().unwrap_or(0.0), fields.iter().sum())
-}
-
-/// Steal since `before`, % of all CPU time: time the hypervisor ran
-/// something else while this machine's CPUs wanted to run.
-fn steal_pct(before: (f64, f64)) -> f64 {
-    let now = steal_ticks();
-    100.0 * (now.0 - before.0) / (now.1 - before.1).max(1.0)
 }
 
 fn raise_fd_limit() {

@@ -34,6 +34,6 @@ pub use record::{
 };
 pub use report::render_table;
 pub use result::{Objectives, RunResult};
-pub use selfcheck::{CpuMeasure, SelfCheck, SelfCheckLimits};
+pub use selfcheck::{CpuMeasure, Monitored, SelfCheck, SelfCheckLimits};
 pub use shape::{Calibration, Calibrator, PromptGenerator, PromptKind, Shape, ShapeError};
 pub use stats::{percentile, Summary};

@@ -321,7 +321,7 @@ where
             done.push(r);
         }
     }
-    let (cpu, sched) = monitor.finish().await;
+    let monitored = monitor.finish().await;
     let start = measured_start.unwrap_or_else(Instant::now);
     let mut last_end = start;
     let mut records = Vec::with_capacity(done.len());
@@ -338,6 +338,6 @@ where
     records.sort_by_key(|r| r.seq);
     let wall = last_end.saturating_duration_since(start);
     Ok(RunResult::from_records(
-        config, warmups, records, wall, cpu, sched,
+        config, warmups, records, wall, &monitored,
     ))
 }

@@ -184,6 +184,7 @@ pub fn render_table(r: &RunResult) -> String {
         num(s.dispatch_lag_p99_ms),
     );
     line(&mut out, "Tokens per event:", num(s.tokens_per_event));
+    line(&mut out, "Host CPU steal (%):", num(s.host_steal_pct));
     if s.client_bound {
         line(
             &mut out,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::load::{Bound, Load, RunConfig};
 use crate::record::ProbeRecord;
-use crate::selfcheck::{CpuMeasure, SelfCheck};
+use crate::selfcheck::{Monitored, SelfCheck};
 use crate::stats::{percentile, Summary};
 
 /// Per-request objectives; a request is *good* when it succeeded and meets
@@ -122,8 +122,7 @@ impl RunResult {
         warmup_requests: u64,
         records: Vec<ProbeRecord>,
         wall: Duration,
-        cpu: (Option<f64>, CpuMeasure),
-        scheduler_lag_ms: Option<(f64, f64)>,
+        monitored: &Monitored,
     ) -> RunResult {
         let n = records.len() as u64;
         let ok: Vec<&ProbeRecord> = records.iter().filter(|r| r.is_ok()).collect();
@@ -197,9 +196,7 @@ impl RunResult {
         });
         let tokens_per_event = (ev > 0).then(|| tok as f64 / ev as f64);
         let self_check = SelfCheck::judge(
-            cpu.0,
-            cpu.1,
-            scheduler_lag_ms,
+            monitored,
             dispatch_lag_ms.p99,
             tokens_per_event,
             config.limits,

@@ -80,22 +80,42 @@ pub struct SelfCheck {
     pub dispatch_lag_p99_ms: Option<f64>,
     /// Mean tokens per output event (server-reported where streamed).
     pub tokens_per_event: Option<f64>,
+    /// Share of the machine's CPU time the hypervisor gave to someone else
+    /// during the run (`steal` in /proc/stat), %. Not judged — it does not
+    /// make the client the bottleneck — but a run on a VM with high steal
+    /// has noisy timings. `None` where /proc/stat is unavailable.
+    #[serde(default)]
+    pub host_steal_pct: Option<f64>,
     pub limits: SelfCheckLimits,
     pub client_bound: bool,
     /// One line per limit passed.
     pub reasons: Vec<String>,
 }
 
+/// What a [`Monitor`] saw over a run.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct Monitored {
+    pub cpu_cores: Option<f64>,
+    pub cpu_measure: CpuMeasure,
+    /// (p99, max) scheduler lag, ms.
+    pub scheduler_lag_ms: Option<(f64, f64)>,
+    pub host_steal_pct: Option<f64>,
+}
+
 impl SelfCheck {
     /// Applies the limits.
     pub fn judge(
-        cpu_cores: Option<f64>,
-        cpu_measure: CpuMeasure,
-        scheduler_lag: Option<(f64, f64)>,
+        monitored: &Monitored,
         dispatch_lag_p99_ms: Option<f64>,
         tokens_per_event: Option<f64>,
         limits: SelfCheckLimits,
     ) -> SelfCheck {
+        let Monitored {
+            cpu_cores,
+            cpu_measure,
+            scheduler_lag_ms: scheduler_lag,
+            host_steal_pct,
+        } = *monitored;
         let mut reasons = Vec::new();
         if let Some(c) = cpu_cores.filter(|c| *c > limits.max_cpu_cores) {
             reasons.push(format!(
@@ -119,6 +139,7 @@ impl SelfCheck {
         SelfCheck {
             cpu_cores,
             cpu_measure,
+            host_steal_pct,
             scheduler_lag_p99_ms: scheduler_lag.map(|s| s.0),
             scheduler_lag_max_ms: scheduler_lag.map(|s| s.1),
             dispatch_lag_p99_ms,
@@ -159,6 +180,27 @@ pub fn thread_cpu_time() -> Option<Duration> {
         u64::try_from(ts.tv_sec).ok()?,
         u32::try_from(ts.tv_nsec).ok()?,
     ))
+}
+
+/// (steal, total) jiffies over all CPUs so far, from /proc/stat.
+fn host_steal_ticks() -> Option<(u64, u64)> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let fields: Vec<u64> = stat
+        .lines()
+        .next()?
+        .strip_prefix("cpu ")?
+        .split_whitespace()
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    Some((*fields.get(7)?, fields.iter().sum()))
+}
+
+/// Steal since `before`, % of all CPU time.
+fn host_steal_pct_since(before: Option<(u64, u64)>) -> Option<f64> {
+    let (steal0, total0) = before?;
+    let (steal1, total1) = host_steal_ticks()?;
+    let total = total1.saturating_sub(total0);
+    (total > 0).then(|| 100.0 * steal1.saturating_sub(steal0) as f64 / total as f64)
 }
 
 /// Where a run's CPU figure comes from.
@@ -213,6 +255,7 @@ pub struct Monitor {
     started: Instant,
     source: CpuSource,
     cpu_start: Option<Duration>,
+    steal_start: Option<(u64, u64)>,
     stop: Arc<AtomicBool>,
     ticker: JoinHandle<Histogram<u64>>,
 }
@@ -254,15 +297,15 @@ impl Monitor {
         Monitor {
             started: Instant::now(),
             cpu_start: source.cpu_time(),
+            steal_start: host_steal_ticks(),
             source,
             stop,
             ticker,
         }
     }
 
-    /// Stops the ticker: ((CPU cores, what they measure), (scheduler lag
-    /// p99 ms, max ms)).
-    pub async fn finish(self) -> ((Option<f64>, CpuMeasure), Option<(f64, f64)>) {
+    /// Stops the ticker.
+    pub async fn finish(self) -> Monitored {
         let elapsed = self.started.elapsed();
         let wall = elapsed.as_secs_f64();
         let cpu = match &self.source {
@@ -272,7 +315,7 @@ impl Monitor {
                 _ => None,
             },
         };
-        let cpu = (cpu, self.source.measure());
+
         // The thread sees the flag within a millisecond and drops its
         // sender, which ends the task's loop.
         self.stop.store(true, Ordering::Relaxed);
@@ -283,13 +326,32 @@ impl Monitor {
             )),
             _ => None,
         };
-        (cpu, lag)
+        Monitored {
+            cpu_cores: cpu,
+            cpu_measure: self.source.measure(),
+            scheduler_lag_ms: lag,
+            host_steal_pct: host_steal_pct_since(self.steal_start),
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn host_steal_reads_where_proc_stat_exists() {
+        let before = host_steal_ticks();
+        assert_eq!(
+            before.is_some(),
+            std::path::Path::new("/proc/stat").exists()
+        );
+        if before.is_some() {
+            std::thread::sleep(Duration::from_millis(20));
+            let pct = host_steal_pct_since(before).unwrap_or(0.0);
+            assert!((0.0..=100.0).contains(&pct), "{pct}");
+        }
+    }
 
     #[test]
     fn cpu_time_reads() {
@@ -305,9 +367,11 @@ mod tests {
     #[test]
     fn judge_reasons() {
         let s = SelfCheck::judge(
-            Some(1.5),
-            CpuMeasure::Process,
-            Some((7.0, 9.0)),
+            &Monitored {
+                cpu_cores: Some(1.5),
+                scheduler_lag_ms: Some((7.0, 9.0)),
+                ..Monitored::default()
+            },
             Some(1.0),
             None,
             SelfCheckLimits::default(),
@@ -315,9 +379,12 @@ mod tests {
         assert!(s.client_bound);
         assert_eq!(s.reasons.len(), 2);
         let s = SelfCheck::judge(
-            Some(0.1),
-            CpuMeasure::Process,
-            Some((0.5, 1.0)),
+            &Monitored {
+                cpu_cores: Some(0.1),
+                scheduler_lag_ms: Some((0.5, 1.0)),
+                host_steal_pct: Some(0.0),
+                ..Monitored::default()
+            },
             Some(0.2),
             Some(1.0),
             SelfCheckLimits::default(),

@@ -34,8 +34,9 @@ use llmwatch_core::analysis::{
     Objectives, Quantiles, ServerEvidence, StepResult, SweepVerdict, WorkloadHints,
 };
 use llmwatch_probe::{
-    Api, Bound, Calibrator, ClientConfig, MeasureError, MeasuringThread, ProbeClient, PromptKind,
-    RunConfig, RunError, RunResult, Secret, SelfCheckLimits, Shape, Spin, Summary, Workload,
+    Api, Bound, Calibrator, ClientConfig, MeasureError, MeasuringThread, Monitored, ProbeClient,
+    PromptKind, RunConfig, RunError, RunResult, Secret, SelfCheckLimits, Shape, Spin, Summary,
+    Workload,
 };
 use llmwatch_store::{
     NewSweep, Store, StoreError, SweepEnd, SweepRow, SweepStatus, SweepStepRow, TargetKind,
@@ -790,22 +791,18 @@ fn merge_runs(config: &RunConfig, a: &RunResult, b: RunResult) -> RunResult {
         (Some(x), Some(y)) => Some(x.max(y)),
         (x, y) => x.or(y),
     };
-    let cpu = (
-        max(a.self_check.cpu_cores, b.self_check.cpu_cores),
-        b.self_check.cpu_measure,
-    );
-    let sched_p99 = max(
-        a.self_check.scheduler_lag_p99_ms,
-        b.self_check.scheduler_lag_p99_ms,
-    );
-    let sched_max = max(
-        a.self_check.scheduler_lag_max_ms,
-        b.self_check.scheduler_lag_max_ms,
-    );
-    let sched = sched_p99.map(|p| (p, sched_max.unwrap_or(p)));
+    let (x, y) = (&a.self_check, &b.self_check);
+    let sched_p99 = max(x.scheduler_lag_p99_ms, y.scheduler_lag_p99_ms);
+    let sched_max = max(x.scheduler_lag_max_ms, y.scheduler_lag_max_ms);
+    let monitored = Monitored {
+        cpu_cores: max(x.cpu_cores, y.cpu_cores),
+        cpu_measure: y.cpu_measure,
+        scheduler_lag_ms: sched_p99.map(|p| (p, sched_max.unwrap_or(p))),
+        host_steal_pct: max(x.host_steal_pct, y.host_steal_pct),
+    };
     let mut records = a.records.clone();
     records.extend(b.records);
-    RunResult::from_records(config, a.warmup_requests, records, wall, cpu, sched)
+    RunResult::from_records(config, a.warmup_requests, records, wall, &monitored)
 }
 
 fn probe_objectives(o: &Objectives) -> llmwatch_probe::Objectives {

@@ -172,7 +172,6 @@ async fn accuracy_at(
     interval: u64,
     spin: bool,
 ) -> Attempt {
-    let steal_before = steal_ticks();
     let phase = Duration::from_micros(interval * 1000 / 64);
     let server = spawn_server(script(continuous, interval, phase));
     boost_priority();
@@ -234,28 +233,9 @@ async fn accuracy_at(
     );
     let report = format!(
         "concurrency {concurrency}, continuous usage {continuous}, spin {spin}, steal {:.1} %: errors (ms) {report:?}",
-        steal_pct_since(steal_before)
+        result.self_check.host_steal_pct.unwrap_or(f64::NAN)
     );
     Attempt { within, report }
-}
-
-/// (steal, total) jiffies over all CPUs, from /proc/stat.
-fn steal_ticks() -> (f64, f64) {
-    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
-    let fields: Vec<f64> = stat
-        .lines()
-        .next()
-        .unwrap_or("")
-        .split_whitespace()
-        .skip(1)
-        .filter_map(|v| v.parse().ok())
-        .collect();
-    (fields.get(7).copied().unwrap_or(0.0), fields.iter().sum())
-}
-
-fn steal_pct_since(before: (f64, f64)) -> f64 {
-    let now = steal_ticks();
-    100.0 * (now.0 - before.0) / (now.1 - before.1).max(1.0)
 }
 
 /// Runs up to 3 attempts, serialized with the other timing tests, and

@@ -199,8 +199,11 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
     }
     // The run gets a thread of its own (and, with --spin, a busy core);
     // the client above only calibrated the prompt.
-    let measuring = MeasuringThread::start(client.config().clone(), args.workload.spin.resolve())?;
-    let result = measuring.run(config, move |i| workload.request(i)).await?;
+    let measuring = MeasuringThread::start(args.workload.spin.resolve())?;
+    let run_client = ProbeClient::new(client.config().clone())?;
+    let result = measuring
+        .run(run_client, config, move |i| workload.request(i))
+        .await?;
     Ok(result)
 }
 

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use llmwatch_probe::record::{Api, ProbeRecord};
-use llmwatch_probe::{Calibrator, Canary, ClientConfig, ProbeClient, PromptKind, Secret, Shape};
+use llmwatch_probe::{
+    Calibrator, Canary, ClientConfig, MeasuringThread, ProbeClient, PromptKind, Secret, Shape,
+};
 use llmwatch_store::{ProbeRow, Store};
 use rand::Rng;
 use tokio::sync::watch;
@@ -117,7 +119,16 @@ impl CanaryJob {
 }
 
 /// Fires the canary of one target every `probe.interval` until shutdown.
-pub async fn run_canary_loop(job: CanaryJob, store: Store, mut shutdown: watch::Receiver<bool>) {
+///
+/// Discovery and calibration run here; the probes themselves run on
+/// `thread`, with a client of their own (connections belong to the runtime
+/// that opened them).
+pub async fn run_canary_loop(
+    job: CanaryJob,
+    thread: Arc<MeasuringThread>,
+    store: Store,
+    mut shutdown: watch::Receiver<bool>,
+) {
     let shape = match Shape::parse(&job.probe.shape) {
         Ok(shape) => shape,
         Err(err) => {
@@ -129,8 +140,10 @@ pub async fn run_canary_loop(job: CanaryJob, store: Store, mut shutdown: watch::
     let mut client_config = ClientConfig::new(job.base_url.clone());
     client_config.api_key = job.api_key.clone();
     client_config.timeout = job.probe.timeout;
-    let client = match ProbeClient::new(client_config) {
-        Ok(client) => client,
+    let clients = ProbeClient::new(client_config.clone())
+        .and_then(|setup| Ok((setup, ProbeClient::new(client_config)?)));
+    let (client, probe_client) = match clients {
+        Ok(clients) => clients,
         Err(err) => {
             tracing::error!(target = %job.name, error = %err, "canary disabled");
             return;
@@ -173,7 +186,7 @@ pub async fn run_canary_loop(job: CanaryJob, store: Store, mut shutdown: watch::
                 .calibrate(&client, api, &model, PromptKind::Random, shape.input_tokens)
                 .await;
             canary = Some(Arc::new(
-                Canary::new(client.clone(), api, model, shape).with_calibration(&calibration),
+                Canary::new(probe_client.clone(), api, model, shape).with_calibration(&calibration),
             ));
         }
         let Some(current) = canary.clone() else {
@@ -185,9 +198,10 @@ pub async fn run_canary_loop(job: CanaryJob, store: Store, mut shutdown: watch::
         let name = job.name.clone();
         let target_id = job.target_id;
         let shape_label = job.probe.shape.clone();
+        let probe = thread.spawn(async move { current.probe().await });
         tokio::spawn(async move {
-            match current.probe().await {
-                Ok(record) => {
+            match probe.await {
+                Ok(Ok(record)) => {
                     if let Some(error) = &record.error {
                         tracing::warn!(target = %name, error = %error, "canary probe failed");
                     }
@@ -196,7 +210,10 @@ pub async fn run_canary_loop(job: CanaryJob, store: Store, mut shutdown: watch::
                         tracing::error!(target = %name, error = %err, "storing a canary probe failed");
                     }
                 }
-                Err(busy) => tracing::debug!(target = %name, "{busy}: tick skipped"),
+                Ok(Err(busy)) => tracing::debug!(target = %name, "{busy}: tick skipped"),
+                Err(err) => {
+                    tracing::error!(target = %name, error = %err, "canary probe task failed")
+                }
             }
         });
     }

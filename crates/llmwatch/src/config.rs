@@ -203,6 +203,10 @@ pub struct SweepScheduleConfig {
     pub slo_ttft_p95: Option<Duration>,
     #[serde(default, deserialize_with = "optional_duration")]
     pub slo_itl_p95: Option<Duration>,
+    /// Busy-poll the measuring thread during this target's sweeps
+    /// (scheduled or started by hand): "auto" (4+ cores), "on", "off".
+    #[serde(default)]
+    pub spin: llmwatch_probe::Spin,
 }
 
 /// The shortest period between scheduled sweeps: a sweep takes minutes and
@@ -998,5 +1002,17 @@ timeout = "3s"
         assert!(ok.is_ok());
         let err = error_of(&format!("{base}every = \"1h\"\nshape = \"big\"\n"));
         assert!(err.contains("targets[0].sweep.shape"), "{err}");
+        assert_eq!(sweep.spin, llmwatch_probe::Spin::Auto);
+        let on = parse(&format!("{base}every = \"1h\"\nspin = \"on\"\n")).unwrap();
+        assert_eq!(
+            on.targets[0].sweep.as_ref().unwrap().spin,
+            llmwatch_probe::Spin::On
+        );
+        let err = error_of(&format!("{base}every = \"1h\"\nspin = \"sometimes\"\n"));
+        // The error quotes the line, so the field is named.
+        assert!(
+            err.contains("spin = \"sometimes\"") && err.contains("`auto`, `on`, `off`"),
+            "{err}"
+        );
     }
 }

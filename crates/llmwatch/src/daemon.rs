@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use llmwatch_probe::MeasuringThread;
 use llmwatch_store::{ScrapeRecord, Store, TargetKind};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -48,6 +49,9 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (records_tx, records_rx) = mpsc::channel::<ScrapeRecord>(1024);
     let mut tasks = Vec::new();
+    // Every target's canaries run on one measuring thread, out of reach of
+    // scrapes, page renders and alert evaluation on this runtime.
+    let mut canary_thread: Option<Arc<MeasuringThread>> = None;
     let now = now_ms();
 
     for target in &config.targets {
@@ -66,8 +70,18 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         tracing::info!(target = %job.name, url = %job.url, interval = ?job.interval, "scraping");
         if let Some(canary) = CanaryJob::from_config(target_id, target) {
             tracing::info!(target = %canary.name, shape = %canary.probe.shape, interval = ?canary.probe.interval, "canary probes");
+            let thread = match &canary_thread {
+                Some(thread) => thread.clone(),
+                None => {
+                    // Never spinning: canaries are one request at a time.
+                    let thread = Arc::new(MeasuringThread::start(false)?);
+                    canary_thread = Some(thread.clone());
+                    thread
+                }
+            };
             tasks.push(tokio::spawn(run_canary_loop(
                 canary,
+                thread,
                 store.clone(),
                 shutdown_rx.clone(),
             )));

@@ -33,7 +33,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use llmwatch_probe::{Api, ClientConfig, MeasuringThread, ProbeRequest, RunConfig, RunResult};
+use llmwatch_probe::{
+    Api, ClientConfig, MeasuringThread, ProbeClient, ProbeRequest, RunConfig, RunResult,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -154,7 +156,7 @@ struct Step {
 }
 
 async fn step(
-    client: &MeasuringThread,
+    (thread, client): &(MeasuringThread, ProbeClient),
     stamps: &Stamps,
     streams: u32,
     events: u64,
@@ -167,8 +169,8 @@ async fn step(
     cfg.warmup_requests = u64::from(streams);
     let warm = cfg.warmup_requests;
     let started = Instant::now();
-    let result = client
-        .run(cfg, move |i| {
+    let result = thread
+        .run(client.clone(), cfg, move |i| {
             let (events, interval_us) = if i < warm {
                 (1, 0)
             } else {
@@ -302,8 +304,16 @@ fn main() {
     rt.block_on(async move {
         let mut cfg = ClientConfig::new(format!("http://{addr}"));
         cfg.timeout = Duration::from_secs(60);
-        let sleeping = MeasuringThread::start(cfg.clone(), false).unwrap();
-        let spinning = MeasuringThread::start(cfg, true).unwrap();
+        // A client per thread: connections belong to the runtime that
+        // opened them.
+        let sleeping = (
+            MeasuringThread::start(false).unwrap(),
+            ProbeClient::new(cfg.clone()).unwrap(),
+        );
+        let spinning = (
+            MeasuringThread::start(true).unwrap(),
+            ProbeClient::new(cfg).unwrap(),
+        );
         println!("client: MeasuringThread (one current_thread runtime, one core); server: own thread, 1 worker");
         println!("{}", box_state());
         println!("\nPhase A: zero-delay streams, events/s the client parses (sleeping thread)");
@@ -344,7 +354,7 @@ fn main() {
             Err(_) if quick => vec![100, 1000],
             Err(_) => vec![100, 250, 500, 1000, 1500, 2000, 3000],
         };
-        let modes: Vec<(&str, &MeasuringThread)> = match std::env::var("BENCH_MODES").as_deref() {
+        let modes: Vec<(&str, &(MeasuringThread, ProbeClient))> = match std::env::var("BENCH_MODES").as_deref() {
             Ok("spin") => vec![("spin", &spinning)],
             Ok("sleep") => vec![("sleep", &sleeping)],
             _ => vec![("sleep", &sleeping), ("spin", &spinning)],

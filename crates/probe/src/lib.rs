@@ -28,7 +28,7 @@ pub mod stats;
 pub use canary::{Canary, CanaryBusy};
 pub use client::{ClientConfig, ClientError, ProbeClient, ProbeRequest, Secret};
 pub use load::{run, Bound, Load, RunConfig, RunError, Workload};
-pub use measure::{MeasureError, MeasuringThread, Spin};
+pub use measure::{MeasuringThread, Spin};
 pub use record::{
     Api, ErrorKind, OutputEvent, ProbeError, ProbeRecord, RequestInfo, TimeoutPhase, Usage,
 };

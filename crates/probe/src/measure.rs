@@ -3,7 +3,8 @@
 //!
 //! Why a thread of its own: an event's timestamp is taken when its task is
 //! polled, so anything else on the same runtime (a daemon's scrapes, page
-//! renders, a work-stealing neighbour) delays it. One current-thread
+//! renders, a work-stealing neighbour) delays it. `llmwatch bench` and sweep
+//! steps run on one; the daemon's canaries share one that never spins. One current-thread
 //! runtime is also what `cargo bench -p llmwatch-probe --bench
 //! client_capacity` measures, so its figures hold for every run.
 //!
@@ -20,10 +21,9 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use thiserror::Error;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
-use crate::client::{ClientConfig, ClientError, ProbeClient, ProbeRequest};
+use crate::client::{ProbeClient, ProbeRequest};
 use crate::load::{run_measured, RunConfig, RunError};
 use crate::result::RunResult;
 use crate::selfcheck::CpuSource;
@@ -65,91 +65,92 @@ impl Spin {
     }
 }
 
-/// A measuring thread that cannot start.
-#[derive(Debug, Error)]
-pub enum MeasureError {
-    #[error(transparent)]
-    Client(#[from] ClientError),
-    #[error("cannot start the measuring thread: {0}")]
-    Thread(#[from] std::io::Error),
-}
-
 type MakeRequest = Box<dyn FnMut(u64) -> ProbeRequest + Send>;
 
-struct Job {
-    config: RunConfig,
-    make_request: MakeRequest,
-    reply: oneshot::Sender<Result<RunResult, RunError>>,
-}
-
-/// A thread with its own single-threaded runtime and probe client (its own
-/// connection pool, kept between runs). Dropping it ends the thread once
-/// the run in progress, if any, is dropped.
+/// A thread with its own single-threaded runtime. Give it a [`ProbeClient`]
+/// of its own: a client's connections are driven by the runtime that opened
+/// them, so a client shared with another runtime would have its sockets
+/// read there. Dropping it ends the thread and every task on it.
 pub struct MeasuringThread {
-    jobs: mpsc::UnboundedSender<Job>,
+    handle: tokio::runtime::Handle,
     spin: bool,
+    /// Dropped with the thread's owner: ends the runtime's `block_on`.
+    _stop: oneshot::Sender<()>,
 }
 
 impl MeasuringThread {
-    /// Starts the thread; `spin` as resolved by [`Spin::resolve`].
-    pub fn start(client: ClientConfig, spin: bool) -> Result<MeasuringThread, MeasureError> {
-        let client = ProbeClient::new(client)?;
+    /// Starts the thread; `spin` (as resolved by [`Spin::resolve`]) makes
+    /// [`MeasuringThread::run`] busy-poll.
+    pub fn start(spin: bool) -> std::io::Result<MeasuringThread> {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
             .build()?;
-        let (jobs, mut queue) = mpsc::unbounded_channel::<Job>();
+        let handle = runtime.handle().clone();
+        let (stop, stopped) = oneshot::channel::<()>();
         std::thread::Builder::new()
             .name("llmwatch-measure".into())
             .spawn(move || {
-                runtime.block_on(async move {
-                    while let Some(job) = queue.recv().await {
-                        serve(&client, job, spin).await;
-                    }
-                });
+                // Tasks spawned through the handle run while this waits.
+                let _ = runtime.block_on(stopped);
             })?;
-        Ok(MeasuringThread { jobs, spin })
+        Ok(MeasuringThread {
+            handle,
+            spin,
+            _stop: stop,
+        })
     }
 
     pub fn spins(&self) -> bool {
         self.spin
     }
 
-    /// Runs one load on the measuring thread (see [`crate::run`]). Dropping
-    /// the returned future cancels the run.
-    pub async fn run<F>(&self, config: RunConfig, make_request: F) -> Result<RunResult, RunError>
+    /// Runs `future` on the measuring thread (e.g. one canary probe).
+    pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        self.handle.spawn(future)
+    }
+
+    /// Runs one load on the measuring thread (see [`crate::run`]), with the
+    /// self-check's CPU read from this thread. Dropping the returned future
+    /// cancels the run.
+    pub async fn run<F>(
+        &self,
+        client: ProbeClient,
+        config: RunConfig,
+        make_request: F,
+    ) -> Result<RunResult, RunError>
     where
         F: FnMut(u64) -> ProbeRequest + Send + 'static,
     {
-        let (reply, answer) = oneshot::channel();
-        let job = Job {
-            config,
-            make_request: Box::new(make_request),
-            reply,
-        };
-        self.jobs
-            .send(job)
-            .map_err(|_| RunError::MeasuringThreadGone)?;
-        answer.await.map_err(|_| RunError::MeasuringThreadGone)?
+        let spin = self.spin;
+        let mut make_request: MakeRequest = Box::new(make_request);
+        let mut task = AbortOnDrop(self.handle.spawn(async move {
+            let meter = match spin {
+                true => Some(SpinMeter::start().await),
+                false => None,
+            };
+            let cpu = match &meter {
+                Some(m) => CpuSource::Spin(m.stats.clone()),
+                None => CpuSource::Thread,
+            };
+            run_measured(&client, &config, &mut make_request, cpu).await
+        }));
+        match (&mut task.0).await {
+            Ok(result) => result,
+            Err(_) => Err(RunError::MeasuringThreadGone),
+        }
     }
 }
 
-/// One job on the measuring thread; ends early when its caller is gone.
-async fn serve(client: &ProbeClient, mut job: Job, spin: bool) {
-    let meter = match spin {
-        true => Some(SpinMeter::start().await),
-        false => None,
-    };
-    let cpu = match &meter {
-        Some(m) => CpuSource::Spin(m.stats.clone()),
-        None => CpuSource::Thread,
-    };
-    let outcome = tokio::select! {
-        result = run_measured(client, &job.config, &mut job.make_request, cpu) => Some(result),
-        _ = job.reply.closed() => None,
-    };
-    drop(meter);
-    if let Some(result) = outcome {
-        let _ = job.reply.send(result);
+/// Cancels the task when the future awaiting it is dropped.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 
@@ -261,6 +262,26 @@ mod tests {
         assert!(!Spin::Off.resolve());
         let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
         assert_eq!(Spin::Auto.resolve(), cores >= AUTO_SPIN_MIN_CORES);
+    }
+
+    #[tokio::test]
+    async fn tasks_run_on_the_measuring_thread_and_end_with_it() {
+        let thread = MeasuringThread::start(false).unwrap();
+        let name = thread
+            .spawn(async { std::thread::current().name().map(str::to_string) })
+            .await
+            .unwrap();
+        assert_eq!(name.as_deref(), Some("llmwatch-measure"));
+        // A task still pending when the thread's owner goes is dropped with
+        // its runtime: its guard's channel closes.
+        let (guard, gone) = oneshot::channel::<()>();
+        let _pending = thread.spawn(async move {
+            let _guard = guard;
+            std::future::pending::<()>().await;
+        });
+        drop(thread);
+        let closed = tokio::time::timeout(Duration::from_secs(5), gone).await;
+        assert!(matches!(closed, Ok(Err(_))), "{closed:?}");
     }
 
     #[test]

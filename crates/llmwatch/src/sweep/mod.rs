@@ -34,7 +34,7 @@ use llmwatch_core::analysis::{
     Objectives, Quantiles, ServerEvidence, StepResult, SweepVerdict, WorkloadHints,
 };
 use llmwatch_probe::{
-    Api, Bound, Calibrator, ClientConfig, MeasureError, MeasuringThread, Monitored, ProbeClient,
+    Api, Bound, Calibrator, ClientConfig, ClientError, MeasuringThread, Monitored, ProbeClient,
     PromptKind, RunConfig, RunError, RunResult, Secret, SelfCheckLimits, Shape, Spin, Summary,
     Workload,
 };
@@ -359,7 +359,9 @@ pub enum SweepError {
     #[error(transparent)]
     Card(#[from] CardFieldError),
     #[error("probe client: {0}")]
-    Client(#[from] MeasureError),
+    Client(#[from] ClientError),
+    #[error("cannot start the measuring thread: {0}")]
+    MeasuringThread(#[from] std::io::Error),
     #[error("cannot build the scrape client: {0}")]
     Http(#[from] reqwest::Error),
     #[error("no model given and none discovered: {0}")]
@@ -459,8 +461,13 @@ pub async fn run_sweep(
     let mut client_config = ClientConfig::new(settings.url.clone());
     client_config.api_key = settings.api_key.clone();
     client_config.timeout = settings.request_timeout;
-    let measuring = MeasuringThread::start(client_config.clone(), settings.spin.resolve())?;
-    let client = ProbeClient::new(client_config).map_err(MeasureError::from)?;
+    // Calibration and discovery use `client` here; the steps run on the
+    // measuring thread with a client of its own (see MeasuringThread).
+    let client = ProbeClient::new(client_config.clone())?;
+    let measuring = Runner {
+        thread: MeasuringThread::start(settings.spin.resolve())?,
+        client: ProbeClient::new(client_config)?,
+    };
     let http = scrape_client()?;
     let model = match &settings.model {
         Some(m) => m.clone(),
@@ -666,7 +673,7 @@ fn default_warmup(load: Load) -> u64 {
 /// running alongside.
 async fn run_step(
     settings: &SweepSettings,
-    client: &MeasuringThread,
+    runner: &Runner,
     http: &reqwest::Client,
     workload: &Arc<Workload>,
     metrics_url: &str,
@@ -698,7 +705,7 @@ async fn run_step(
         settings.scrape_interval,
     );
     let step_start_ms = now_ms();
-    let mut result = run_counted(client, first.clone(), workload, next_seq).await;
+    let mut result = run_counted(runner, first.clone(), workload, next_seq).await;
 
     // Whichever ends later: top up with a duration-bounded run at the same
     // load when the request count was reached before the minimum duration —
@@ -714,7 +721,7 @@ async fn run_step(
                 seed: first.seed.wrapping_add(1),
                 ..first.clone()
             };
-            let r2 = run_counted(client, second, workload, next_seq).await;
+            let r2 = run_counted(runner, second, workload, next_seq).await;
             result = r2.map(|r2| merge_runs(&first, r1, r2));
         }
     }
@@ -759,11 +766,18 @@ async fn run_step(
     })
 }
 
+/// Where a sweep's steps run.
+struct Runner {
+    thread: MeasuringThread,
+    /// Used on `thread` only.
+    client: ProbeClient,
+}
+
 /// One run on the measuring thread, its requests numbered from `next_seq`
 /// on (prompts never repeat across a sweep); `next_seq` moves past the
 /// numbers it used.
 async fn run_counted(
-    client: &MeasuringThread,
+    runner: &Runner,
     config: RunConfig,
     workload: &Arc<Workload>,
     next_seq: &mut u64,
@@ -771,8 +785,9 @@ async fn run_counted(
     let base = *next_seq;
     let used = Arc::new(AtomicU64::new(0));
     let (counter, workload) = (used.clone(), workload.clone());
-    let result = client
-        .run(config, move |i| {
+    let result = runner
+        .thread
+        .run(runner.client.clone(), config, move |i| {
             counter.fetch_max(i + 1, Ordering::Relaxed);
             workload.request(base + i)
         })

@@ -31,6 +31,9 @@ pub fn settings_for_target(config: &Config, target: &TargetConfig) -> SweepSetti
         .and_then(|var| std::env::var(var).ok())
         .map(Secret::new);
     settings.model = target.probe.as_ref().and_then(|p| p.model.clone());
+    if let Some(sweep) = &target.sweep {
+        settings.spin = sweep.spin;
+    }
     settings
 }
 

@@ -13,7 +13,9 @@
 
 use std::time::{Duration, Instant};
 
-use llmwatch_probe::{Api, ClientConfig, MeasuringThread, ProbeRecord, ProbeRequest, RunConfig};
+use llmwatch_probe::{
+    Api, ClientConfig, MeasuringThread, ProbeClient, ProbeRecord, ProbeRequest, RunConfig,
+};
 
 use crate::helpers::*;
 
@@ -175,10 +177,11 @@ async fn accuracy_at(
     let phase = Duration::from_micros(interval * 1000 / 64);
     let server = spawn_server(script(continuous, interval, phase));
     boost_priority();
-    let client = MeasuringThread::start(ClientConfig::new(server.url()), spin).unwrap();
+    let measuring = MeasuringThread::start(spin).unwrap();
+    let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
     let cfg = RunConfig::closed(concurrency, requests);
-    let result = client
-        .run(cfg, move |i| {
+    let result = measuring
+        .run(client, cfg, move |i| {
             let mut r = ProbeRequest::fixed(Api::Chat, "m", format!("req-{i}"), 64);
             r.continuous_usage_stats = continuous;
             r

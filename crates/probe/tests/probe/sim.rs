@@ -67,3 +67,34 @@ async fn sim_run(api: Api) {
     assert!(r.e2e_ms.p50.unwrap() > ttft);
     assert!(r.request_throughput > 1.0);
 }
+
+/// Dropping a run on the measuring thread cancels it: its streams are
+/// closed, and the simulator aborts and frees every request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dropped_run_on_the_measuring_thread_closes_its_streams() {
+    use llmwatch_probe::{MeasuringThread, ProbeRequest};
+    use std::time::{Duration, Instant};
+
+    let sim = Sim::start(SimConfig::new(Profile::named("balanced").unwrap())).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, sim.router()));
+    let thread = MeasuringThread::start(false).unwrap();
+    let client = ProbeClient::new(ClientConfig::new(format!("http://{addr}"))).unwrap();
+    // 4 requests of 4 000 tokens: minutes of streaming at real time.
+    let run = thread.run(client, RunConfig::closed(4, 4), |i| {
+        ProbeRequest::fixed(Api::Completions, "sim-llama", format!("long {i}"), 4_000)
+    });
+    let cut = tokio::time::timeout(Duration::from_millis(800), run).await;
+    assert!(cut.is_err(), "the run should still be streaming");
+    assert_eq!(sim.snapshot().finished_aborted, 0);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let s = sim.snapshot();
+        if s.running == 0 && s.finished_aborted == 4 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "still streaming: {s:?}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -315,6 +315,10 @@ where
                 done.push(r);
             }
         }
+        // With free slots the loop would send a whole burst (1 000 requests
+        // at concurrency 1 000: ~25 ms) in one poll, and no stream's event
+        // could be stamped meanwhile. One turn of the runtime per send.
+        tokio::task::yield_now().await;
     }
     while let Some(r) = tasks.join_next().await {
         if let Ok(r) = r {

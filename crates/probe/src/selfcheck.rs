@@ -251,13 +251,18 @@ fn clock_ticks_per_second() -> Option<u64> {
 /// runtime, which records how long the message waited before the task was
 /// polled. A busy or starved runtime shows here exactly as it would delay
 /// the stamping of a real event.
+///
+/// A busy-polling runtime needs no ticker (a third thread competing for the
+/// cores would measure itself): its spinner's turn gaps are the lag — an
+/// event that arrives during a gap waits at most the gap — weighted by
+/// their length, as a ticker samples time (`SpinStats::lag_ms`).
 pub struct Monitor {
     started: Instant,
     source: CpuSource,
     cpu_start: Option<Duration>,
     steal_start: Option<(u64, u64)>,
     stop: Arc<AtomicBool>,
-    ticker: JoinHandle<Histogram<u64>>,
+    ticker: Option<JoinHandle<Histogram<u64>>>,
 }
 
 impl Monitor {
@@ -269,6 +274,21 @@ impl Monitor {
 
     pub(crate) fn start_with(source: CpuSource) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
+        let ticker = match source {
+            CpuSource::Spin(_) => None,
+            _ => Some(Monitor::start_ticker(stop.clone())),
+        };
+        Monitor {
+            started: Instant::now(),
+            cpu_start: source.cpu_time(),
+            steal_start: host_steal_ticks(),
+            source,
+            stop,
+            ticker,
+        }
+    }
+
+    fn start_ticker(stop: Arc<AtomicBool>) -> JoinHandle<Histogram<u64>> {
         let (tx, mut rx) = mpsc::unbounded_channel::<Instant>();
         let thread_stop = stop.clone();
         let spawned = std::thread::Builder::new()
@@ -281,7 +301,7 @@ impl Monitor {
                     }
                 }
             });
-        let ticker = tokio::spawn(async move {
+        tokio::spawn(async move {
             // 1 µs .. 60 s, 3 significant digits.
             let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000, 3)
                 .unwrap_or_else(|_| Histogram::<u64>::new(3).expect("3 sigfig is valid"));
@@ -293,15 +313,7 @@ impl Monitor {
                 h.saturating_record(late_us.max(1));
             }
             h
-        });
-        Monitor {
-            started: Instant::now(),
-            cpu_start: source.cpu_time(),
-            steal_start: host_steal_ticks(),
-            source,
-            stop,
-            ticker,
-        }
+        })
     }
 
     /// Stops the ticker.
@@ -319,12 +331,16 @@ impl Monitor {
         // The thread sees the flag within a millisecond and drops its
         // sender, which ends the task's loop.
         self.stop.store(true, Ordering::Relaxed);
-        let lag = match self.ticker.await {
-            Ok(h) if !h.is_empty() => Some((
-                h.value_at_quantile(0.99) as f64 / 1000.0,
-                h.max() as f64 / 1000.0,
-            )),
-            _ => None,
+        let lag = match (self.ticker, &self.source) {
+            (Some(ticker), _) => match ticker.await {
+                Ok(h) if !h.is_empty() => Some((
+                    h.value_at_quantile(0.99) as f64 / 1000.0,
+                    h.max() as f64 / 1000.0,
+                )),
+                _ => None,
+            },
+            (None, CpuSource::Spin(stats)) => stats.lock().ok().and_then(|s| s.lag_ms()),
+            (None, _) => None,
         };
         Monitored {
             cpu_cores: cpu,

@@ -211,6 +211,11 @@ pub async fn run_canary_loop(
                     }
                 }
                 Ok(Err(busy)) => tracing::debug!(target = %name, "{busy}: tick skipped"),
+                // Cancelled: the daemon is shutting down (its measuring
+                // thread went with the last canary loop).
+                Err(err) if err.is_cancelled() => {
+                    tracing::debug!(target = %name, "canary probe cancelled")
+                }
                 Err(err) => {
                     tracing::error!(target = %name, error = %err, "canary probe task failed")
                 }

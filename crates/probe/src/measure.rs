@@ -3,16 +3,18 @@
 //!
 //! Why a thread of its own: an event's timestamp is taken when its task is
 //! polled, so anything else on the same runtime (a daemon's scrapes, page
-//! renders, a work-stealing neighbour) delays it. `llmwatch bench` and sweep
-//! steps run on one; the daemon's canaries share one that never spins. One current-thread
-//! runtime is also what `cargo bench -p llmwatch-probe --bench
-//! client_capacity` measures, so its figures hold for every run.
+//! renders, a work-stealing neighbour) delays it. `llmwatch bench` and
+//! sweep steps run on one; the daemon's canaries share one that never
+//! spins. One current-thread runtime is also what `cargo bench -p
+//! llmwatch-probe --bench client_capacity` measures, so its figures hold
+//! for every run.
 //!
 //! Why busy-polling: an idle CPU sleeps (a C-state on bare metal, a halted
 //! vCPU under a hypervisor) and takes tens of microseconds to milliseconds
 //! to wake when a packet arrives — time that lands in TTFT and ITL as if
 //! the server had spent it. Measured on a 2-vCPU VM at 1 000 paced streams
-//! (BENCHMARKS.md): p99 timing error 2–10 ms sleeping, 0.44 ms spinning.
+//! (BENCHMARKS.md): p99 timing error 0.8–10 ms sleeping, 0.04–0.53 ms
+//! spinning.
 //! Spinning costs one core for the run's length, so [`Spin::Auto`] spins
 //! only where at least four cores leave room for everything else.
 
@@ -65,12 +67,11 @@ impl Spin {
     }
 }
 
-type MakeRequest = Box<dyn FnMut(u64) -> ProbeRequest + Send>;
-
 /// A thread with its own single-threaded runtime. Give it a [`ProbeClient`]
 /// of its own: a client's connections are driven by the runtime that opened
 /// them, so a client shared with another runtime would have its sockets
-/// read there. Dropping it ends the thread and every task on it.
+/// read there. One run at a time (a run's self-check reads the whole
+/// thread). Dropping it ends the thread and every task on it.
 pub struct MeasuringThread {
     handle: tokio::runtime::Handle,
     spin: bool,
@@ -100,10 +101,6 @@ impl MeasuringThread {
         })
     }
 
-    pub fn spins(&self) -> bool {
-        self.spin
-    }
-
     /// Runs `future` on the measuring thread (e.g. one canary probe).
     pub fn spawn<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
     where
@@ -126,7 +123,6 @@ impl MeasuringThread {
         F: FnMut(u64) -> ProbeRequest + Send + 'static,
     {
         let spin = self.spin;
-        let mut make_request: MakeRequest = Box::new(make_request);
         let mut task = AbortOnDrop(self.handle.spawn(async move {
             let meter = match spin {
                 true => Some(SpinMeter::start().await),
@@ -136,7 +132,7 @@ impl MeasuringThread {
                 Some(m) => CpuSource::Spin(m.stats.clone()),
                 None => CpuSource::Thread,
             };
-            run_measured(&client, &config, &mut make_request, cpu).await
+            run_measured(&client, &config, make_request, cpu).await
         }));
         match (&mut task.0).await {
             Ok(result) => result,

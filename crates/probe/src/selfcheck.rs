@@ -1,18 +1,16 @@
 //! The client's self-check: is the load generator itself the bottleneck?
 //!
 //! A benchmark whose client is saturated measures the client. So every run
-//! records the process's CPU use, how late a 1 ms ticker fires on the
-//! runtime (scheduler lag: a busy or starved runtime stamps events late),
-//! how late requests leave versus their schedule (dispatch lag), and tokens
-//! per event; past the limits the run is labelled `client_bound` and must not
+//! records the client's CPU use (the process's, or the measuring thread's),
+//! how late a 1 ms ticker fires on the runtime (scheduler lag: a busy or
+//! starved runtime stamps events late), how late requests leave versus
+//! their schedule (dispatch lag), tokens per event and the host's CPU
+//! steal; past the limits the run is labelled `client_bound` and must not
 //! feed a saturation verdict (DESIGN.md, "Validity").
 
-use std::time::{Duration, Instant};
-
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
-
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
@@ -73,7 +71,8 @@ pub struct SelfCheck {
     pub cpu_measure: CpuMeasure,
     /// p99 of how long a message from an OS thread (one per ms) waited
     /// before its task on the client runtime was polled (HdrHistogram,
-    /// 3 significant digits), ms.
+    /// 3 significant digits), ms; on a busy-polling measuring thread, the
+    /// time-weighted p99 of the gaps between its spinner's turns.
     pub scheduler_lag_p99_ms: Option<f64>,
     pub scheduler_lag_max_ms: Option<f64>,
     /// p99 of sent − scheduled over the run's requests, ms.

@@ -464,7 +464,7 @@ pub async fn run_sweep(
     // Calibration and discovery use `client` here; the steps run on the
     // measuring thread with a client of its own (see MeasuringThread).
     let client = ProbeClient::new(client_config.clone())?;
-    let measuring = Runner {
+    let runner = Runner {
         thread: MeasuringThread::start(settings.spin.resolve())?,
         client: ProbeClient::new(client_config)?,
     };
@@ -538,7 +538,7 @@ pub async fn run_sweep(
     for (index, load) in loads.iter().enumerate() {
         let measured = run_step(
             &settings,
-            &measuring,
+            &runner,
             &http,
             &workload,
             &metrics_url,

@@ -61,6 +61,14 @@ pub struct ServerConfig {
     /// How long scrapes are kept.
     #[serde(default = "default_retention", deserialize_with = "duration")]
     pub retention: Duration,
+    /// Scrapes older than this are thinned to one per `downsample_interval`
+    /// per target (DESIGN.md: a month of history kept small).
+    #[serde(default = "default_downsample_after", deserialize_with = "duration")]
+    pub downsample_after: Duration,
+    /// One scrape kept per this much time in the thinned range; "0s" keeps
+    /// every scrape. At most 150 s (signals look 5 min back for a scrape).
+    #[serde(default = "default_downsample_interval", deserialize_with = "duration")]
+    pub downsample_interval: Duration,
     /// The largest `/metrics` body accepted, in bytes.
     #[serde(default = "default_max_body_bytes")]
     pub max_body_bytes: u64,
@@ -88,6 +96,8 @@ impl Default for ServerConfig {
             token: None,
             token_env: None,
             retention: default_retention(),
+            downsample_after: default_downsample_after(),
+            downsample_interval: default_downsample_interval(),
             max_body_bytes: default_max_body_bytes(),
             alert_interval: default_alert_interval(),
             alert_resend_delay: default_alert_resend_delay(),
@@ -401,6 +411,12 @@ fn default_database() -> PathBuf {
 fn default_retention() -> Duration {
     Duration::from_secs(30 * 24 * 3600)
 }
+fn default_downsample_after() -> Duration {
+    Duration::from_secs(2 * 24 * 3600)
+}
+fn default_downsample_interval() -> Duration {
+    Duration::from_secs(60)
+}
 fn default_slo_ttft_p95() -> Duration {
     Duration::from_secs(1)
 }
@@ -629,6 +645,25 @@ impl Config {
         }
         check_positive(self.server.alert_interval)
             .map_err(|m| ("server.alert_interval".to_string(), m))?;
+        let bucket_ms =
+            i64::try_from(self.server.downsample_interval.as_millis()).unwrap_or(i64::MAX);
+        if bucket_ms > llmwatch_store::MAX_DOWNSAMPLE_BUCKET_MS {
+            return Err((
+                "server.downsample_interval".to_string(),
+                format!(
+                    "at most {} s: a signal looks 5 min back for a scrape (\"0s\" turns downsampling off)",
+                    llmwatch_store::MAX_DOWNSAMPLE_BUCKET_MS / 1000
+                ),
+            ));
+        }
+        if !self.server.downsample_interval.is_zero()
+            && self.server.downsample_after < Duration::from_secs(3600)
+        {
+            return Err((
+                "server.downsample_after".to_string(),
+                "at least 1h: recent data stays at full resolution".to_string(),
+            ));
+        }
         check_positive(self.server.slo_ttft_p95)
             .map_err(|m| ("server.slo_ttft_p95".to_string(), m))?;
         check_positive(self.server.slo_itl_p95)
@@ -976,6 +1011,25 @@ timeout = "3s"
         assert_eq!(
             redact_url("http://127.0.0.1:9093"),
             "http://127.0.0.1:9093/…"
+        );
+    }
+
+    #[test]
+    fn downsampling_defaults_and_limits() {
+        let config = parse("").unwrap();
+        assert_eq!(config.server.downsample_after, Duration::from_secs(172_800));
+        assert_eq!(config.server.downsample_interval, Duration::from_secs(60));
+        let off = parse("[server]\ndownsample_interval = \"0s\"\ndownsample_after = \"1m\"\n");
+        assert!(off.is_ok(), "0s turns it off, so `after` is not checked");
+        let err = error_of("[server]\ndownsample_interval = \"10m\"\n");
+        assert!(
+            err.contains("server.downsample_interval") && err.contains("at most 150 s"),
+            "{err}"
+        );
+        let err = error_of("[server]\ndownsample_after = \"10m\"\n");
+        assert!(
+            err.contains("server.downsample_after") && err.contains("at least 1h"),
+            "{err}"
         );
     }
 

@@ -145,7 +145,11 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     )));
     tasks.push(tokio::spawn(run_retention(
         store.clone(),
-        config.server.retention,
+        Retention {
+            keep: config.server.retention,
+            downsample_after: config.server.downsample_after,
+            downsample_interval: config.server.downsample_interval,
+        },
         shutdown_rx.clone(),
     )));
 
@@ -261,19 +265,45 @@ async fn run_nvml_loop(
     }
 }
 
-/// Deletes scrapes past the retention once an hour (and once at start).
-async fn run_retention(store: Store, retention: Duration, mut shutdown: watch::Receiver<bool>) {
+/// What the hourly maintenance does to old scrapes.
+#[derive(Debug, Clone, Copy)]
+struct Retention {
+    keep: Duration,
+    downsample_after: Duration,
+    /// Zero: never thin.
+    downsample_interval: Duration,
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+/// Once an hour (and once at start): deletes scrapes past the retention,
+/// then thins those past `downsample_after`.
+async fn run_retention(store: Store, retention: Retention, mut shutdown: watch::Receiver<bool>) {
     let mut ticker = tokio::time::interval(Duration::from_secs(3600));
     loop {
         tokio::select! {
             _ = ticker.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let cutoff = now_ms() - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX);
-        match store.prune(cutoff).await {
+        let now = now_ms();
+        match store.prune(now.saturating_sub(ms(retention.keep))).await {
             Ok(0) => {}
             Ok(deleted) => tracing::info!(deleted, "retention: old scrapes deleted"),
             Err(err) => tracing::error!(error = %err, "retention failed"),
+        }
+        if retention.downsample_interval.is_zero() {
+            continue;
+        }
+        let cutoff = now.saturating_sub(ms(retention.downsample_after));
+        match store
+            .downsample(cutoff, ms(retention.downsample_interval))
+            .await
+        {
+            Ok(0) => {}
+            Ok(deleted) => tracing::info!(deleted, "downsampling: old scrapes thinned"),
+            Err(err) => tracing::error!(error = %err, "downsampling failed"),
         }
     }
 }

@@ -166,6 +166,43 @@ fn ingest(c: &mut Criterion) {
         })
     });
     query.finish();
+
+    // Downsampling the day to one scrape a minute: a one-off (it deletes),
+    // so timed once and printed, then the same query on what is left.
+    let used_bytes = |store: &Store| {
+        runtime
+            .block_on(
+                sqlx::query_scalar::<_, i64>(
+                    "SELECT (page_count - freelist_count) * page_size
+                     FROM pragma_page_count(), pragma_freelist_count(), pragma_page_size()",
+                )
+                .fetch_one(store.pool()),
+            )
+            .expect("size")
+    };
+    let before = used_bytes(&day_store);
+    let started = std::time::Instant::now();
+    let deleted = runtime
+        .block_on(day_store.downsample(i64::MAX, 60_000))
+        .expect("downsample");
+    let took = started.elapsed();
+    let after = used_bytes(&day_store);
+    println!(
+        "downsample 24 h of 5 s scrapes to 1/min: {deleted} rows deleted in {took:?}; \
+         data {:.1} MiB -> {:.1} MiB ({:.1}x smaller)",
+        before as f64 / 1048576.0,
+        after as f64 / 1048576.0,
+        before as f64 / after.max(1) as f64
+    );
+    let mut thinned = c.benchmark_group("store_query_downsampled");
+    thinned.bench_function("signals_series_10_signals_24h_step_5m", |b| {
+        b.iter(|| {
+            runtime
+                .block_on(day_store.signals_series(target, &page_signals, range))
+                .expect("query")
+        })
+    });
+    thinned.finish();
 }
 
 criterion_group!(benches, ingest);

@@ -158,6 +158,10 @@ pub const PROBE_WINDOW_MIN_MS: i64 = 60 * 1000;
 /// How far back a signal query looks for a scrape before calling the value stale.
 const STALENESS_MS: i64 = 5 * 60 * 1000;
 
+/// The coarsest downsampling bucket: a thinned range must still have a
+/// scrape within [`STALENESS_MS`] of every instant.
+pub const MAX_DOWNSAMPLE_BUCKET_MS: i64 = STALENESS_MS / 2;
+
 /// The store: a pool of SQLite connections plus the in-memory series index.
 #[derive(Clone)]
 pub struct Store {
@@ -567,6 +571,35 @@ impl Store {
             .bind(before_ms)
             .execute(&self.pool)
             .await?;
+        Ok(done.rows_affected())
+    }
+
+    /// Thins scrapes older than `before_ms` to one per `bucket_ms` per
+    /// target and health (the earliest of each bucket; a down scrape is
+    /// kept apart from the up ones, so outages stay visible). Signals stay
+    /// right on thinned data: rates and quantiles diff whichever two scrapes
+    /// bracket a step, whatever their gap (up to the staleness window,
+    /// [`MAX_DOWNSAMPLE_BUCKET_MS`]). Idempotent; returns how many went.
+    pub async fn downsample(&self, before_ms: i64, bucket_ms: i64) -> Result<u64, StoreError> {
+        if !(1..=MAX_DOWNSAMPLE_BUCKET_MS).contains(&bucket_ms) {
+            return Err(StoreError::BadRange(format!(
+                "downsample bucket {bucket_ms} ms is outside 1..={MAX_DOWNSAMPLE_BUCKET_MS}"
+            )));
+        }
+        let _writer = self.write_lock.lock().await;
+        // SQLite fills a bare column from the row MIN() picked.
+        let done = sqlx::query(
+            "DELETE FROM scrapes WHERE ts_ms < ?1 AND id NOT IN (
+                 SELECT id FROM (
+                     SELECT id, MIN(ts_ms) FROM scrapes WHERE ts_ms < ?1
+                     GROUP BY target_id, up, ts_ms / ?2
+                 )
+             )",
+        )
+        .bind(before_ms)
+        .bind(bucket_ms)
+        .execute(&self.pool)
+        .await?;
         Ok(done.rows_affected())
     }
 

@@ -238,3 +238,95 @@ async fn probes_are_stored_in_full_and_roll_into_signals() {
     let values: Vec<f64> = series.iter().map(|p| p.value).collect();
     assert_eq!(values, vec![0.0, 0.0, 0.0, 1.0 / 3.0]);
 }
+
+/// Two hours of 5 s scrapes (a 3-minute outage in the first hour), thinned
+/// to one per minute past the one-hour mark: the old hour keeps one up row
+/// per minute and one down row per minute of the outage, the recent hour is
+/// untouched, rates and quantiles read the same before and after, and a
+/// second pass deletes nothing.
+#[tokio::test]
+async fn downsampling_thins_old_scrapes_and_keeps_signals_right() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("llmwatch.db")).await.unwrap();
+    let target = store
+        .upsert_target("vllm-a", TargetKind::Engine, "http://127.0.0.1:8000", 0)
+        .await
+        .unwrap();
+    // A whole minute (1.8e12 ms = 30e6 min), so each bucket holds 12 scrapes.
+    let base: i64 = 1_800_000_000_000;
+    assert_eq!(base % 60_000, 0);
+    let outage = (base + 20 * 60_000)..(base + 23 * 60_000);
+    let batch: Vec<ScrapeRecord> = (0..1440)
+        .map(|i| {
+            let ts = base + i * 5000;
+            let secs = (i * 5) as f64;
+            let mut s = scrape(target, ts, 0.5, 10.0 * secs, 2.0 * secs, 0.0);
+            if outage.contains(&ts) {
+                s.up = false;
+                s.error = Some("connection refused".into());
+                s.samples.clear();
+            }
+            s
+        })
+        .collect();
+    store.write_scrapes(&batch).await.unwrap();
+    let cutoff = base + 3_600_000;
+    let old_range = Range::checked(base + 30 * 60_000, cutoff - 60_000, 300_000).unwrap();
+    let new_range = Range::checked(cutoff + 300_000, base + 7_140_000, 300_000).unwrap();
+    let wanted = [Signal::GenerationTokensRate, Signal::ServerTtftP95];
+    let before = store
+        .signals_series(target, &wanted, old_range)
+        .await
+        .unwrap();
+
+    let deleted = store.downsample(cutoff, 60_000).await.unwrap();
+    let health = store.scrape_health(target, 10_000).await.unwrap();
+    let old: Vec<_> = health.iter().filter(|h| h.ts_ms < cutoff).collect();
+    let old_down = old.iter().filter(|h| !h.up).count();
+    assert_eq!(old_down, 3, "one down row per minute of the outage");
+    assert_eq!(old.len() - old_down, 57, "one up row per minute with data");
+    assert_eq!(deleted, 720 - 60);
+    assert_eq!(health.iter().filter(|h| h.ts_ms >= cutoff).count(), 720);
+    assert_eq!(
+        old.iter()
+            .filter(|h| !h.up)
+            .map(|h| h.error.as_deref())
+            .collect::<Vec<_>>(),
+        vec![Some("connection refused"); 3]
+    );
+
+    let after = store
+        .signals_series(target, &wanted, old_range)
+        .await
+        .unwrap();
+    for ((signal, was), (_, now)) in before.iter().zip(&after) {
+        assert_eq!(was.len(), now.len(), "{signal:?}");
+        for (a, b) in was.iter().zip(now) {
+            assert!(
+                (a.value - b.value).abs() < 1e-9,
+                "{signal:?}: {a:?} vs {b:?}"
+            );
+        }
+    }
+    let rate = &after[0].1;
+    assert!(!rate.is_empty());
+    assert!(
+        rate.iter().all(|p| (p.value - 10.0).abs() < 1e-9),
+        "{rate:?}"
+    );
+    let recent = store
+        .signals_series(target, &wanted, new_range)
+        .await
+        .unwrap();
+    assert!(recent[0].1.iter().all(|p| (p.value - 10.0).abs() < 1e-9));
+
+    assert_eq!(store.downsample(cutoff, 60_000).await.unwrap(), 0);
+    assert!(matches!(
+        store.downsample(cutoff, 0).await,
+        Err(StoreError::BadRange(_))
+    ));
+    assert!(matches!(
+        store.downsample(cutoff, 3_600_000).await,
+        Err(StoreError::BadRange(_))
+    ));
+}

@@ -202,3 +202,86 @@ async fn scrapes_every_engine_and_survives_bad_targets() {
         }
     }
 }
+
+/// The daemon's hourly maintenance runs once at start: scrapes past the
+/// retention go, scrapes past `downsample_after` are thinned to one per
+/// `downsample_interval`, recent ones stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_and_downsampling_run_at_start() {
+    use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
+    use llmwatch_store::{ScrapeRecord, TargetKind};
+
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("llmwatch.db");
+    let now = llmwatch::scrape::now_ms();
+    let hour = 3_600_000;
+    {
+        let store = Store::open(&db).await.unwrap();
+        let target = store
+            .upsert_target("old", TargetKind::Engine, "http://127.0.0.1:9", 0)
+            .await
+            .unwrap();
+        // 5 s scrapes: one hour 40 days ago, the 3 h → 2 h before now, and
+        // the last 10 minutes.
+        let spans = [
+            (now - 40 * 24 * hour, now - 40 * 24 * hour + hour),
+            (now - 3 * hour, now - 2 * hour),
+            (now - 600_000, now),
+        ];
+        let batch: Vec<ScrapeRecord> = spans
+            .iter()
+            .flat_map(|&(from, to)| (from..to).step_by(5000))
+            .map(|ts_ms| ScrapeRecord {
+                target_id: target,
+                ts_ms,
+                up: true,
+                duration_ms: 1.0,
+                body_bytes: 100,
+                error: None,
+                engine: Some("vllm".into()),
+                samples: vec![NormalizedSample {
+                    metric: CatalogMetric::KvCacheUsage,
+                    labels: Vec::new(),
+                    part: Part::Value,
+                    value: 0.5,
+                }],
+            })
+            .collect();
+        store.write_scrapes(&batch).await.unwrap();
+    }
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\nretention = \"30d\"\n\
+         downsample_after = \"1h\"\ndownsample_interval = \"1m\"\n",
+        db.display().to_string()
+    );
+    let running = daemon::start(Config::parse(&toml, std::path::Path::new("t.toml")).unwrap())
+        .await
+        .unwrap();
+    let target = running.store.target_by_name("old").await.unwrap().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    let health = loop {
+        let health = running
+            .store
+            .scrape_health(target.id, 100_000)
+            .await
+            .unwrap();
+        if health.len() < 720 {
+            break health;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing thinned: {} rows",
+            health.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    running.shutdown().await;
+    let older_than = |ms: i64| health.iter().filter(|h| h.ts_ms < now - ms).count();
+    assert_eq!(older_than(30 * 24 * hour), 0, "past retention");
+    // The hour 3 h → 2 h ago: one scrape per minute (61 buckets when the
+    // hour does not start on a minute).
+    let thinned = older_than(hour);
+    assert!((60..=61).contains(&thinned), "{thinned}");
+    // The last 10 minutes untouched.
+    assert_eq!(health.len() - thinned, 120);
+}

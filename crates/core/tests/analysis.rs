@@ -384,6 +384,95 @@ fn kv_starved_sweep_names_kv_cache_capacity_with_numbers() {
     );
 }
 
+/// A server capped at 16 running sequences with KV-cache room to spare:
+/// beyond concurrency 16 requests only queue.
+fn seqs_capped() -> Vec<StepResult> {
+    let tput = [100.0, 195.0, 380.0, 700.0, 1100.0, 1120.0, 1125.0];
+    let ttft = [0.20, 0.21, 0.23, 0.26, 0.35, 1.40, 3.10];
+    let itl = [0.020, 0.021, 0.022, 0.025, 0.030, 0.031, 0.031];
+    let running = [1.0, 2.0, 4.0, 8.0, 16.0, 16.0, 16.0];
+    let waiting = [0.0, 0.0, 0.0, 0.0, 0.0, 15.0, 47.0];
+    with_server(sweep(&tput, &ttft, &itl), |i, e| {
+        e.kv_cache_usage_mean = Some(0.05 * (i as f64 + 1.0));
+        e.kv_cache_usage_max = Some(0.05 * (i as f64 + 1.0) + 0.02);
+        e.requests_running_mean = Some(running[i] * 0.95);
+        e.requests_running_max = Some(running[i]);
+        e.requests_waiting_mean = Some(waiting[i]);
+        e.requests_waiting_max = Some(waiting[i] * 1.2);
+        e.gpu_util_mean = Some(0.9);
+    })
+}
+
+#[test]
+fn running_capped_with_cache_room_is_a_scheduler_limit() {
+    let findings = diagnose(
+        &seqs_capped(),
+        &Objectives::default(),
+        &WorkloadHints::default(),
+        &cfg(),
+    );
+    let f = find(&findings, Verdict::SchedulerLimit).expect("scheduler finding");
+    assert_eq!(f.step, Some(5), "{findings:#?}");
+    assert_eq!(f.confidence, Confidence::High);
+    for needle in [
+        "running requests stay at 16 (16 at concurrency 16)",
+        "concurrency 32 is offered",
+        "waiting = 15",
+        "KV-cache usage only 0.30",
+        "p95 TTFT 1.4 s (7.0× the concurrency-1 floor",
+    ] {
+        assert!(
+            f.evidence.contains(needle),
+            "missing {needle:?} in {}",
+            f.evidence
+        );
+    }
+    assert!(f.what_to_try.contains("raise max-num-seqs"));
+    // Neither memory nor prompt compute is blamed for the queue.
+    assert!(
+        find(&findings, Verdict::KvCacheCapacity).is_none(),
+        "{findings:#?}"
+    );
+    assert!(
+        find(&findings, Verdict::PrefillBound).is_none(),
+        "{findings:#?}"
+    );
+
+    // The same sweep with the cache full is KV-cache capacity instead.
+    let full = with_server(seqs_capped(), |i, e| {
+        if i >= 5 {
+            e.kv_cache_usage_mean = Some(0.97);
+        }
+    });
+    let findings = diagnose(
+        &full,
+        &Objectives::default(),
+        &WorkloadHints::default(),
+        &cfg(),
+    );
+    assert!(
+        find(&findings, Verdict::KvCacheCapacity).is_some(),
+        "{findings:#?}"
+    );
+    assert!(
+        find(&findings, Verdict::SchedulerLimit).is_none(),
+        "{findings:#?}"
+    );
+
+    // Without running counts the cap cannot be seen: no scheduler verdict.
+    let blind = with_server(seqs_capped(), |_, e| e.requests_running_max = None);
+    let findings = diagnose(
+        &blind,
+        &Objectives::default(),
+        &WorkloadHints::default(),
+        &cfg(),
+    );
+    assert!(
+        find(&findings, Verdict::SchedulerLimit).is_none(),
+        "{findings:#?}"
+    );
+}
+
 #[test]
 fn kv_rule_against_objective_reports_first_breach() {
     // With a 1 s TTFT objective, c=8 (0.9 s) is fine, c=16 (2.4 s) is not.

@@ -142,6 +142,18 @@ async fn balanced_saturates_where_its_parameters_predict() {
         "requests wait above the knee: {:?}",
         top.server
     );
+    // The cap is max-num-seqs with the KV cache far from full: the
+    // diagnosis names the scheduler, with the cap in its evidence.
+    let profile = &t.sim.config().profile;
+    assert!(profile.max_num_seqs < profile.kv_saturation_concurrency(sim_shape(sh)));
+    let finding = report
+        .verdict
+        .findings
+        .iter()
+        .find(|f| f.verdict == Verdict::SchedulerLimit)
+        .unwrap_or_else(|| panic!("no scheduler finding: {:#?}", report.verdict.findings));
+    let cap = format!("running requests stay at {}", profile.max_num_seqs);
+    assert!(finding.evidence.contains(&cap), "{}", finding.evidence);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

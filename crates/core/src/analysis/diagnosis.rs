@@ -27,6 +27,10 @@ pub enum Verdict {
     /// TTFT jumps with load while requests wait and the KV cache is full:
     /// KV-cache capacity or the scheduler limits admission.
     KvCacheCapacity,
+    /// TTFT rises with load while requests wait, the KV cache has room and
+    /// the number of running requests stopped growing: the scheduler's cap
+    /// on running sequences (max-num-seqs), not memory, admits no more.
+    SchedulerLimit,
     /// Throughput flat while the GPU is idle and has memory: the limit is
     /// outside the GPU (CPU, tokenizer, network, API server, load balancer,
     /// or the client).
@@ -47,6 +51,7 @@ impl Verdict {
             Verdict::PrefillBound => "prefill-bound",
             Verdict::DecodeBound => "decode-bound (memory bandwidth)",
             Verdict::KvCacheCapacity => "KV-cache capacity / scheduler",
+            Verdict::SchedulerLimit => "scheduler limit (max-num-seqs)",
             Verdict::OutsideGpu => "outside the GPU",
             Verdict::UnbalancedSplit => "unbalanced split",
             Verdict::PrefixCachingIneffective => "prefix caching off or evicted",
@@ -65,6 +70,9 @@ impl Verdict {
             }
             Verdict::KvCacheCapacity => {
                 "lower max-model-len, tune max-num-seqs and max-num-batched-tokens, FP8 KV cache, prefix caching; then more GPUs"
+            }
+            Verdict::SchedulerLimit => {
+                "raise max-num-seqs (the KV cache has room for more sequences), then max-num-batched-tokens; more GPUs only once the cache fills"
             }
             Verdict::OutsideGpu => {
                 "check the client self-check, then CPU, tokenizer, network, API server and load balancer; do not buy GPUs"
@@ -218,6 +226,45 @@ impl<'a> Ctx<'a> {
             .map(|(_, p)| *p)
     }
 
+    /// Why a step's p95 TTFT counts as rising: over the objective or far
+    /// above the floor ([`Ctx::ttft_high`]), or up by the jump ratio from
+    /// the step below.
+    fn ttft_rising(&self, i: usize, s: &StepResult) -> Option<String> {
+        let ttft = fin(s.ttft.p95)?;
+        self.ttft_high(i, s).or_else(|| {
+            let p = fin(self.previous(s)?.ttft.p95).filter(|p| *p > 0.0)?;
+            (ttft >= self.cfg.ttft_jump_ratio * p).then(|| {
+                format!(
+                    "up {} from {} at the step below",
+                    fmt::times(ttft / p),
+                    fmt::secs(p)
+                )
+            })
+        })
+    }
+
+    /// Requests wait with KV-cache room while the running count stayed put
+    /// from the step below (within 10 % or one request) and, under a
+    /// concurrency load, below what was offered: (running now, running at
+    /// the step below, waiting, KV usage).
+    fn running_capped(&self, s: &StepResult) -> Option<(f64, f64, f64, f64)> {
+        let kv = kv_usage(s).filter(|kv| *kv <= self.cfg.kv_usage_high)?;
+        let waiting = fin(s.server.requests_waiting_mean)
+            .or(fin(s.server.requests_waiting_max))
+            .filter(|w| *w > 0.0)?;
+        let running = fin(s.server.requests_running_max)?;
+        let before = fin(self.previous(s)?.server.requests_running_max)?;
+        if running > before * 1.1 + 1.0 {
+            return None;
+        }
+        if let Load::Concurrency(c) = s.load {
+            if running >= f64::from(c) {
+                return None;
+            }
+        }
+        Some((running, before, waiting, kv))
+    }
+
     fn kv_full_and_waiting(&self, s: &StepResult) -> Option<(f64, f64)> {
         let kv = kv_usage(s)?;
         let waiting = fin(s.server.requests_waiting_mean).or(fin(s.server.requests_waiting_max))?;
@@ -252,6 +299,7 @@ pub fn diagnose(
     let mut findings = Vec::new();
     findings.extend(client_bound(steps));
     findings.extend(kv_capacity(&ctx));
+    findings.extend(scheduler_limit(&ctx));
     findings.extend(prefill_bound(&ctx, workload));
     findings.extend(decode_bound(&ctx, workload));
     findings.extend(outside_gpu(&ctx, steps));
@@ -307,16 +355,7 @@ fn kv_capacity(ctx: &Ctx<'_>) -> Option<Finding> {
     ctx.sel.usable.iter().find_map(|&(i, s)| {
         let (kv, waiting) = ctx.kv_full_and_waiting(s)?;
         let ttft = fin(s.ttft.p95)?;
-        let why = ctx.ttft_high(i, s).or_else(|| {
-            let p = fin(ctx.previous(s)?.ttft.p95).filter(|p| *p > 0.0)?;
-            (ttft >= ctx.cfg.ttft_jump_ratio * p).then(|| {
-                format!(
-                    "up {} from {} at the step below",
-                    fmt::times(ttft / p),
-                    fmt::secs(p)
-                )
-            })
-        })?;
+        let why = ctx.ttft_rising(i, s)?;
         let mut ev = format!(
             "p95 TTFT {} at {} ({why}) while waiting = {} and KV-cache usage {}",
             fmt::secs(ttft),
@@ -349,12 +388,48 @@ fn kv_capacity(ctx: &Ctx<'_>) -> Option<Finding> {
     })
 }
 
-/// TTFT high while ITL is fine, at a step the KV-cache rule does not
-/// explain. At the floor (only possible against an objective) this is plain
+/// TTFT rising while requests wait, the KV cache has room and the running
+/// count stopped growing with the load (see [`Ctx::running_capped`]). The
+/// first such step is reported.
+fn scheduler_limit(ctx: &Ctx<'_>) -> Option<Finding> {
+    ctx.sel.usable.iter().find_map(|&(i, s)| {
+        let (running, before, waiting, kv) = ctx.running_capped(s)?;
+        let ttft = fin(s.ttft.p95)?;
+        let why = ctx.ttft_rising(i, s)?;
+        let below = ctx.previous(s)?;
+        let ev = format!(
+            "running requests stay at {} ({} at {}) while {} is offered and waiting = {}, with \
+             KV-cache usage only {}; p95 TTFT {} ({why})",
+            fmt::num(running),
+            fmt::num(before),
+            below.load,
+            s.load,
+            fmt::num(waiting),
+            fmt::ratio(kv),
+            fmt::secs(ttft)
+        );
+        let measured_means = fin(s.server.kv_cache_usage_mean).is_some()
+            && fin(s.server.requests_waiting_mean).is_some();
+        let confidence = if measured_means {
+            Confidence::High
+        } else {
+            Confidence::Medium
+        };
+        Some(Finding::new(
+            Verdict::SchedulerLimit,
+            confidence,
+            ev,
+            Some(i),
+        ))
+    })
+}
+
+/// TTFT high while ITL is fine, at a step the KV-cache and scheduler rules
+/// do not explain. At the floor (only possible against an objective) this is plain
 /// prefill cost; above it, prefill work queueing up.
 fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
     ctx.sel.usable.iter().find_map(|&(i, s)| {
-        if ctx.kv_full_and_waiting(s).is_some() {
+        if ctx.kv_full_and_waiting(s).is_some() || ctx.running_capped(s).is_some() {
             return None;
         }
         let why = ctx.ttft_high(i, s)?;

@@ -54,6 +54,7 @@ fn chat_slo() -> Objectives {
     Objectives {
         ttft_p95: Some(1.0),
         itl_p95: Some(0.050),
+        e2e_p95: None,
         max_error_rate: 0.01,
     }
 }
@@ -243,9 +244,17 @@ fn max_sustainable_table() {
     let slo = |ttft: Option<f64>, itl: Option<f64>| Objectives {
         ttft_p95: ttft,
         itl_p95: itl,
+        e2e_p95: None,
         max_error_rate: 0.01,
     };
-    let cases: [(&str, Objectives, Option<u32>); 6] = [
+    // e2e p95 = TTFT p95 + ITL p95 × 256 tokens: 6.66 s at c=8, 8.03 s at 16.
+    let e2e = |e2e: f64| Objectives {
+        e2e_p95: Some(e2e),
+        ..slo(None, None)
+    };
+    let cases: [(&str, Objectives, Option<u32>); 8] = [
+        ("e2e only", e2e(7.0), Some(8)),
+        ("e2e loose", e2e(11.0), Some(64)),
         ("chat SLO", chat_slo(), Some(32)),
         ("tight TTFT", slo(Some(0.5), Some(0.05)), Some(16)),
         ("tight ITL", slo(Some(1.0), Some(0.0245)), Some(4)),
@@ -267,6 +276,33 @@ fn max_sustainable_table() {
             assert_eq!(s.ttft_p95, Some(BALANCED_TTFT[i]), "{name}");
         }
     }
+}
+
+#[test]
+fn an_e2e_objective_is_checked_and_described() {
+    let steps = balanced();
+    let objectives = Objectives {
+        e2e_p95: Some(7.0),
+        ..Objectives::default()
+    };
+    let misses = check_objectives(&steps[4], &objectives);
+    let words: Vec<String> = misses.iter().map(|m| m.describe()).collect();
+    assert_eq!(
+        words,
+        vec!["p95 e2e 8.0 s > 7.0 s".to_string()],
+        "{misses:?}"
+    );
+    assert!(check_objectives(&steps[3], &objectives).is_empty());
+    let mut unmeasured = steps[3].clone();
+    unmeasured.e2e.p95 = None;
+    let words: Vec<String> = check_objectives(&unmeasured, &objectives)
+        .iter()
+        .map(|m| m.describe())
+        .collect();
+    assert_eq!(
+        words,
+        vec!["p95 e2e not measured (objective 7.0 s)".to_string()]
+    );
 }
 
 #[test]

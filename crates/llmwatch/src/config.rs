@@ -213,6 +213,8 @@ pub struct SweepScheduleConfig {
     pub slo_ttft_p95: Option<Duration>,
     #[serde(default, deserialize_with = "optional_duration")]
     pub slo_itl_p95: Option<Duration>,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub slo_e2e_p95: Option<Duration>,
     /// Busy-poll the measuring thread during this target's sweeps
     /// (scheduled or started by hand): "auto" (4+ cores), "on", "off".
     #[serde(default)]

@@ -162,6 +162,8 @@ async fn sweep_cli_takes_the_shared_workload_flags() {
         "7",
         "--spin",
         "on",
+        "--slo-e2e-p95",
+        "30s",
         "--no-store",
         "--json",
         &json_arg,
@@ -175,6 +177,8 @@ async fn sweep_cli_takes_the_shared_workload_flags() {
     assert_eq!(settings["shape"], "64x8");
     assert_eq!(settings["seed"], 7);
     assert_eq!(settings["spin"], "on");
+    assert_eq!(settings["objectives"]["e2e_p95_s"], 30.0);
+    assert!(stdout.contains("p95 e2e ≤ 30"), "{stdout}");
     assert_eq!(report["model"], "sweep-model");
     let steps = report["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "{report}");

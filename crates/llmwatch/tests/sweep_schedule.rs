@@ -23,7 +23,7 @@ async fn the_schedule_runs_sweeps_and_shares_the_slot() {
         "[server]\ndatabase = {:?}\n\
          [[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\ngpus = \"sim-gpus\"\n\
          [targets.sweep]\nevery = \"24h\"\nshape = \"64x8\"\nconcurrency = [1, 2]\n\
-         requests_per_step = 4\nmin_step_duration = \"200ms\"\nspin = \"on\"\n\
+         requests_per_step = 4\nmin_step_duration = \"200ms\"\nspin = \"on\"\nslo_e2e_p95 = \"30s\"\n\
          [[gpus]]\nname = \"sim-gpus\"\ndcgm_url = \"http://{gpu}/metrics\"\n",
         db.display().to_string()
     );
@@ -79,6 +79,7 @@ async fn the_schedule_runs_sweeps_and_shares_the_slot() {
     // The section's settings reached the sweep, `spin` included.
     let settings: serde_json::Value = serde_json::from_str(&sweep.settings_json).unwrap();
     assert_eq!(settings["spin"], "on", "{settings}");
+    assert_eq!(settings["objectives"]["e2e_p95_s"], 30.0, "{settings}");
     assert_eq!(settings["shape"], "64x8", "{settings}");
     let steps = store.sweep_steps(sweep.id).await.unwrap();
     assert_eq!(steps.len(), 2);

@@ -258,6 +258,9 @@ pub struct Objectives {
     pub ttft_p95: Option<f64>,
     /// p95 ITL ceiling, seconds.
     pub itl_p95: Option<f64>,
+    /// p95 end-to-end ceiling, seconds: what batch jobs and agents, which
+    /// wait for whole answers, care about.
+    pub e2e_p95: Option<f64>,
     /// Highest acceptable error rate, 0..1.
     pub max_error_rate: f64,
 }
@@ -267,6 +270,7 @@ impl Default for Objectives {
         Objectives {
             ttft_p95: None,
             itl_p95: None,
+            e2e_p95: None,
             max_error_rate: DEFAULT_MAX_ERROR_RATE,
         }
     }
@@ -554,6 +558,9 @@ fn describe_objectives(o: &Objectives) -> String {
     }
     if let Some(t) = o.itl_p95.filter(|t| t.is_finite()) {
         parts.push(format!("p95 ITL ≤ {}", fmt::secs(t)));
+    }
+    if let Some(t) = o.e2e_p95.filter(|t| t.is_finite()) {
+        parts.push(format!("p95 e2e ≤ {}", fmt::secs(t)));
     }
     let e = if o.max_error_rate.is_finite() {
         o.max_error_rate

@@ -139,6 +139,11 @@ pub enum ObjectiveMiss {
         value: Option<f64>,
         objective: f64,
     },
+    /// p95 end-to-end latency above the objective, or not measured.
+    E2eP95 {
+        value: Option<f64>,
+        objective: f64,
+    },
     ErrorRate {
         value: f64,
         objective: f64,
@@ -170,6 +175,14 @@ impl ObjectiveMiss {
                 value: None,
                 objective,
             } => format!("p95 ITL not measured (objective {})", fmt::secs(*objective)),
+            ObjectiveMiss::E2eP95 {
+                value: Some(v),
+                objective,
+            } => format!("p95 e2e {} > {}", fmt::secs(*v), fmt::secs(*objective)),
+            ObjectiveMiss::E2eP95 {
+                value: None,
+                objective,
+            } => format!("p95 e2e not measured (objective {})", fmt::secs(*objective)),
             ObjectiveMiss::ErrorRate { value, objective } => {
                 format!("error rate {} > {}", fmt::pct(*value), fmt::pct(*objective))
             }
@@ -220,6 +233,15 @@ pub fn check_objectives(step: &StepResult, objectives: &Objectives) -> Vec<Objec
         let v = fin(step.itl.p95);
         if !all_failed && v.is_none_or(|v| v > obj) {
             misses.push(ObjectiveMiss::ItlP95 {
+                value: v,
+                objective: obj,
+            });
+        }
+    }
+    if let Some(obj) = fin(objectives.e2e_p95) {
+        let v = fin(step.e2e.p95);
+        if !all_failed && v.is_none_or(|v| v > obj) {
+            misses.push(ObjectiveMiss::E2eP95 {
                 value: v,
                 objective: obj,
             });

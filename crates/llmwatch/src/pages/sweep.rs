@@ -53,6 +53,7 @@ pub fn stored_settings(json: &str) -> StoredSettings {
     let mut objectives = Objectives {
         ttft_p95: f(&["objectives", "ttft_p95_s"]),
         itl_p95: f(&["objectives", "itl_p95_s"]),
+        e2e_p95: f(&["objectives", "e2e_p95_s"]),
         ..Objectives::default()
     };
     if let Some(e) = f(&["objectives", "max_error_rate"]) {

@@ -48,6 +48,9 @@ pub struct SweepArgs {
     /// p95 ITL objective.
     #[arg(long, default_value = "50ms")]
     pub slo_itl_p95: String,
+    /// p95 end-to-end objective (batch jobs, agents); none by default.
+    #[arg(long)]
+    pub slo_e2e_p95: Option<String>,
     /// Error-rate objective (0..1).
     #[arg(long, default_value_t = llmwatch_core::analysis::DEFAULT_MAX_ERROR_RATE)]
     pub slo_error_rate: f64,
@@ -128,6 +131,10 @@ pub fn settings_from_args(args: &SweepArgs) -> anyhow::Result<SweepSettings> {
     s.warmup_requests = args.warmup;
     s.objectives.ttft_p95 = Some(duration("slo-ttft-p95", &args.slo_ttft_p95)?.as_secs_f64());
     s.objectives.itl_p95 = Some(duration("slo-itl-p95", &args.slo_itl_p95)?.as_secs_f64());
+    s.objectives.e2e_p95 = match &args.slo_e2e_p95 {
+        Some(text) => Some(duration("slo-e2e-p95", text)?.as_secs_f64()),
+        None => None,
+    };
     s.objectives.max_error_rate = args.slo_error_rate;
     s.stop.max_error_rate = args.max_error_rate;
     s.stop.ttft_p95 = Some(duration("stop-ttft-p95", &args.stop_ttft_p95)?);

@@ -329,6 +329,7 @@ impl SweepSettings {
             "objectives": {
                 "ttft_p95_s": self.objectives.ttft_p95,
                 "itl_p95_s": self.objectives.itl_p95,
+                "e2e_p95_s": self.objectives.e2e_p95,
                 "max_error_rate": self.objectives.max_error_rate,
             },
             "stop": {
@@ -828,7 +829,7 @@ fn probe_objectives(o: &Objectives) -> llmwatch_probe::Objectives {
     llmwatch_probe::Objectives {
         ttft_p95: d(o.ttft_p95),
         itl_p95: d(o.itl_p95),
-        e2e_p95: None,
+        e2e_p95: d(o.e2e_p95),
     }
 }
 

@@ -66,6 +66,9 @@ pub fn apply_schedule(
     if let Some(d) = schedule.slo_itl_p95 {
         settings.objectives.itl_p95 = Some(d.as_secs_f64());
     }
+    if let Some(d) = schedule.slo_e2e_p95 {
+        settings.objectives.e2e_p95 = Some(d.as_secs_f64());
+    }
     settings.validate()
 }
 

@@ -212,6 +212,7 @@ fn render(c: &mut Criterion) {
             gpus: Some("node-1".into()),
             gpu_url: None,
             api_key_env: None,
+            objectives: Default::default(),
         }],
         ..PagesConfig::default()
     };
@@ -291,7 +292,7 @@ fn render(c: &mut Criterion) {
     );
     group.bench_function("charts_svg_only", |b| {
         b.iter(|| {
-            build_charts(&series, &config, range)
+            build_charts(&series, config.objectives_for("vllm-a"), range)
                 .iter()
                 .map(|c| charts::render_svg(c).len())
                 .sum::<usize>()

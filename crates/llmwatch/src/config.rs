@@ -149,6 +149,13 @@ pub struct TargetConfig {
     /// Sweeps the daemon runs by itself (off unless set).
     #[serde(default)]
     pub sweep: Option<SweepScheduleConfig>,
+    /// This target's p95 TTFT objective, overriding `server.slo_ttft_p95`
+    /// (pages colour and chart against it; its sweeps judge by it).
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub slo_ttft_p95: Option<Duration>,
+    /// This target's p95 ITL objective, overriding `server.slo_itl_p95`.
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub slo_itl_p95: Option<Duration>,
     /// The name of the `[[gpus]]` source that serves this target, so pages
     /// show its GPU memory and utilisation beside the target's signals.
     #[serde(default)]
@@ -507,6 +514,14 @@ impl Config {
         for (i, target) in self.targets.iter().enumerate() {
             let field = |name: &str| format!("targets[{i}].{name}");
             check_name(&target.name).map_err(|m| (field("name"), m))?;
+            for (name, objective) in [
+                ("slo_ttft_p95", target.slo_ttft_p95),
+                ("slo_itl_p95", target.slo_itl_p95),
+            ] {
+                if let Some(d) = objective {
+                    check_positive(d).map_err(|m| (field(name), m))?;
+                }
+            }
             if !names.insert(target.name.as_str()) {
                 return Err((
                     field("name"),
@@ -1014,6 +1029,16 @@ timeout = "3s"
             redact_url("http://127.0.0.1:9093"),
             "http://127.0.0.1:9093/…"
         );
+    }
+
+    #[test]
+    fn target_objectives_are_checked() {
+        let base = "[[targets]]\nname = \"a\"\nurl = \"http://x\"\n";
+        let ok = parse(&format!("{base}slo_ttft_p95 = \"2s\"\n")).unwrap();
+        assert_eq!(ok.targets[0].slo_ttft_p95, Some(Duration::from_secs(2)));
+        assert_eq!(ok.targets[0].slo_itl_p95, None);
+        let err = error_of(&format!("{base}slo_itl_p95 = \"0s\"\n"));
+        assert!(err.contains("targets[0].slo_itl_p95"), "{err}");
     }
 
     #[test]

@@ -22,6 +22,7 @@ async fn the_schedule_runs_sweeps_and_shares_the_slot() {
     let toml = format!(
         "[server]\ndatabase = {:?}\n\
          [[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\ngpus = \"sim-gpus\"\n\
+         slo_ttft_p95 = \"2s\"\n\
          [targets.sweep]\nevery = \"24h\"\nshape = \"64x8\"\nconcurrency = [1, 2]\n\
          requests_per_step = 4\nmin_step_duration = \"200ms\"\nspin = \"on\"\nslo_e2e_p95 = \"30s\"\n\
          [[gpus]]\nname = \"sim-gpus\"\ndcgm_url = \"http://{gpu}/metrics\"\n",
@@ -80,6 +81,9 @@ async fn the_schedule_runs_sweeps_and_shares_the_slot() {
     let settings: serde_json::Value = serde_json::from_str(&sweep.settings_json).unwrap();
     assert_eq!(settings["spin"], "on", "{settings}");
     assert_eq!(settings["objectives"]["e2e_p95_s"], 30.0, "{settings}");
+    // The target's own objective, the server's where it sets none.
+    assert_eq!(settings["objectives"]["ttft_p95_s"], 2.0, "{settings}");
+    assert_eq!(settings["objectives"]["itl_p95_s"], 0.05, "{settings}");
     assert_eq!(settings["shape"], "64x8", "{settings}");
     let steps = store.sweep_steps(sweep.id).await.unwrap();
     assert_eq!(steps.len(), 2);

@@ -60,6 +60,15 @@ pub struct PageTarget {
     pub gpus: Option<String>,
     pub gpu_url: Option<String>,
     pub api_key_env: Option<String>,
+    /// This target's objectives where its config sets them (`targets.slo_*`).
+    pub objectives: TargetObjectives,
+}
+
+/// p95 objectives in seconds; `None` where not set.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct TargetObjectives {
+    pub ttft_p95: Option<f64>,
+    pub itl_p95: Option<f64>,
 }
 
 impl Default for PagesConfig {
@@ -77,6 +86,21 @@ impl Default for PagesConfig {
 }
 
 impl PagesConfig {
+    /// The objectives a target's values are coloured and charted against:
+    /// its own where set, else the server's.
+    pub fn objectives_for(&self, target: &str) -> TargetObjectives {
+        let own = self
+            .targets
+            .iter()
+            .find(|t| t.name == target)
+            .map(|t| t.objectives)
+            .unwrap_or_default();
+        TargetObjectives {
+            ttft_p95: own.ttft_p95.or(self.slo_ttft_p95),
+            itl_p95: own.itl_p95.or(self.slo_itl_p95),
+        }
+    }
+
     pub fn from_config(config: &Config) -> PagesConfig {
         let targets = config
             .targets
@@ -93,6 +117,10 @@ impl PagesConfig {
                     gpus: t.gpus.clone(),
                     gpu_url: gpu.and_then(|g| g.dcgm_url.clone()),
                     api_key_env: t.api_key_env.clone(),
+                    objectives: TargetObjectives {
+                        ttft_p95: t.slo_ttft_p95.map(|d| d.as_secs_f64()),
+                        itl_p95: t.slo_itl_p95.map(|d| d.as_secs_f64()),
+                    },
                 }
             })
             .collect();
@@ -305,6 +333,21 @@ mod tests {
     fn path_segments_are_encoded() {
         assert_eq!(path_segment("vllm-a_1.x"), "vllm-a_1.x");
         assert_eq!(path_segment("a b/<c>"), "a%20b%2F%3Cc%3E");
+    }
+
+    #[test]
+    fn a_target_objective_overrides_the_servers() {
+        let toml = "[server]\nslo_ttft_p95 = \"1s\"\nslo_itl_p95 = \"50ms\"\n\
+                    [[targets]]\nname = \"big\"\nurl = \"http://a\"\nslo_ttft_p95 = \"3s\"\n\
+                    [[targets]]\nname = \"small\"\nurl = \"http://b\"\n";
+        let config = Config::parse(toml, std::path::Path::new("t.toml")).unwrap();
+        let pages = PagesConfig::from_config(&config);
+        let big = pages.objectives_for("big");
+        assert_eq!(big.ttft_p95, Some(3.0));
+        assert_eq!(big.itl_p95, Some(0.05), "unset: the server's");
+        let small = pages.objectives_for("small");
+        assert_eq!(small.ttft_p95, Some(1.0));
+        assert_eq!(pages.objectives_for("unknown"), small);
     }
 
     #[test]

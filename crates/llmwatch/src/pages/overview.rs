@@ -262,6 +262,7 @@ pub async fn target_card(
     let kv = value(&signals, Signal::KvCacheUsage);
     let gpu_mem = gpu.and_then(|s| value(s, Signal::GpuMemUsedRatio));
     let gpu_util = gpu.and_then(|s| value(s, Signal::GpuUtil));
+    let objectives = config.objectives_for(&target.name);
     Ok(TargetCard {
         href: format!("/targets/{}", path_segment(&target.name)),
         name: target.name.clone(),
@@ -269,8 +270,8 @@ pub async fn target_card(
         model,
         state: state_of(health.first().map(|h| h.up)),
         error: health.first().and_then(|h| h.error.clone()),
-        ttft_p95: Kpi::new(ttft, format::seconds, Level::of(ttft, config.slo_ttft_p95)),
-        itl_p95: Kpi::new(itl, format::seconds, Level::of(itl, config.slo_itl_p95)),
+        ttft_p95: Kpi::new(ttft, format::seconds, Level::of(ttft, objectives.ttft_p95)),
+        itl_p95: Kpi::new(itl, format::seconds, Level::of(itl, objectives.itl_p95)),
         probe_errors: Kpi::new(errors, format::percent, Level::of(errors, Some(0.01))),
         kv: Kpi::new(kv, format::percent, kv_level(kv)),
         waiting: Kpi::new(

@@ -15,7 +15,7 @@ use super::format;
 use super::overview::{target_card, TargetCard};
 use super::{
     chart_file_response, error_response, path_segment, split_file, store_error, ChartView,
-    PagesConfig,
+    PagesConfig, TargetObjectives,
 };
 use crate::scrape::now_ms;
 use crate::web::AppState;
@@ -124,7 +124,11 @@ pub async fn target_charts(
     )?;
     series.extend(probes);
     series.extend(gpu_series);
-    Ok(build_charts(&series, config, range))
+    Ok(build_charts(
+        &series,
+        config.objectives_for(target_name),
+        range,
+    ))
 }
 
 /// Every probe signal over `range`, each instant rolled over the same
@@ -151,7 +155,7 @@ pub async fn probe_series(
 /// Pure: the charts from the signals' points.
 pub fn build_charts(
     series: &[(Signal, Vec<Point>)],
-    config: &PagesConfig,
+    objectives: TargetObjectives,
     range: Range,
 ) -> Vec<Chart> {
     let x = XAxis::Time {
@@ -217,7 +221,7 @@ pub fn build_charts(
             ),
         ],
     );
-    if let Some(slo) = config.slo_ttft_p95 {
+    if let Some(slo) = objectives.ttft_p95 {
         ttft.hlines.push(Rule {
             label: format!("objective p95 ≤ {}", format::seconds(slo)),
             value: slo,
@@ -263,7 +267,7 @@ pub fn build_charts(
             ),
         ],
     );
-    if let Some(slo) = config.slo_itl_p95 {
+    if let Some(slo) = objectives.itl_p95 {
         itl.hlines.push(Rule {
             label: format!("objective p95 ≤ {}", format::seconds(slo)),
             value: slo * 1000.0,
@@ -439,17 +443,15 @@ pub async fn target_page(
             .map(|c| ChartView::new(c, format!("{base}/charts/{}", c.id), query.clone()))
             .collect(),
         card,
-        objectives: format!(
-            "p95 TTFT ≤ {}, p95 ITL ≤ {}",
-            config
-                .slo_ttft_p95
-                .map(format::seconds)
-                .unwrap_or_else(|| "–".into()),
-            config
-                .slo_itl_p95
-                .map(format::seconds)
-                .unwrap_or_else(|| "–".into())
-        ),
+        objectives: {
+            let o = config.objectives_for(name);
+            let show = |v: Option<f64>| v.map(format::seconds).unwrap_or_else(|| "–".into());
+            format!(
+                "p95 TTFT ≤ {}, p95 ITL ≤ {}",
+                show(o.ttft_p95),
+                show(o.itl_p95)
+            )
+        },
         refresh_s: if label == "15m" || label == "1h" {
             30
         } else {
@@ -522,6 +524,29 @@ pub async fn chart_download(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn charts_draw_the_targets_objectives() {
+        let range = range_of("1h", 3_600_000 * 10).unwrap();
+        let objectives = TargetObjectives {
+            ttft_p95: Some(3.0),
+            itl_p95: None,
+        };
+        let charts = build_charts(&[], objectives, range);
+        let rules = |id: &str| -> Vec<(String, f64)> {
+            let chart = charts.iter().find(|c| c.id == id).unwrap();
+            chart
+                .hlines
+                .iter()
+                .map(|r| (r.label.clone(), r.value))
+                .collect()
+        };
+        assert_eq!(
+            rules("ttft"),
+            vec![("objective p95 ≤ 3.00 s".to_string(), 3.0)]
+        );
+        assert!(rules("itl").is_empty(), "no ITL objective, no line");
+    }
 
     #[test]
     fn ranges_end_now_and_are_bounded() {

@@ -3,6 +3,8 @@
 //! a restart never loads a production server at once), one sweep at a time
 //! across the daemon, shared with sweeps started through the API.
 
+use std::time::Duration;
+
 use llmwatch_probe::record::Api;
 use llmwatch_probe::{Secret, Shape};
 use llmwatch_store::Store;
@@ -31,6 +33,12 @@ pub fn settings_for_target(config: &Config, target: &TargetConfig) -> SweepSetti
         .and_then(|var| std::env::var(var).ok())
         .map(Secret::new);
     settings.model = target.probe.as_ref().and_then(|p| p.model.clone());
+    // The target's objectives, else the server's; `[targets.sweep]` may
+    // still set its own (apply_schedule).
+    let seconds =
+        |own: Option<Duration>, server: Duration| Some(own.unwrap_or(server).as_secs_f64());
+    settings.objectives.ttft_p95 = seconds(target.slo_ttft_p95, config.server.slo_ttft_p95);
+    settings.objectives.itl_p95 = seconds(target.slo_itl_p95, config.server.slo_itl_p95);
     if let Some(sweep) = &target.sweep {
         settings.spin = sweep.spin;
     }

@@ -202,6 +202,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             ..crate::pages::PagesConfig::from_config(&config)
         }),
         api: Arc::new(api),
+        live: Default::default(),
     });
     let mut web_shutdown = shutdown_rx.clone();
     tasks.push(tokio::spawn(async move {

@@ -26,6 +26,8 @@ pub struct AppState {
     pub pages: Arc<PagesConfig>,
     /// The REST API, `/metrics` and the alert engine's view.
     pub api: Arc<crate::api::ApiContext>,
+    /// The live overview every `/events` client shares.
+    pub live: pages::events::LiveCache,
 }
 
 pub fn router(state: AppState) -> Router {

@@ -4,10 +4,13 @@
 //! `static/live.js` finds the elements whose `data-kpi` matches each id and
 //! updates them. Pages also use the events as a heartbeat to refresh their
 //! charts. The first event goes out at once, so a page is current as soon
-//! as it connects.
+//! as it connects. Every client shares one [`LiveCache`]: ten open tabs
+//! cost one overview read per interval, not ten.
 
 use std::convert::Infallible;
-use std::time::Duration;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use axum::extract::State;
 use axum::response::sse::{Event, KeepAlive, Sse};
@@ -16,6 +19,56 @@ use futures_util::stream::{self, Stream};
 use super::overview::overview_page;
 use crate::scrape::now_ms;
 use crate::web::AppState;
+
+/// One live update: the SSE event name and its data.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LiveUpdate {
+    pub event: &'static str,
+    pub data: Arc<str>,
+}
+
+/// The latest live update, shared by every `/events` client. A client asks
+/// for an update no older than it needs; the first to find the cached one
+/// too old computes it while the others wait on the lock, then reuse it.
+#[derive(Clone, Default)]
+pub struct LiveCache(Arc<tokio::sync::Mutex<Option<(Instant, LiveUpdate)>>>);
+
+impl LiveCache {
+    pub async fn get_or_compute<F, Fut>(&self, max_age: Duration, compute: F) -> LiveUpdate
+    where
+        F: FnOnce() -> Fut,
+        Fut: Future<Output = LiveUpdate>,
+    {
+        let mut slot = self.0.lock().await;
+        if let Some((at, update)) = slot.as_ref() {
+            if at.elapsed() < max_age {
+                return update.clone();
+            }
+        }
+        let update = compute().await;
+        *slot = Some((Instant::now(), update.clone()));
+        update
+    }
+}
+
+async fn overview_update(state: &AppState) -> LiveUpdate {
+    match overview_page(&state.store, &state.pages, now_ms()).await {
+        Ok(page) => match serde_json::to_string(&page.live_values()) {
+            Ok(json) => LiveUpdate {
+                event: "overview",
+                data: json.into(),
+            },
+            Err(err) => LiveUpdate {
+                event: "error",
+                data: err.to_string().into(),
+            },
+        },
+        Err(err) => LiveUpdate {
+            event: "error",
+            data: format!("cannot read the store: {err}").into(),
+        },
+    }
+}
 
 pub async fn handler(
     State(state): State<AppState>,
@@ -40,19 +93,47 @@ pub async fn handler(
                 _ = stopped => return None,
             }
         }
-        let event = match overview_page(&state.store, &state.pages, now_ms()).await {
-            Ok(page) => {
-                let values = page.live_values();
-                match Event::default().event("overview").json_data(&values) {
-                    Ok(event) => event,
-                    Err(err) => Event::default().event("error").data(err.to_string()),
-                }
-            }
-            Err(err) => Event::default()
-                .event("error")
-                .data(format!("cannot read the store: {err}")),
-        };
+        // Fresh enough for a client that waited a whole interval: younger
+        // than half of it.
+        let update = state
+            .live
+            .get_or_compute(interval / 2, || overview_update(&state))
+            .await;
+        let event = Event::default().event(update.event).data(&*update.data);
         Some((Ok(event), (state, false)))
     });
     Sse::new(stream).keep_alive(KeepAlive::new().interval(Duration::from_secs(15)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    #[tokio::test]
+    async fn clients_share_one_computation_per_interval() {
+        let cache = LiveCache::default();
+        let computed = Arc::new(AtomicU32::new(0));
+        let compute = || {
+            let computed = computed.clone();
+            async move {
+                let n = computed.fetch_add(1, Ordering::SeqCst) + 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                LiveUpdate {
+                    event: "overview",
+                    data: format!("[{n}]").into(),
+                }
+            }
+        };
+        let max_age = Duration::from_millis(500);
+        // Ten clients at once: one computation, one answer for all.
+        let answers =
+            futures_util::future::join_all((0..10).map(|_| cache.get_or_compute(max_age, compute)))
+                .await;
+        assert_eq!(computed.load(Ordering::SeqCst), 1);
+        assert!(answers.iter().all(|a| &*a.data == "[1]"));
+        // Once it is older than a client allows, the next one recomputes.
+        let fresh = cache.get_or_compute(Duration::ZERO, compute).await;
+        assert_eq!(&*fresh.data, "[2]");
+    }
 }

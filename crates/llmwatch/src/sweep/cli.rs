@@ -4,13 +4,13 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::bench_cmd::WorkloadArgs;
 use anyhow::{bail, Context};
 use llmwatch_store::Store;
 
 use super::card::parse_card_arg;
 use super::render::{render_comparison, render_verdict, step_line, table_header};
 use super::{compare_sweeps, run_sweep, Ladder, SweepSettings, DEFAULT_MAX_CONCURRENCY};
+use crate::bench_cmd::WorkloadArgs;
 use crate::config::parse_duration;
 
 /// Flags of `llmwatch sweep`.

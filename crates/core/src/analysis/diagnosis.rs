@@ -372,13 +372,7 @@ fn kv_capacity(ctx: &Ctx<'_>) -> Option<Finding> {
                 fmt::secs(st)
             ));
         }
-        let measured_means = fin(s.server.kv_cache_usage_mean).is_some()
-            && fin(s.server.requests_waiting_mean).is_some();
-        let confidence = if measured_means {
-            Confidence::High
-        } else {
-            Confidence::Medium
-        };
+        let confidence = queue_confidence(s);
         Some(Finding::new(
             Verdict::KvCacheCapacity,
             confidence,
@@ -386,6 +380,18 @@ fn kv_capacity(ctx: &Ctx<'_>) -> Option<Finding> {
             Some(i),
         ))
     })
+}
+
+/// A queueing verdict is as sure as its evidence: high when KV usage and
+/// waiting were measured as means over the step, medium from maxima only.
+fn queue_confidence(s: &StepResult) -> Confidence {
+    let measured_means = fin(s.server.kv_cache_usage_mean).is_some()
+        && fin(s.server.requests_waiting_mean).is_some();
+    if measured_means {
+        Confidence::High
+    } else {
+        Confidence::Medium
+    }
 }
 
 /// TTFT rising while requests wait, the KV cache has room and the running
@@ -408,13 +414,7 @@ fn scheduler_limit(ctx: &Ctx<'_>) -> Option<Finding> {
             fmt::ratio(kv),
             fmt::secs(ttft)
         );
-        let measured_means = fin(s.server.kv_cache_usage_mean).is_some()
-            && fin(s.server.requests_waiting_mean).is_some();
-        let confidence = if measured_means {
-            Confidence::High
-        } else {
-            Confidence::Medium
-        };
+        let confidence = queue_confidence(s);
         Some(Finding::new(
             Verdict::SchedulerLimit,
             confidence,

@@ -41,6 +41,7 @@ fn sweep_settings(url: &str, gpu_url: &str, shape: Shape, ladder: &[u32]) -> Swe
     s.objectives = Objectives {
         ttft_p95: Some(1.0),
         itl_p95: Some(0.050),
+        e2e_p95: Some(60.0),
         ..Objectives::default()
     };
     s.self_check = SelfCheckLimits {
@@ -348,6 +349,14 @@ async fn every_page_renders_what_the_store_holds() {
     let (status, html) = get(&client, &format!("{base}/sweeps/1")).await;
     assert_eq!(status, 200, "{html}");
     assert!(html.contains("Sweep 1 of kv"));
+    let objectives_at = html
+        .find("p95 e2e ≤ ")
+        .expect("the e2e objective is stated");
+    assert!(
+        html[objectives_at..].starts_with("p95 e2e ≤ 60"),
+        "{}",
+        &html[objectives_at..objectives_at + 40]
+    );
     assert!(
         html.contains("KV-cache capacity / scheduler"),
         "diagnosis named"

@@ -431,9 +431,12 @@ pub async fn sweep_page(store: &Store, id: i64) -> Result<Option<SweepPage>, Swe
         shape: settings.shape.clone(),
         prompt: settings.prompt.clone(),
         objectives: format!(
-            "p95 TTFT ≤ {}, p95 ITL ≤ {}, errors ≤ {}",
+            "p95 TTFT ≤ {}, p95 ITL ≤ {}{}, errors ≤ {}",
             opt(o.ttft_p95, format::seconds),
             opt(o.itl_p95, format::seconds),
+            o.e2e_p95
+                .map(|e| format!(", p95 e2e ≤ {}", format::seconds(e)))
+                .unwrap_or_default(),
             format::percent(o.max_error_rate)
         ),
         saturation,

@@ -222,16 +222,13 @@ impl CpuSource {
         }
     }
 
+    /// CPU time so far; `None` for a spinner, whose share is counted from
+    /// its turns instead.
     fn cpu_time(&self) -> Option<Duration> {
         match self {
             CpuSource::Process => process_cpu_time(),
             CpuSource::Thread => thread_cpu_time(),
-            CpuSource::Spin(stats) => {
-                if let Ok(mut s) = stats.lock() {
-                    s.reset();
-                }
-                None
-            }
+            CpuSource::Spin(_) => None,
         }
     }
 }
@@ -273,8 +270,14 @@ impl Monitor {
 
     pub(crate) fn start_with(source: CpuSource) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
-        let ticker = match source {
-            CpuSource::Spin(_) => None,
+        let ticker = match &source {
+            // A run counts its own turns, not the calibration's.
+            CpuSource::Spin(stats) => {
+                if let Ok(mut s) = stats.lock() {
+                    s.reset();
+                }
+                None
+            }
             _ => Some(Monitor::start_ticker(stop.clone())),
         };
         Monitor {

@@ -1,4 +1,4 @@
-//! Table-driven: every real engine/exporter page under `shared/fixtures` →
+//! Table-driven: every real engine/exporter page under `fixtures` →
 //! parse → detect engine → normalize → `signals_between(None, …)`, compared
 //! with values read off the fixture text by hand (lifetime semantics: no
 //! rates, cumulative hit rate and quantiles).
@@ -11,7 +11,7 @@ use llmwatch_core::catalog::{detect_engine, normalize, Engine};
 use llmwatch_core::exposition::{parse_lenient, Format};
 use llmwatch_core::signals::{signals_between, Signal, Snapshot};
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
 const MIB: f64 = 1_048_576.0;
 
 use Signal::*;

@@ -9,7 +9,7 @@ use llmwatch_core::exposition::{parse, parse_lenient, Format, MetricType};
 fn fixtures() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures"
+        "/../../fixtures"
     ))
 }
 

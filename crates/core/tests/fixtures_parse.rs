@@ -12,7 +12,7 @@ use llmwatch_core::exposition::{
 fn fixtures() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures"
+        "/../../fixtures"
     ))
 }
 

@@ -9,7 +9,7 @@ use proptest::prelude::*;
 fn fixture() -> &'static [u8] {
     static DATA: OnceLock<Vec<u8>> = OnceLock::new();
     DATA.get_or_init(|| {
-        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures");
+        let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
         let mut page =
             std::fs::read(format!("{dir}/vllm-live/metrics_vllm_idle.txt")).expect("vllm fixture");
         // Add OpenMetrics constructs: exemplars, escapes, EOF.

@@ -456,7 +456,7 @@ fn triton_milliseconds_become_seconds() {
 fn each_signal_needs_only_its_inputs() {
     use llmwatch_core::catalog::detect_engine;
     use llmwatch_core::exposition::parse_lenient;
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures");
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
     let mut samples = Vec::new();
     for file in [
         "vllm/metrics_example.txt",

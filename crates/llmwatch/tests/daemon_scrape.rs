@@ -21,7 +21,7 @@ use llmwatch_store::Store;
 fn fixtures() -> PathBuf {
     PathBuf::from(concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/../../../shared/fixtures"
+        "/../../fixtures"
     ))
 }
 

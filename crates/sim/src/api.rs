@@ -1,7 +1,7 @@
 //! The HTTP surface: thin handlers that parse a request into a sequence for
 //! the engine and turn its token events into vLLM-shaped JSON or SSE.
 //!
-//! Wire shapes follow the vLLM 0.32 captures in `shared/fixtures/vllm-live/`
+//! Wire shapes follow the vLLM 0.32 captures in `fixtures/vllm-live/`
 //! field for field (key order included), so clients' SSE parsers see what a
 //! real server sends. Errors use vLLM's current (≥ 0.10) shape
 //! `{"error":{"message","type","param","code"}}`:

@@ -11,9 +11,9 @@ use std::fmt::Write as _;
 use crate::stats::{py_float, Stats};
 
 /// vLLM 0.32.0 `GET /metrics` while idle (copied from
-/// `shared/fixtures/vllm-live/metrics_vllm_idle.txt`).
+/// `fixtures/vllm-live/metrics_vllm_idle.txt`).
 const VLLM_TEMPLATE: &str = include_str!("templates/vllm_0.32_idle.txt");
-/// NIM for LLMs `GET /v1/metrics` (from `shared/fixtures/nim/metrics_example.txt`,
+/// NIM for LLMs `GET /v1/metrics` (from `fixtures/nim/metrics_example.txt`,
 /// plus a `finished_reason="stop"` series and a trailing newline).
 const NIM_TEMPLATE: &str = include_str!("templates/nim.txt");
 

@@ -1,6 +1,6 @@
 //! The engine catalog: which raw metric of which engine means which
 //! engine-neutral quantity, and how to normalise it (units, per-rank
-//! aggregation, renames across versions). See `shared/fixtures/METRIC_MAP.md`.
+//! aggregation, renames across versions). See `fixtures/METRIC_MAP.md`.
 //!
 //! CONTRACT (used by the store and the daemon; keep these signatures):
 //! - `Engine`, `Engine::as_str`, `Engine::from_str` (via `FromStr`)

@@ -9,7 +9,7 @@ use llmwatch_probe::{Api, ClientConfig, ProbeClient, ProbeRequest};
 
 use crate::helpers::*;
 
-const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/fixtures");
+const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
 
 struct Expected {
     data_events: u32,

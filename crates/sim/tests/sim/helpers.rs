@@ -49,7 +49,7 @@ pub fn config(profile: Profile, time_scale: f64) -> SimConfig {
 
 pub fn fixture(rel: &str) -> String {
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../../shared/fixtures")
+        .join("../../fixtures")
         .join(rel);
     std::fs::read_to_string(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }

@@ -153,8 +153,18 @@ mod tests {
     }
 
     #[test]
-    fn init_without_a_driver_is_none_not_a_crash() {
-        // On machines with a driver this loads it; either way it must return.
-        let _ = NvmlSource::init();
+    fn init_loads_nvml_exactly_where_a_driver_is() {
+        // The kernel driver publishes its version here; NVML needs it.
+        let driver = std::path::Path::new("/proc/driver/nvidia/version").exists();
+        match NvmlSource::init() {
+            Some(source) => {
+                assert!(driver, "NVML loaded without a kernel driver");
+                let readings = source.read().expect("NVML reads the GPUs it found");
+                assert!(!readings.is_empty(), "a driver and no GPU");
+                assert!(readings.iter().all(|g| !g.uuid.is_empty()));
+                assert!(!readings_to_samples(&readings).is_empty());
+            }
+            None => assert!(!driver, "a driver is loaded but NVML did not start"),
+        }
     }
 }

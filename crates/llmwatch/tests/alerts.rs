@@ -18,12 +18,28 @@ use serde_json::Value;
 
 const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Reads a child's log lines until one says `msg="Listening on"`, and
+/// returns the address it names; keeps draining the pipe afterwards so the
+/// child never blocks on a full one.
+fn listening_address(log: impl std::io::Read + Send + 'static) -> SocketAddr {
+    use std::io::BufRead as _;
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(log).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("msg=\"Listening on\"") {
+                let address = line
+                    .split_whitespace()
+                    .find_map(|field| field.strip_prefix("address="))
+                    .and_then(|a| a.parse::<SocketAddr>().ok());
+                if let Some(address) = address {
+                    let _ = tx.send(address);
+                }
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(20))
+        .expect("the child logged the address it listens on")
 }
 
 /// A real Alertmanager on a loopback port, killed on drop.
@@ -52,23 +68,24 @@ async fn start_alertmanager() -> Alertmanager {
         "route:\n  receiver: blackhole\n  group_wait: 0s\nreceivers:\n  - name: blackhole\n",
     )
     .unwrap();
-    let port = free_port();
-    let child = Command::new(ALERTMANAGER)
+    // Port 0: the OS picks a free port and Alertmanager logs it.
+    let mut child = Command::new(ALERTMANAGER)
         .arg(format!("--config.file={}", config.display()))
         .arg(format!(
             "--storage.path={}",
             dir.path().join("data").display()
         ))
-        .arg(format!("--web.listen-address=127.0.0.1:{port}"))
+        .arg("--web.listen-address=127.0.0.1:0")
         .arg("--cluster.listen-address=")
-        .arg("--log.level=warn")
+        .arg("--log.level=info")
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("starting alertmanager");
+    let address = listening_address(child.stderr.take().expect("piped stderr"));
     let am = Alertmanager {
         child,
-        url: format!("http://127.0.0.1:{port}"),
+        url: format!("http://{address}"),
         _dir: dir,
     };
     let client = reqwest::Client::new();
@@ -201,8 +218,25 @@ url = "http://{hook_addr}/hook"
     let running = daemon::start(config(&toml)).await.unwrap();
     let api = format!("http://{}", running.listen_addr);
 
-    // Fast target: probes come in, nothing fires.
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Fast target: probes come in and rules are evaluated, nothing fires.
+    let store = running.store.clone();
+    let alerts = running.alerts.clone();
+    wait_for(
+        "five canaries and ten evaluations",
+        Duration::from_secs(20),
+        || {
+            let store = store.clone();
+            let evaluations = alerts.evaluations();
+            async move {
+                let Some(target) = store.target_by_name("sim").await.unwrap() else {
+                    return false;
+                };
+                let probes = store.probes(target.id, 0, i64::MAX, 100).await.unwrap();
+                probes.len() >= 5 && evaluations >= 10
+            }
+        },
+    )
+    .await;
     assert!(am_alerts(&am, "probe-ttft-p95").await.is_empty());
     let current: Value = reqwest::get(format!("{api}/api/v1/alerts"))
         .await

@@ -3,8 +3,12 @@
 //! a message, the bearer token, a sweep started through the API, and the
 //! OpenAPI document covering every route.
 
+mod common;
+
 use std::path::Path;
 use std::time::{Duration, Instant};
+
+use common::wait_for;
 
 use llmwatch::config::Config;
 use llmwatch::daemon;
@@ -118,7 +122,31 @@ window = "10s"
         client: reqwest::Client::new(),
     };
     let t0 = now_ms();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
+    // Enough data for every assertion below: the target up with a canary
+    // signal, three scrapes' worth of series, and the "always" rule firing.
+    let kv_series = format!(
+        "/api/v1/targets/sim/signals?signal=kv_cache_usage&from={}&step=500ms",
+        t0 as f64 / 1000.0
+    );
+    wait_for(
+        "data, canaries and a firing alert",
+        Duration::from_secs(20),
+        || async {
+            let targets = api.ok("/api/v1/targets").await;
+            let target = &targets["targets"][0];
+            let up = target["status"]["state"] == "up"
+                && target["signals"]["probe_ttft_p95"]["value"]
+                    .as_f64()
+                    .is_some();
+            let series = api.ok(&kv_series).await;
+            let points = series["series"][0]["points"].as_array().map_or(0, Vec::len);
+            let firing = api.ok("/api/v1/alerts").await["alerts"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x["state"] == "firing"));
+            (up && points >= 3 && firing).then_some(())
+        },
+    )
+    .await;
 
     // The token guards everything but /healthz.
     let plain = reqwest::get(format!("{}/healthz", api.base)).await.unwrap();

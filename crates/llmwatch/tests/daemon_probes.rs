@@ -2,10 +2,11 @@
 //! are stored with their timings and roll up into client-side signals; a
 //! target that starts failing shows up in `probe_error_rate`.
 
+mod common;
+
 use std::time::Duration;
 
-use llmwatch::config::Config;
-use llmwatch::daemon;
+use common::{spawn_daemon, wait_for};
 use llmwatch::scrape::now_ms;
 use llmwatch::sim_cmd::{self, SimArgs};
 use llmwatch_core::signals::Signal;
@@ -15,22 +16,23 @@ async fn canaries_are_stored_and_become_signals() {
     let (sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("llmwatch.db");
     let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\n\
-         [[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
-         [targets.probe]\ninterval = \"200ms\"\nshape = \"64x16\"\napi = \"chat\"\n",
-        db.display().to_string()
+        "[[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
+         [targets.probe]\ninterval = \"200ms\"\nshape = \"64x16\"\napi = \"chat\"\n"
     );
-    let config = Config::parse(&toml, std::path::Path::new("t.toml")).unwrap();
-    let running = daemon::start(config).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-
-    let store = running.store.clone();
-    let target = store.target_by_name("sim").await.unwrap().unwrap();
-    let probes = store.probes(target.id, 0, i64::MAX, 1000).await.unwrap();
-    assert!(probes.len() >= 5, "only {} canaries", probes.len());
+    let test = spawn_daemon(&toml).await;
+    let store = test.daemon.store.clone();
+    let target = wait_for(
+        "the target's first scrape",
+        Duration::from_secs(10),
+        || async { store.target_by_name("sim").await.unwrap() },
+    )
+    .await;
+    let probes = wait_for("five canaries", Duration::from_secs(15), || async {
+        let probes = store.probes(target.id, 0, i64::MAX, 1000).await.unwrap();
+        (probes.len() >= 5).then_some(probes)
+    })
+    .await;
     for probe in &probes {
         assert!(probe.ok, "{:?}", probe.error);
         assert_eq!(probe.model, "sim-model", "model discovered from /v1/models");
@@ -57,10 +59,23 @@ async fn canaries_are_stored_and_become_signals() {
 
     // The target starts failing: new canaries are recorded as errors.
     sim.set_failing(true);
-    tokio::time::sleep(Duration::from_millis(1200)).await;
-    running.shutdown().await;
+    // Canaries started after the switch: one already in flight may still succeed.
+    let window_start = now_ms() + 1;
+    wait_for(
+        "canaries started after the switch",
+        Duration::from_secs(15),
+        || async {
+            let later = store
+                .probes(target.id, window_start, i64::MAX, 1000)
+                .await
+                .unwrap();
+            (later.len() >= 2).then_some(())
+        },
+    )
+    .await;
+    test.daemon.shutdown().await;
     let recent = store
-        .probes(target.id, now_ms() - 900, i64::MAX, 1000)
+        .probes(target.id, window_start, i64::MAX, 1000)
         .await
         .unwrap();
     assert!(!recent.is_empty());
@@ -70,7 +85,10 @@ async fn canaries_are_stored_and_become_signals() {
         "{:?}",
         recent[0].error
     );
-    let signals = store.probe_signals(target.id, now_ms(), 900).await.unwrap();
+    let signals = store
+        .probe_signals(target.id, now_ms(), now_ms() - window_start)
+        .await
+        .unwrap();
     assert_eq!(
         signals
             .iter()

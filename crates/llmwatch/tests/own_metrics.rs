@@ -8,8 +8,9 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use llmwatch::config::Config;
-use llmwatch::daemon;
+mod common;
+
+use common::{spawn_daemon, wait_for};
 use llmwatch::scrape::now_ms;
 use llmwatch::sim_cmd::{self, SimArgs};
 use llmwatch_core::exposition::{parse, Format, MetricType, Sample};
@@ -25,17 +26,41 @@ fn label<'a>(sample: &'a Sample<'_>, name: &str) -> Option<&'a str> {
         .map(|l| l.value.as_ref())
 }
 
+/// The first value of `sample_name` whose labels include `labels`.
+fn sample_value(text: &str, sample_name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    let page = parse(text.as_bytes(), Format::PrometheusText).ok()?;
+    page.families
+        .iter()
+        .flat_map(|f| f.samples.iter())
+        .find(|s| s.name == sample_name && labels.iter().all(|(k, v)| label(s, k) == Some(*v)))
+        .map(|s| s.value)
+}
+
+/// Whether the page shows enough activity for every assertion below.
+fn has_settled(text: &str) -> bool {
+    let at_least = |name: &str, labels: &[(&str, &str)], min: f64| {
+        sample_value(text, name, labels).is_some_and(|v| v >= min)
+    };
+    at_least(
+        "llmwatch_probe_ttft_seconds_count",
+        &[("target", "sim")],
+        3.0,
+    ) && at_least("llmwatch_target_scrapes_total", &[("target", "sim")], 5.0)
+        && at_least(
+            "llmwatch_alerts",
+            &[("alertname", "always"), ("state", "firing")],
+            1.0,
+        )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_metrics_pass_promtool_and_parse_back() {
     let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
     let toml = format!(
         r#"
 [server]
-listen = "127.0.0.1:0"
-database = {db:?}
 alert_interval = "200ms"
 
 [[targets]]
@@ -57,11 +82,10 @@ window = "10s"
 kind = "webhook"
 url = "http://127.0.0.1:9/hook"
 timeout = "1s"
-"#,
-        db = dir.path().join("llmwatch.db").display().to_string(),
+"#
     );
-    let config = Config::parse(&toml, Path::new("metrics-test.toml")).unwrap();
-    let running = daemon::start(config).await.unwrap();
+    let test = spawn_daemon(&toml).await;
+    let running = &test.daemon;
     // A finished sweep of the target with a verdict.
     let sweep = running
         .store
@@ -91,20 +115,25 @@ timeout = "1s"
         )
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(2500)).await;
-
-    let body = reqwest::get(format!("http://{}/metrics", running.listen_addr))
-        .await
-        .unwrap();
-    assert!(body
-        .headers()
-        .get("content-type")
-        .unwrap()
-        .to_str()
-        .unwrap()
-        .starts_with("text/plain; version=0.0.4"));
-    let text = body.text().await.unwrap();
-    running.shutdown().await;
+    let url = format!("{}/metrics", test.base_url());
+    let text = wait_for(
+        "three canaries, five scrapes and a firing alert",
+        Duration::from_secs(20),
+        || async {
+            let body = reqwest::get(&url).await.unwrap();
+            assert!(body
+                .headers()
+                .get("content-type")
+                .unwrap()
+                .to_str()
+                .unwrap()
+                .starts_with("text/plain; version=0.0.4"));
+            let text = body.text().await.unwrap();
+            has_settled(&text).then_some(text)
+        },
+    )
+    .await;
+    test.daemon.shutdown().await;
 
     // promtool: exit 0 and no lint complaints.
     assert!(

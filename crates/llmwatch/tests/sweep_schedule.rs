@@ -34,6 +34,7 @@ async fn the_schedule_runs_sweeps_and_shares_the_slot() {
     let mut schedule = target.sweep.clone().unwrap();
     // The config refuses periods under ten minutes; the loop itself takes any.
     schedule.every = Duration::from_millis(1500);
+    let schedule_every = schedule.every;
     let slots = SweepSlots::default();
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
 
@@ -47,7 +48,9 @@ async fn the_schedule_runs_sweeps_and_shares_the_slot() {
         slots.clone(),
         stop_rx,
     ));
-    tokio::time::sleep(Duration::from_millis(3200)).await;
+    // An observation window, not a synchronisation: two whole periods pass
+    // with the slot held, and nothing may start in them.
+    tokio::time::sleep(schedule_every * 2 + Duration::from_millis(200)).await;
     assert!(
         store.sweeps(10).await.unwrap().is_empty(),
         "ran while the slot was held"

@@ -1,0 +1,66 @@
+//! Shared by the daemon's integration tests: a daemon on port 0 with a
+//! fresh SQLite file, and waiting on a condition with a deadline instead of
+//! sleeping a fixed time.
+// Each test binary uses only some of these helpers.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use llmwatch::config::Config;
+use llmwatch::daemon::{self, Daemon};
+
+/// A daemon started in-process; its database lives in `dir` until the test ends.
+pub struct TestDaemon {
+    pub daemon: Daemon,
+    pub dir: tempfile::TempDir,
+}
+
+impl TestDaemon {
+    pub fn base_url(&self) -> String {
+        format!("http://{}", self.daemon.listen_addr)
+    }
+
+    pub fn database(&self) -> PathBuf {
+        self.dir.path().join("llmwatch.db")
+    }
+}
+
+/// Parses `toml` (which need not name `listen` or `database`), then starts
+/// the daemon on `127.0.0.1:0` with a fresh database file.
+pub async fn spawn_daemon(toml: &str) -> TestDaemon {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let config = test_config(toml, dir.path());
+    let daemon = daemon::start(config).await.expect("daemon starts");
+    TestDaemon { daemon, dir }
+}
+
+/// The config a test daemon runs with: `toml` as written, listening on an
+/// OS-chosen loopback port, storing into `dir/llmwatch.db`.
+pub fn test_config(toml: &str, dir: &Path) -> Config {
+    let mut config = Config::parse(toml, Path::new("test.toml")).expect("test config parses");
+    config.server.listen = "127.0.0.1:0".parse().expect("loopback address");
+    config.server.database = dir.join("llmwatch.db");
+    config
+}
+
+/// Polls `check` every 50 ms until it returns `Some`, or panics after
+/// `deadline` naming `what` was awaited.
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let started = Instant::now();
+    loop {
+        if let Some(value) = check().await {
+            return value;
+        }
+        assert!(
+            started.elapsed() < deadline,
+            "timed out after {deadline:?} waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use llmwatch_core::alerts::AlertState;
-use llmwatch_store::{ProbeRow, Store, StoreError, SweepStatus};
+use llmwatch_store::{ProbeRow, Store, StoreError, SweepStatus, TargetRow};
 
 use crate::alerts::AlertsHandle;
 use crate::scrape::ScrapeCounters;
@@ -180,418 +180,406 @@ impl OwnMetrics {
         alerts: &AlertsHandle,
     ) -> Result<String, StoreError> {
         let targets = store.targets().await?;
-        let name_of = |id: i64| {
-            targets
-                .iter()
-                .find(|t| t.id == id)
-                .map(|t| t.name.clone())
-                .unwrap_or_else(|| id.to_string())
-        };
-        let mut out = String::with_capacity(16 * 1024);
-
-        // Probe histograms.
-        let probe_hists = {
-            let mut folded = self.folded.lock().await;
-            let mut budget = FOLD_LIMIT;
-            while budget > 0 {
-                let page = store
-                    .probes_after_id(folded.last_id, budget.min(5000))
-                    .await?;
-                let Some((last, _)) = page.last() else {
-                    break;
-                };
-                folded.last_id = *last;
-                budget = budget.saturating_sub(u32::try_from(page.len()).unwrap_or(u32::MAX));
-                for (_, probe) in &page {
-                    folded
-                        .by_key
-                        .entry((probe.target_id, probe.shape.clone()))
-                        .or_insert_with(ProbeHists::new)
-                        .add(probe);
-                }
-                if page.len() < 5000 {
-                    break;
-                }
-            }
-            folded.by_key.clone()
-        };
-        let labelled: Vec<(String, &ProbeHists)> = probe_hists
-            .iter()
-            .map(|((target, shape), h)| {
-                (
-                    format!(
-                        "target=\"{}\",shape=\"{}\"",
-                        esc(&name_of(*target)),
-                        esc(shape)
-                    ),
-                    h,
-                )
-            })
-            .collect();
-        for (name, help, pick) in [
-            (
-                "llmwatch_probe_ttft_seconds",
-                "Time to first token of llmwatch's canary probes.",
-                (|h: &ProbeHists| &h.ttft) as fn(&ProbeHists) -> &Hist,
-            ),
-            (
-                "llmwatch_probe_itl_seconds",
-                "Per-token inter-token latency of llmwatch's canary probes.",
-                |h: &ProbeHists| &h.itl,
-            ),
-            (
-                "llmwatch_probe_e2e_seconds",
-                "End-to-end latency of llmwatch's successful canary probes.",
-                |h: &ProbeHists| &h.e2e,
-            ),
-        ] {
-            header(&mut out, name, help, "histogram");
-            for (labels, h) in &labelled {
-                histogram(&mut out, name, labels, pick(h));
-            }
-        }
-        header(
-            &mut out,
-            "llmwatch_probes_total",
-            "Canary probes stored since start, by outcome.",
-            "counter",
-        );
-        for (labels, h) in &labelled {
-            let _ = writeln!(
-                out,
-                "llmwatch_probes_total{{{labels},outcome=\"ok\"}} {}",
-                h.ok
-            );
-            let _ = writeln!(
-                out,
-                "llmwatch_probes_total{{{labels},outcome=\"error\"}} {}",
-                h.failed
-            );
-        }
-
-        // Scrape health per target.
-        header(
-            &mut out,
-            "llmwatch_target_up",
-            "1 if the last scrape of the target succeeded.",
-            "gauge",
-        );
-        let mut durations = Vec::new();
-        for target in &targets {
-            if let Some(last) = store.scrape_health(target.id, 1).await?.first() {
-                let labels = format!("target=\"{}\"", esc(&target.name));
-                let _ = writeln!(out, "llmwatch_target_up{{{labels}}} {}", u8::from(last.up));
-                durations.push((labels, last.duration_ms / 1000.0, last.ts_ms));
-            }
-        }
-        header(
-            &mut out,
-            "llmwatch_target_scrape_duration_seconds",
-            "Duration of the last scrape of the target.",
-            "gauge",
-        );
-        for (labels, seconds, _) in &durations {
-            let _ = writeln!(
-                out,
-                "llmwatch_target_scrape_duration_seconds{{{labels}}} {}",
-                num(*seconds)
-            );
-        }
-        header(
-            &mut out,
-            "llmwatch_target_last_scrape_timestamp_seconds",
-            "Unix time of the last scrape of the target.",
-            "gauge",
-        );
-        for (labels, _, ts) in &durations {
-            let _ = writeln!(
-                out,
-                "llmwatch_target_last_scrape_timestamp_seconds{{{labels}}} {}",
-                num(*ts as f64 / 1000.0)
-            );
-        }
-        let per_target: Vec<(String, (u64, u64))> = counters
-            .per_target
-            .lock()
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), *v)).collect())
-            .unwrap_or_default();
-        header(
-            &mut out,
-            "llmwatch_target_scrapes_total",
-            "Scrapes of the target since start.",
-            "counter",
-        );
-        for (target, (scrapes, _)) in &per_target {
-            let _ = writeln!(
-                out,
-                "llmwatch_target_scrapes_total{{target=\"{}\"}} {scrapes}",
-                esc(target)
-            );
-        }
-        header(
-            &mut out,
-            "llmwatch_target_scrape_failures_total",
-            "Failed scrapes of the target since start (down, timed out, unreadable).",
-            "counter",
-        );
-        for (target, (_, failures)) in &per_target {
-            let _ = writeln!(
-                out,
-                "llmwatch_target_scrape_failures_total{{target=\"{}\"}} {failures}",
-                esc(target)
-            );
-        }
-        for (name, help, value) in [
-            (
-                "llmwatch_scrapes_total",
-                "Scrapes done since start.",
-                &counters.scrapes,
-            ),
-            (
-                "llmwatch_scrape_failures_total",
-                "Scrapes that failed since start.",
-                &counters.failures,
-            ),
-            (
-                "llmwatch_samples_written_total",
-                "Samples written to the store since start.",
-                &counters.samples_written,
-            ),
-            (
-                "llmwatch_store_write_failures_total",
-                "Scrape batches the store could not write.",
-                &counters.write_failures,
-            ),
-        ] {
-            header(&mut out, name, help, "counter");
-            let _ = writeln!(out, "{name} {}", value.load(Ordering::Relaxed));
-        }
-
-        // The latest sweep verdict per target.
-        let mut sweeps_seen = std::collections::HashSet::new();
-        let mut saturation = Vec::new();
-        let mut sustainable = Vec::new();
-        for sweep in store.sweeps(200).await? {
-            let Some(target) = sweep.target_name.clone() else {
-                continue;
-            };
-            if sweep.status == SweepStatus::Running || sweeps_seen.contains(&target) {
-                continue;
-            }
-            let Some(verdict) = sweep
-                .verdict_json
-                .as_deref()
-                .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
-            else {
-                continue;
-            };
-            sweeps_seen.insert(target.clone());
-            let labels = |load: &serde_json::Value| {
-                let kind = if load.get("rate").is_some() {
-                    "rate"
-                } else {
-                    "concurrency"
-                };
-                let value = load.get(kind).and_then(serde_json::Value::as_f64);
-                (
-                    format!("target=\"{}\",load=\"{kind}\"", esc(&target)),
-                    value,
-                )
-            };
-            if let Some(s) = verdict.get("saturation").filter(|s| !s.is_null()) {
-                let (l, value) = labels(&s["load"]);
-                saturation.push((l, value, s["request_throughput"].as_f64()));
-            }
-            if let Some(s) = verdict.get("sustainable").filter(|s| !s.is_null()) {
-                let (l, value) = labels(&s["load"]);
-                sustainable.push((l, value, s["request_throughput"].as_f64()));
-            }
-        }
-        header(
-            &mut out,
-            "llmwatch_saturation_load",
-            "Load (concurrency or requests/s) at the saturation point of the target's latest sweep.",
-            "gauge",
-        );
-        for (labels, value, _) in &saturation {
-            if let Some(v) = value {
-                let _ = writeln!(out, "llmwatch_saturation_load{{{labels}}} {}", num(*v));
-            }
-        }
-        header(
-            &mut out,
-            "llmwatch_saturation_throughput_requests_per_second",
-            "Request throughput at the saturation point of the target's latest sweep.",
-            "gauge",
-        );
-        for (labels, _, rps) in &saturation {
-            if let Some(v) = rps {
-                let _ = writeln!(
-                    out,
-                    "llmwatch_saturation_throughput_requests_per_second{{{labels}}} {}",
-                    num(*v)
-                );
-            }
-        }
-        header(
-            &mut out,
-            "llmwatch_max_sustainable_load",
-            "Highest load of the target's latest sweep that met every objective.",
-            "gauge",
-        );
-        for (labels, value, _) in &sustainable {
-            if let Some(v) = value {
-                let _ = writeln!(out, "llmwatch_max_sustainable_load{{{labels}}} {}", num(*v));
-            }
-        }
-
-        // Alerts.
-        header(
-            &mut out,
-            "llmwatch_alerts",
-            "Alerts that are not inactive, by rule, target and state (1 = in that state).",
-            "gauge",
-        );
-        for alert in alerts.current() {
-            if alert.alert.state == AlertState::Inactive {
-                continue;
-            }
-            let _ = writeln!(
-                out,
-                "llmwatch_alerts{{alertname=\"{}\",target=\"{}\",state=\"{}\"}} 1",
-                esc(&alert.rule),
-                esc(&alert.target),
-                alert.alert.state.as_str()
-            );
-        }
-        header(
-            &mut out,
-            "llmwatch_alert_rules",
-            "Alert rules configured.",
-            "gauge",
-        );
-        let _ = writeln!(out, "llmwatch_alert_rules {}", alerts.rules.len());
-        let c = &alerts.counters;
-        header(
-            &mut out,
-            "llmwatch_alert_evaluations_total",
-            "Alert evaluation rounds run.",
-            "counter",
-        );
-        let _ = writeln!(
-            out,
-            "llmwatch_alert_evaluations_total {}",
-            c.evaluations.load(Ordering::Relaxed)
-        );
-        header(
-            &mut out,
-            "llmwatch_alert_evaluation_failures_total",
-            "Alert evaluations whose signal or state could not be read or written.",
-            "counter",
-        );
-        let _ = writeln!(
-            out,
-            "llmwatch_alert_evaluation_failures_total {}",
-            c.failures.load(Ordering::Relaxed)
-        );
-        header(
-            &mut out,
-            "llmwatch_alert_evaluation_duration_seconds",
-            "Duration of the last alert evaluation round.",
-            "gauge",
-        );
-        let _ = writeln!(
-            out,
-            "llmwatch_alert_evaluation_duration_seconds {}",
-            num(c.last_duration_us.load(Ordering::Relaxed) as f64 / 1e6)
-        );
-        header(
-            &mut out,
-            "llmwatch_notifications_total",
-            "Notification batches by notifier and outcome (sent, failed after retries, dropped on a full queue).",
-            "counter",
-        );
-        for n in alerts.notifiers.iter() {
-            for (outcome, value) in [
-                ("sent", &n.sent),
-                ("failed", &n.failed),
-                ("dropped", &n.dropped),
-            ] {
-                let _ = writeln!(
-                    out,
-                    "llmwatch_notifications_total{{notifier=\"{}\",kind=\"{}\",outcome=\"{outcome}\"}} {}",
-                    esc(&n.name),
-                    n.kind.as_str(),
-                    value.load(Ordering::Relaxed)
-                );
-            }
-        }
-
-        // Store.
-        header(
-            &mut out,
+        let names: BTreeMap<i64, String> = targets.iter().map(|t| (t.id, t.name.clone())).collect();
+        let mut page = Exposition::default();
+        self.write_probes(&mut page, store, &names).await?;
+        write_scrape_health(&mut page, store, &targets).await?;
+        write_scrape_counters(&mut page, counters);
+        write_sweep_verdicts(&mut page, store).await?;
+        write_alerts(&mut page, alerts);
+        page.gauge(
             "llmwatch_store_size_bytes",
             "Size of the SQLite database.",
-            "gauge",
+            [(Vec::new(), store.size_bytes().await? as f64)],
         );
-        let _ = writeln!(
-            out,
-            "llmwatch_store_size_bytes {}",
-            store.size_bytes().await?
-        );
-        header(
-            &mut out,
+        page.histogram(
             "llmwatch_store_write_duration_seconds",
             "Duration of one batched scrape write (one transaction).",
-            "histogram",
+            [(Vec::new(), &counters.write_latency.snapshot())],
         );
-        histogram(
-            &mut out,
-            "llmwatch_store_write_duration_seconds",
-            "",
-            &counters.write_latency.snapshot(),
-        );
-        header(
-            &mut out,
+        page.counter(
             "llmwatch_metrics_render_failures_total",
             "Renders of this page that failed.",
-            "counter",
+            [(Vec::new(), self.render_failures.load(Ordering::Relaxed))],
         );
-        let _ = writeln!(
-            out,
-            "llmwatch_metrics_render_failures_total {}",
-            self.render_failures.load(Ordering::Relaxed)
-        );
-        Ok(out)
+        Ok(page.out)
     }
-}
 
-fn header(out: &mut String, name: &str, help: &str, kind: &str) {
-    let _ = writeln!(out, "# HELP {name} {help}");
-    let _ = writeln!(out, "# TYPE {name} {kind}");
-}
-
-fn histogram(out: &mut String, name: &str, labels: &str, h: &Hist) {
-    let sep = if labels.is_empty() { "" } else { "," };
-    let mut cumulative = 0;
-    for (bound, count) in h.bounds.iter().zip(&h.buckets) {
-        cumulative += count;
-        let _ = writeln!(
-            out,
-            "{name}_bucket{{{labels}{sep}le=\"{}\"}} {cumulative}",
-            num(*bound)
-        );
-    }
-    let _ = writeln!(out, "{name}_bucket{{{labels}{sep}le=\"+Inf\"}} {}", h.count);
-    let braces = |s: &str| {
-        if s.is_empty() {
-            String::new()
-        } else {
-            format!("{{{s}}}")
+    /// Folds probes stored since the last render into the histograms and
+    /// returns a copy of them.
+    async fn fold_new_probes(
+        &self,
+        store: &Store,
+    ) -> Result<BTreeMap<(i64, String), ProbeHists>, StoreError> {
+        let mut folded = self.folded.lock().await;
+        let mut budget = FOLD_LIMIT;
+        while budget > 0 {
+            let page = store
+                .probes_after_id(folded.last_id, budget.min(5000))
+                .await?;
+            let Some((last, _)) = page.last() else {
+                break;
+            };
+            folded.last_id = *last;
+            budget = budget.saturating_sub(u32::try_from(page.len()).unwrap_or(u32::MAX));
+            for (_, probe) in &page {
+                folded
+                    .by_key
+                    .entry((probe.target_id, probe.shape.clone()))
+                    .or_insert_with(ProbeHists::new)
+                    .add(probe);
+            }
+            if page.len() < 5000 {
+                break;
+            }
         }
+        Ok(folded.by_key.clone())
+    }
+
+    async fn write_probes(
+        &self,
+        page: &mut Exposition,
+        store: &Store,
+        names: &BTreeMap<i64, String>,
+    ) -> Result<(), StoreError> {
+        let hists = self.fold_new_probes(store).await?;
+        let labelled: Vec<(Labels, &ProbeHists)> = hists
+            .iter()
+            .map(|((target, shape), h)| {
+                let target = names
+                    .get(target)
+                    .cloned()
+                    .unwrap_or_else(|| target.to_string());
+                (vec![("target", target), ("shape", shape.clone())], h)
+            })
+            .collect();
+        let pick =
+            |f: fn(&ProbeHists) -> &Hist| labelled.iter().map(move |(l, h)| (l.clone(), f(h)));
+        page.histogram(
+            "llmwatch_probe_ttft_seconds",
+            "Time to first token of llmwatch's canary probes.",
+            pick(|h| &h.ttft),
+        );
+        page.histogram(
+            "llmwatch_probe_itl_seconds",
+            "Per-token inter-token latency of llmwatch's canary probes.",
+            pick(|h| &h.itl),
+        );
+        page.histogram(
+            "llmwatch_probe_e2e_seconds",
+            "End-to-end latency of llmwatch's successful canary probes.",
+            pick(|h| &h.e2e),
+        );
+        page.counter(
+            "llmwatch_probes_total",
+            "Canary probes stored since start, by outcome.",
+            labelled.iter().flat_map(|(labels, h)| {
+                [("ok", h.ok), ("error", h.failed)]
+                    .map(|(outcome, n)| (with(labels, "outcome", outcome), n))
+            }),
+        );
+        Ok(())
+    }
+}
+
+async fn write_scrape_health(
+    page: &mut Exposition,
+    store: &Store,
+    targets: &[TargetRow],
+) -> Result<(), StoreError> {
+    let mut last_scrapes = Vec::new();
+    for target in targets {
+        if let Some(last) = store.scrape_health(target.id, 1).await?.first() {
+            last_scrapes.push((vec![("target", target.name.clone())], last.clone()));
+        }
+    }
+    page.gauge(
+        "llmwatch_target_up",
+        "1 if the last scrape of the target succeeded.",
+        last_scrapes
+            .iter()
+            .map(|(l, h)| (l.clone(), f64::from(u8::from(h.up)))),
+    );
+    page.gauge(
+        "llmwatch_target_scrape_duration_seconds",
+        "Duration of the last scrape of the target.",
+        last_scrapes
+            .iter()
+            .map(|(l, h)| (l.clone(), h.duration_ms / 1000.0)),
+    );
+    page.gauge(
+        "llmwatch_target_last_scrape_timestamp_seconds",
+        "Unix time of the last scrape of the target.",
+        last_scrapes
+            .iter()
+            .map(|(l, h)| (l.clone(), h.ts_ms as f64 / 1000.0)),
+    );
+    Ok(())
+}
+
+fn write_scrape_counters(page: &mut Exposition, counters: &ScrapeCounters) {
+    let per_target: Vec<(String, (u64, u64))> = counters
+        .per_target
+        .lock()
+        .map(|m| m.iter().map(|(k, v)| (k.clone(), *v)).collect())
+        .unwrap_or_default();
+    page.counter(
+        "llmwatch_target_scrapes_total",
+        "Scrapes of the target since start.",
+        per_target
+            .iter()
+            .map(|(t, (n, _))| (vec![("target", t.clone())], *n)),
+    );
+    page.counter(
+        "llmwatch_target_scrape_failures_total",
+        "Failed scrapes of the target since start (down, timed out, unreadable).",
+        per_target
+            .iter()
+            .map(|(t, (_, n))| (vec![("target", t.clone())], *n)),
+    );
+    for (name, help, value) in [
+        (
+            "llmwatch_scrapes_total",
+            "Scrapes done since start.",
+            &counters.scrapes,
+        ),
+        (
+            "llmwatch_scrape_failures_total",
+            "Scrapes that failed since start.",
+            &counters.failures,
+        ),
+        (
+            "llmwatch_samples_written_total",
+            "Samples written to the store since start.",
+            &counters.samples_written,
+        ),
+        (
+            "llmwatch_store_write_failures_total",
+            "Scrape batches the store could not write.",
+            &counters.write_failures,
+        ),
+    ] {
+        page.counter(name, help, [(Vec::new(), value.load(Ordering::Relaxed))]);
+    }
+}
+
+/// One point of a finished sweep's verdict: the load and the request
+/// throughput there.
+struct VerdictPoint {
+    labels: Labels,
+    load: Option<f64>,
+    request_throughput: Option<f64>,
+}
+
+impl VerdictPoint {
+    fn from_json(target: &str, point: &serde_json::Value) -> VerdictPoint {
+        let load = &point["load"];
+        let kind = if load.get("rate").is_some() {
+            "rate"
+        } else {
+            "concurrency"
+        };
+        VerdictPoint {
+            labels: vec![("target", target.to_string()), ("load", kind.to_string())],
+            load: load.get(kind).and_then(serde_json::Value::as_f64),
+            request_throughput: point["request_throughput"].as_f64(),
+        }
+    }
+}
+
+/// The saturation and max-sustainable points of each target's latest
+/// finished sweep with a verdict.
+async fn latest_verdicts(
+    store: &Store,
+) -> Result<(Vec<VerdictPoint>, Vec<VerdictPoint>), StoreError> {
+    let mut seen = std::collections::HashSet::new();
+    let (mut saturation, mut sustainable) = (Vec::new(), Vec::new());
+    for sweep in store.sweeps(200).await? {
+        let Some(target) = sweep.target_name.clone() else {
+            continue;
+        };
+        if sweep.status == SweepStatus::Running || seen.contains(&target) {
+            continue;
+        }
+        let Some(verdict) = sweep
+            .verdict_json
+            .as_deref()
+            .and_then(|v| serde_json::from_str::<serde_json::Value>(v).ok())
+        else {
+            continue;
+        };
+        seen.insert(target.clone());
+        if let Some(point) = verdict.get("saturation").filter(|s| !s.is_null()) {
+            saturation.push(VerdictPoint::from_json(&target, point));
+        }
+        if let Some(point) = verdict.get("sustainable").filter(|s| !s.is_null()) {
+            sustainable.push(VerdictPoint::from_json(&target, point));
+        }
+    }
+    Ok((saturation, sustainable))
+}
+
+async fn write_sweep_verdicts(page: &mut Exposition, store: &Store) -> Result<(), StoreError> {
+    let (saturation, sustainable) = latest_verdicts(store).await?;
+    let present = |points: &[VerdictPoint], pick: fn(&VerdictPoint) -> Option<f64>| {
+        points
+            .iter()
+            .filter_map(|p| pick(p).map(|v| (p.labels.clone(), v)))
+            .collect::<Vec<_>>()
     };
-    let _ = writeln!(out, "{name}_sum{} {}", braces(labels), num(h.sum));
-    let _ = writeln!(out, "{name}_count{} {}", braces(labels), h.count);
+    page.gauge(
+        "llmwatch_saturation_load",
+        "Load (concurrency or requests/s) at the saturation point of the target's latest sweep.",
+        present(&saturation, |p| p.load),
+    );
+    page.gauge(
+        "llmwatch_saturation_throughput_requests_per_second",
+        "Request throughput at the saturation point of the target's latest sweep.",
+        present(&saturation, |p| p.request_throughput),
+    );
+    page.gauge(
+        "llmwatch_max_sustainable_load",
+        "Highest load of the target's latest sweep that met every objective.",
+        present(&sustainable, |p| p.load),
+    );
+    Ok(())
+}
+
+fn write_alerts(page: &mut Exposition, alerts: &AlertsHandle) {
+    let active: Vec<(Labels, f64)> = alerts
+        .current()
+        .iter()
+        .filter(|a| a.alert.state != AlertState::Inactive)
+        .map(|a| {
+            let labels = vec![
+                ("alertname", a.rule.clone()),
+                ("target", a.target.clone()),
+                ("state", a.alert.state.as_str().to_string()),
+            ];
+            (labels, 1.0)
+        })
+        .collect();
+    page.gauge(
+        "llmwatch_alerts",
+        "Alerts that are not inactive, by rule, target and state (1 = in that state).",
+        active,
+    );
+    page.gauge(
+        "llmwatch_alert_rules",
+        "Alert rules configured.",
+        [(Vec::new(), alerts.rules.len() as f64)],
+    );
+    let c = &alerts.counters;
+    page.counter(
+        "llmwatch_alert_evaluations_total",
+        "Alert evaluation rounds run.",
+        [(Vec::new(), c.evaluations.load(Ordering::Relaxed))],
+    );
+    page.counter(
+        "llmwatch_alert_evaluation_failures_total",
+        "Alert evaluations whose signal or state could not be read or written.",
+        [(Vec::new(), c.failures.load(Ordering::Relaxed))],
+    );
+    page.gauge(
+        "llmwatch_alert_evaluation_duration_seconds",
+        "Duration of the last alert evaluation round.",
+        [(
+            Vec::new(),
+            c.last_duration_us.load(Ordering::Relaxed) as f64 / 1e6,
+        )],
+    );
+    page.counter(
+        "llmwatch_notifications_total",
+        "Notification batches by notifier and outcome (sent, failed after retries, dropped on a full queue).",
+        alerts.notifiers.iter().flat_map(|n| {
+            [("sent", &n.sent), ("failed", &n.failed), ("dropped", &n.dropped)].map(
+                |(outcome, value)| {
+                    let labels = vec![
+                        ("notifier", n.name.clone()),
+                        ("kind", n.kind.as_str().to_string()),
+                        ("outcome", outcome.to_string()),
+                    ];
+                    (labels, value.load(Ordering::Relaxed))
+                },
+            )
+        }),
+    );
+}
+
+/// A sample's labels, in order; values are escaped when written.
+type Labels = Vec<(&'static str, String)>;
+
+fn with(labels: &Labels, name: &'static str, value: &str) -> Labels {
+    let mut labels = labels.clone();
+    labels.push((name, value.to_string()));
+    labels
+}
+
+/// The text format 0.0.4, written family by family: each family's HELP and
+/// TYPE come with its samples, and every label value is escaped here.
+#[derive(Default)]
+struct Exposition {
+    out: String,
+}
+
+impl Exposition {
+    fn gauge(&mut self, name: &str, help: &str, samples: impl IntoIterator<Item = (Labels, f64)>) {
+        self.header(name, help, "gauge");
+        for (labels, value) in samples {
+            self.sample(name, &labels, &num(value));
+        }
+    }
+
+    fn counter(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Labels, u64)>,
+    ) {
+        self.header(name, help, "counter");
+        for (labels, value) in samples {
+            self.sample(name, &labels, &value.to_string());
+        }
+    }
+
+    fn histogram<'h>(
+        &mut self,
+        name: &str,
+        help: &str,
+        series: impl IntoIterator<Item = (Labels, &'h Hist)>,
+    ) {
+        self.header(name, help, "histogram");
+        for (labels, h) in series {
+            let bucket = format!("{name}_bucket");
+            let mut cumulative = 0;
+            for (bound, count) in h.bounds.iter().zip(&h.buckets) {
+                cumulative += count;
+                let le = with(&labels, "le", &num(*bound));
+                self.sample(&bucket, &le, &cumulative.to_string());
+            }
+            self.sample(&bucket, &with(&labels, "le", "+Inf"), &h.count.to_string());
+            self.sample(&format!("{name}_sum"), &labels, &num(h.sum));
+            self.sample(&format!("{name}_count"), &labels, &h.count.to_string());
+        }
+    }
+
+    fn header(&mut self, name: &str, help: &str, kind: &str) {
+        let _ = writeln!(self.out, "# HELP {name} {help}");
+        let _ = writeln!(self.out, "# TYPE {name} {kind}");
+    }
+
+    fn sample(&mut self, name: &str, labels: &Labels, value: &str) {
+        self.out.push_str(name);
+        if !labels.is_empty() {
+            self.out.push('{');
+            for (i, (label, text)) in labels.iter().enumerate() {
+                let comma = if i == 0 { "" } else { "," };
+                let _ = write!(self.out, "{comma}{label}=\"{}\"", esc(text));
+            }
+            self.out.push('}');
+        }
+        let _ = writeln!(self.out, " {value}");
+    }
 }
 
 /// A sample value as Prometheus writes it.
@@ -622,11 +610,12 @@ mod tests {
         for v in [0.05, 0.5, 0.5, 5.0, f64::NAN] {
             h.observe(v);
         }
-        let mut out = String::new();
-        histogram(&mut out, "x", "a=\"b\"", &h);
+        let mut page = Exposition::default();
+        page.histogram("x", "An x.", [(vec![("a", "b".to_string())], &h)]);
         assert_eq!(
-            out,
-            "x_bucket{a=\"b\",le=\"0.1\"} 1\nx_bucket{a=\"b\",le=\"1\"} 3\nx_bucket{a=\"b\",le=\"+Inf\"} 4\n\
+            page.out,
+            "# HELP x An x.\n# TYPE x histogram\n\
+             x_bucket{a=\"b\",le=\"0.1\"} 1\nx_bucket{a=\"b\",le=\"1\"} 3\nx_bucket{a=\"b\",le=\"+Inf\"} 4\n\
              x_sum{a=\"b\"} 6.05\nx_count{a=\"b\"} 4\n"
         );
     }

@@ -11,11 +11,10 @@ use llmwatch_probe::{
     Calibrator, Canary, ClientConfig, MeasuringThread, ProbeClient, PromptKind, Secret, Shape,
 };
 use llmwatch_store::{ProbeRow, Store};
-use rand::Rng;
 use tokio::sync::watch;
 
 use crate::config::{ProbeApi, ProbeConfig, TargetConfig};
-use crate::scrape::schedule_offset;
+use crate::ticker::JitteredTicker;
 
 /// Converts a probe record into its stored row. Pure.
 pub fn probe_row(
@@ -154,21 +153,12 @@ pub async fn run_canary_loop(
         ProbeApi::Completions => Api::Completions,
     };
     let interval = job.probe.interval;
-    // A different phase from the scrape of the same target.
-    let offset = schedule_offset(&format!("{}/probe", job.name), interval);
-    let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + offset, interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    let max_jitter_ms = (interval.as_millis() / 10).min(1000) as u64;
+    // A different phase from the scrape of the same target; up to 10 % of
+    // the interval (at most 1 s) of jitter.
+    let max_jitter = (interval / 10).min(Duration::from_secs(1));
+    let mut ticker = JitteredTicker::new(&format!("{}/probe", job.name), interval, max_jitter);
     let mut canary: Option<Arc<Canary>> = None;
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        if max_jitter_ms > 0 {
-            let jitter = rand::rng().random_range(0..=max_jitter_ms);
-            tokio::time::sleep(Duration::from_millis(jitter)).await;
-        }
+    while ticker.tick(&mut shutdown).await {
         if canary.is_none() {
             let model = match &job.probe.model {
                 Some(model) => model.clone(),

@@ -16,4 +16,5 @@ pub mod pages;
 pub mod scrape;
 pub mod sim_cmd;
 pub mod sweep;
+pub mod ticker;
 pub mod web;

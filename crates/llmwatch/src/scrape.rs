@@ -11,10 +11,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use llmwatch_core::catalog::{detect_engine, normalize, Engine};
 use llmwatch_core::exposition::{detect_format, parse_lenient};
 use llmwatch_store::{ScrapeRecord, Store};
-use rand::Rng;
 use tokio::sync::{mpsc, watch};
 
 use crate::config::EngineChoice;
+use crate::ticker::JitteredTicker;
 
 /// Why a page could not be had.
 #[derive(Debug, thiserror::Error)]
@@ -224,18 +224,6 @@ pub async fn scrape_once(client: &reqwest::Client, job: &ScrapeJob) -> ScrapeRec
     record
 }
 
-/// A deterministic offset in `[0, interval)` from the job's name, so targets
-/// with the same interval do not all fire at once, and each fires at the same
-/// phase after a restart.
-pub fn schedule_offset(name: &str, interval: Duration) -> Duration {
-    // FNV-1a: stable across builds and platforms, unlike std's hasher.
-    let hash = name.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    });
-    let interval_ns = interval.as_nanos().max(1);
-    Duration::from_nanos(u64::try_from(u128::from(hash) % interval_ns).unwrap_or(0))
-}
-
 /// Scrapes `job` every `job.interval` until `shutdown` turns true, sending
 /// each record to the writer. Each scrape is bounded by its timeout, so a
 /// hanging target never delays its own schedule beyond one interval, and
@@ -247,20 +235,10 @@ pub async fn run_scrape_loop(
     counters: Arc<ScrapeCounters>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let start = tokio::time::Instant::now() + schedule_offset(&job.name, job.interval);
-    let mut ticker = tokio::time::interval_at(start, job.interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
     // Up to 2 % of the interval (at most 250 ms), fresh each time.
-    let max_jitter_ms = (job.interval.as_millis() / 50).min(250) as u64;
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        if max_jitter_ms > 0 {
-            let jitter = rand::rng().random_range(0..=max_jitter_ms);
-            tokio::time::sleep(Duration::from_millis(jitter)).await;
-        }
+    let max_jitter = (job.interval / 50).min(Duration::from_millis(250));
+    let mut ticker = JitteredTicker::new(&job.name, job.interval, max_jitter);
+    while ticker.tick(&mut shutdown).await {
         let record = scrape_once(&client, &job).await;
         counters.count(&job.name, record.up);
         if !record.up {
@@ -302,19 +280,5 @@ pub async fn run_writer(
             }
         }
         batch.clear();
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offsets_are_stable_and_inside_the_interval() {
-        let interval = Duration::from_secs(5);
-        let a = schedule_offset("vllm-a", interval);
-        assert_eq!(a, schedule_offset("vllm-a", interval));
-        assert!(a < interval);
-        assert_ne!(a, schedule_offset("vllm-b", interval));
     }
 }

@@ -12,7 +12,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::{run_sweep, Ladder, SweepError, SweepSettings};
 use crate::config::{Config, ProbeApi, SweepScheduleConfig, TargetConfig};
-use crate::scrape::schedule_offset;
+use crate::ticker::schedule_offset;
 
 /// The settings a daemon sweep of `target` starts from: its URLs (metrics,
 /// GPU page), API key and probe model, DESIGN.md's defaults for the rest.

@@ -6,5 +6,6 @@ pub mod analysis;
 pub mod catalog;
 pub mod exposition;
 pub mod probe_signals;
+pub mod redact;
 pub mod signals;
 pub mod stats;

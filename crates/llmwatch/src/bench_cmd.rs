@@ -209,9 +209,13 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
 
 pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
     let result = bench(&args).await?;
-    print!("{}", llmwatch_probe::render_table(&result));
+    print!(
+        "{}",
+        llmwatch_core::redact::redact_urls_in(&llmwatch_probe::render_table(&result))
+    );
     if let Some(path) = &args.json {
-        let json = serde_json::to_vec_pretty(&result)?;
+        // Error messages in the records may quote the URL: no credential in the file.
+        let json = llmwatch_core::redact::redact_urls_in(&serde_json::to_string_pretty(&result)?);
         std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
         println!("wrote {}", path.display());
     }

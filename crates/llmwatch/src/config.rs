@@ -28,6 +28,9 @@ pub enum ConfigError {
         field: String,
         message: String,
     },
+    /// Found when the daemon starts (the environment it runs in).
+    #[error("{field}: {message}")]
+    AtStart { field: String, message: String },
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -55,9 +58,14 @@ pub struct ServerConfig {
     /// Bearer token for the UI and API. Prefer `token_env`.
     #[serde(default)]
     pub token: Option<String>,
-    /// Name of an environment variable holding the bearer token.
+    /// Name of an environment variable holding the bearer token. Unset or
+    /// empty at start, the daemon refuses to start (fail closed).
     #[serde(default)]
     pub token_env: Option<String>,
+    /// Serve on a non-loopback address without a token. Off by default: such
+    /// a daemon would let anyone on the network start load sweeps.
+    #[serde(default)]
+    pub allow_unauthenticated: bool,
     /// How long scrapes are kept.
     #[serde(default = "default_retention", deserialize_with = "duration")]
     pub retention: Duration,
@@ -86,6 +94,60 @@ pub struct ServerConfig {
     /// The p95 ITL objective the dashboard colours against.
     #[serde(default = "default_slo_itl_p95", deserialize_with = "duration")]
     pub slo_itl_p95: Duration,
+    /// Bounds on what a sweep started through the API, the page or a
+    /// schedule may ask of a production server.
+    #[serde(default)]
+    pub sweep_limits: SweepLimits,
+}
+
+/// `[server.sweep_limits]`: a sweep request outside these is refused (400
+/// naming the field), and a running sweep past `max_sweep_duration` stops.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepLimits {
+    /// Steps in the ladder.
+    #[serde(default = "default_max_sweep_steps")]
+    pub max_steps: usize,
+    /// The highest request rate (requests/s) of a rate ladder.
+    #[serde(default = "default_max_sweep_rate")]
+    pub max_rate: f64,
+    /// Measured requests per step.
+    #[serde(default = "default_max_requests_per_step")]
+    pub max_requests_per_step: u64,
+    /// The longest minimum step duration.
+    #[serde(default = "default_max_step_duration", deserialize_with = "duration")]
+    pub max_step_duration: Duration,
+    /// The whole sweep.
+    #[serde(default = "default_max_sweep_duration", deserialize_with = "duration")]
+    pub max_sweep_duration: Duration,
+}
+
+impl Default for SweepLimits {
+    fn default() -> Self {
+        SweepLimits {
+            max_steps: default_max_sweep_steps(),
+            max_rate: default_max_sweep_rate(),
+            max_requests_per_step: default_max_requests_per_step(),
+            max_step_duration: default_max_step_duration(),
+            max_sweep_duration: default_max_sweep_duration(),
+        }
+    }
+}
+
+fn default_max_sweep_steps() -> usize {
+    16
+}
+fn default_max_sweep_rate() -> f64 {
+    1000.0
+}
+fn default_max_requests_per_step() -> u64 {
+    10_000
+}
+fn default_max_step_duration() -> Duration {
+    Duration::from_secs(10 * 60)
+}
+fn default_max_sweep_duration() -> Duration {
+    Duration::from_secs(30 * 60)
 }
 
 impl Default for ServerConfig {
@@ -95,6 +157,7 @@ impl Default for ServerConfig {
             database: default_database(),
             token: None,
             token_env: None,
+            allow_unauthenticated: false,
             retention: default_retention(),
             downsample_after: default_downsample_after(),
             downsample_interval: default_downsample_interval(),
@@ -103,6 +166,7 @@ impl Default for ServerConfig {
             alert_resend_delay: default_alert_resend_delay(),
             slo_ttft_p95: default_slo_ttft_p95(),
             slo_itl_p95: default_slo_itl_p95(),
+            sweep_limits: SweepLimits::default(),
         }
     }
 }
@@ -695,6 +759,21 @@ impl Config {
                 }
             }
         }
+        let limits = &self.server.sweep_limits;
+        if limits.max_steps == 0 || limits.max_requests_per_step == 0 {
+            return Err((
+                "server.sweep_limits".to_string(),
+                "max_steps and max_requests_per_step must be at least 1".to_string(),
+            ));
+        }
+        if !(limits.max_rate.is_finite() && limits.max_rate > 0.0) {
+            return Err((
+                "server.sweep_limits.max_rate".to_string(),
+                "must be a positive number of requests/s".to_string(),
+            ));
+        }
+        check_positive(limits.max_sweep_duration)
+            .map_err(|m| ("server.sweep_limits.max_sweep_duration".to_string(), m))?;
         if self.server.max_body_bytes == 0 {
             return Err((
                 "server.max_body_bytes".to_string(),
@@ -707,17 +786,70 @@ impl Config {
                 "set either token or token_env, not both".to_string(),
             ));
         }
+        if self
+            .server
+            .token
+            .as_deref()
+            .is_some_and(|t| t.trim().is_empty())
+        {
+            return Err((
+                "server.token".to_string(),
+                "is empty: an empty token would let anyone in; set a token or remove the field"
+                    .to_string(),
+            ));
+        }
+        if self
+            .server
+            .token_env
+            .as_deref()
+            .is_some_and(|v| v.trim().is_empty())
+        {
+            return Err((
+                "server.token_env".to_string(),
+                "names no variable".to_string(),
+            ));
+        }
         Ok(())
     }
 
-    /// The bearer token, from the config or its environment variable.
-    pub fn bearer_token(&self) -> Option<String> {
-        self.server.token.clone().or_else(|| {
-            self.server
-                .token_env
-                .as_ref()
-                .and_then(|var| std::env::var(var).ok())
-        })
+    /// The bearer token, from the config or the environment variable it
+    /// names. A named variable that is unset or empty is an error, never
+    /// "no token": the daemon fails closed.
+    pub fn bearer_token(&self) -> Result<Option<String>, ConfigError> {
+        if let Some(token) = &self.server.token {
+            return Ok(Some(token.clone()));
+        }
+        let Some(var) = &self.server.token_env else {
+            return Ok(None);
+        };
+        match std::env::var(var) {
+            Ok(token) if !token.trim().is_empty() => Ok(Some(token)),
+            _ => Err(ConfigError::AtStart {
+                field: "server.token_env".to_string(),
+                message: format!(
+                    "the environment variable {var} is unset or empty; refusing to start \
+                     without the token it should hold"
+                ),
+            }),
+        }
+    }
+
+    /// The token the daemon serves with, after checking that a listen
+    /// address reachable from the network has one (or explicitly needs none).
+    pub fn access_token(&self) -> Result<Option<String>, ConfigError> {
+        let token = self.bearer_token()?;
+        let exposed = !self.server.listen.ip().is_loopback();
+        if token.is_none() && exposed && !self.server.allow_unauthenticated {
+            return Err(ConfigError::AtStart {
+                field: "server.listen".to_string(),
+                message: format!(
+                    "{} is reachable from the network and no token is set; set \
+                     server.token_env (or allow_unauthenticated = true to serve without one)",
+                    self.server.listen
+                ),
+            });
+        }
+        Ok(token)
     }
 }
 
@@ -760,19 +892,6 @@ fn check_label_name(name: &str) -> Result<(), String> {
         Err(format!(
             "{name:?} is not a valid label name: use letters, digits and '_', not starting with a digit"
         ))
-    }
-}
-
-/// A URL in a message keeps only its scheme, host and port: paths and
-/// queries of webhook URLs are secrets.
-pub fn redact_url(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(parsed) => match (parsed.host_str(), parsed.port()) {
-            (Some(host), Some(port)) => format!("{}://{host}:{port}/…", parsed.scheme()),
-            (Some(host), None) => format!("{}://{host}/…", parsed.scheme()),
-            _ => "(a URL)".to_string(),
-        },
-        Err(_) => "(an invalid URL)".to_string(),
     }
 }
 
@@ -844,7 +963,7 @@ mod tests {
         let config = parse("").unwrap();
         assert_eq!(config.server.listen.to_string(), "127.0.0.1:9477");
         assert_eq!(config.server.database, PathBuf::from("llmwatch.db"));
-        assert!(config.bearer_token().is_none());
+        assert!(config.bearer_token().unwrap().is_none());
     }
 
     #[test]
@@ -1016,18 +1135,6 @@ timeout = "3s"
         assert!(
             err.contains("notifiers[0].url") && !err.contains("SECRET"),
             "{err}"
-        );
-    }
-
-    #[test]
-    fn urls_are_redacted() {
-        assert_eq!(
-            redact_url("https://hooks.slack.com/services/T0/B0/SECRET"),
-            "https://hooks.slack.com/…"
-        );
-        assert_eq!(
-            redact_url("http://127.0.0.1:9093"),
-            "http://127.0.0.1:9093/…"
         );
     }
 

@@ -2,6 +2,7 @@
 //! source, the batched writer, retention, and the web server. Returns a
 //! handle so tests and `llmwatch demo` can run it in-process.
 
+use llmwatch_core::redact::redact_url;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,22 +26,73 @@ pub struct Daemon {
     pub listen_addr: SocketAddr,
     pub counters: Arc<ScrapeCounters>,
     pub alerts: crate::alerts::AlertsHandle,
+    /// The one sweep slot (API, page and scheduled sweeps).
+    pub sweeps: SweepSlots,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
 
 impl Daemon {
-    /// Stops every loop and waits for the writer to commit what it holds.
+    /// Stops every loop, cancels a running sweep (it ends `cancelled` with
+    /// what it measured) and waits for the writer to commit what it holds.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
+        if self.sweeps.cancel_running() {
+            tracing::info!("shutdown: cancelling the running sweep");
+            // A cancelled sweep stores its end within moments; do not wait forever.
+            let deadline = tokio::time::Instant::now() + SWEEP_CANCEL_WAIT;
+            while self.sweeps.is_running() && tokio::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
         for task in self.tasks {
             let _ = task.await;
         }
     }
 }
 
+/// Waits for SIGTERM or SIGINT (Ctrl-C); returns which came.
+pub async fn stop_signal() -> anyhow::Result<&'static str> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let mut terminate = signal(SignalKind::terminate()).context("listening for SIGTERM")?;
+    let mut interrupt = signal(SignalKind::interrupt()).context("listening for SIGINT")?;
+    Ok(tokio::select! {
+        _ = terminate.recv() => "SIGTERM",
+        _ = interrupt.recv() => "SIGINT",
+    })
+}
+
+/// The most a graceful shutdown may take before the process exits anyway.
+pub const SHUTDOWN_LIMIT: Duration = Duration::from_secs(9);
+
+/// Runs the daemon until SIGTERM or SIGINT, then shuts it down within
+/// [`SHUTDOWN_LIMIT`]: stops accepting, ends the loops, cancels a running
+/// sweep (marked `cancelled`), lets the writer commit its last batch.
+pub async fn run_until_stopped(daemon: Daemon) -> anyhow::Result<()> {
+    let signal = stop_signal().await?;
+    tracing::info!(signal, "shutting down");
+    match tokio::time::timeout(SHUTDOWN_LIMIT, daemon.shutdown()).await {
+        Ok(()) => tracing::info!("stopped cleanly"),
+        Err(_) => tracing::warn!(limit = ?SHUTDOWN_LIMIT, "shutdown took too long; exiting anyway"),
+    }
+    Ok(())
+}
+
+/// How long shutdown waits for a cancelled sweep to store its end.
+const SWEEP_CANCEL_WAIT: Duration = Duration::from_secs(5);
+
 /// Starts the daemon for `config` on the current runtime.
 pub async fn start(config: Config) -> anyhow::Result<Daemon> {
+    // Fail closed before anything runs: a token that should be there and is
+    // not, or a network-facing listener without one, stops the start here.
+    let token = config.access_token()?;
+    if token.is_none() && !config.server.listen.ip().is_loopback() {
+        tracing::warn!(
+            listen = %config.server.listen,
+            "serving without a token on a network address (allow_unauthenticated = true): \
+             anyone who reaches it can read everything and start sweeps"
+        );
+    }
     let store = Store::open(&config.server.database)
         .await
         .with_context(|| format!("opening database {}", config.server.database.display()))?;
@@ -53,6 +105,15 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     // scrapes, page renders and alert evaluation on this runtime.
     let mut canary_thread: Option<Arc<MeasuringThread>> = None;
     let now = now_ms();
+    // No sweep runs yet: one still `running` in the store died with the
+    // previous process.
+    let interrupted = store.mark_interrupted_sweeps(now).await?;
+    if interrupted > 0 {
+        tracing::warn!(
+            sweeps = interrupted,
+            "sweeps cut off by the last stop marked interrupted"
+        );
+    }
 
     for target in &config.targets {
         let target_id = store
@@ -67,7 +128,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             timeout: target.scrape_timeout(),
             max_body_bytes: config.server.max_body_bytes,
         };
-        tracing::info!(target = %job.name, url = %job.url, interval = ?job.interval, "scraping");
+        tracing::info!(target = %job.name, url = %redact_url(&job.url), interval = ?job.interval, "scraping");
         if let Some(canary) = CanaryJob::from_config(target_id, target) {
             tracing::info!(target = %canary.name, shape = %canary.probe.shape, interval = ?canary.probe.interval, "canary probes");
             let thread = match &canary_thread {
@@ -111,7 +172,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
                     timeout: gpu.interval.min(Duration::from_secs(10)),
                     max_body_bytes: config.server.max_body_bytes,
                 };
-                tracing::info!(gpu_source = %job.name, url = %job.url, "scraping dcgm-exporter");
+                tracing::info!(gpu_source = %job.name, url = %redact_url(&job.url), "scraping dcgm-exporter");
                 tasks.push(tokio::spawn(scrape::run_scrape_loop(
                     client.clone(),
                     job,
@@ -196,7 +257,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     api.sweeps = sweep_slots.clone();
     let app = web::router(web::AppState {
         store: store.clone(),
-        token: config.bearer_token().map(Arc::from),
+        auth: Arc::new(crate::auth::Auth::new(token)),
         pages: Arc::new(crate::pages::PagesConfig {
             shutdown: Some(shutdown_rx.clone()),
             ..crate::pages::PagesConfig::from_config(&config)
@@ -219,6 +280,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         listen_addr,
         counters,
         alerts,
+        sweeps: sweep_slots,
         shutdown: shutdown_tx,
         tasks,
     })

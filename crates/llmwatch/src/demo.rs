@@ -158,9 +158,8 @@ pub async fn run(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Resul
         "\nllmwatch dashboard: http://{}/\n(Ctrl-C to stop)",
         demo.daemon.listen_addr
     );
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    let signal = crate::daemon::stop_signal().await?;
+    tracing::info!(signal, "stopping the demo");
     demo.shutdown().await;
     Ok(())
 }

@@ -4,6 +4,7 @@
 
 pub mod alerts;
 pub mod api;
+pub mod auth;
 pub mod bench_cmd;
 pub mod canary;
 pub mod config;
@@ -11,6 +12,7 @@ pub mod daemon;
 pub mod demo;
 pub mod gpu_nvml;
 pub mod inspect;
+pub mod logging;
 pub mod own_metrics;
 pub mod pages;
 pub mod scrape;

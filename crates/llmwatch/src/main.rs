@@ -4,7 +4,6 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 use llmwatch::config::Config;
@@ -101,13 +100,7 @@ fn main() -> std::process::ExitCode {
 }
 
 fn init_tracing() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .init();
+    llmwatch::logging::init();
 }
 
 async fn run(cli: Cli) -> anyhow::Result<()> {
@@ -117,11 +110,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = Config::load(&config)?;
             let daemon = daemon::start(config).await?;
             println!("llmwatch listening on http://{}", daemon.listen_addr);
-            tokio::signal::ctrl_c()
-                .await
-                .context("waiting for Ctrl-C")?;
-            daemon.shutdown().await;
-            Ok(())
+            daemon::run_until_stopped(daemon).await
         }
         Command::Sim {
             port,

@@ -4,6 +4,7 @@
 //! garbage yields a `up = false` record with the reason, never an error that
 //! stops the loop.
 
+use llmwatch_core::redact::{redact_url, redact_urls_in};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -244,8 +245,8 @@ pub async fn run_scrape_loop(
         if !record.up {
             tracing::warn!(
                 target = %job.name,
-                url = %job.url,
-                error = record.error.as_deref().unwrap_or(""),
+                url = %redact_url(&job.url),
+                error = %redact_urls_in(record.error.as_deref().unwrap_or("")),
                 "scrape failed"
             );
         }

@@ -1,18 +1,19 @@
 //! The HTTP surface of the daemon, composed here: `/healthz`, the dashboard
 //! pages and their live updates ([`crate::pages`]), the embedded static
-//! assets. Everything but `/healthz` and the static assets is guarded by an
-//! optional bearer token.
+//! assets. Everything but `/healthz`, the static assets and the login page
+//! is guarded by [`crate::auth`]; every state-changing request from another
+//! site is refused.
 
 use std::sync::Arc;
 
-use axum::extract::{Request, State};
-use axum::http::{header, StatusCode};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::extract::State;
+use axum::middleware;
+use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
-use axum::Router;
+use axum::{Extension, Router};
 use llmwatch_store::Store;
 
+use crate::auth::{self, Auth, CsrfToken};
 use crate::pages::{self, PagesConfig};
 
 /// The window of the rolling probe signals shown on pages.
@@ -21,7 +22,8 @@ pub const PROBE_WINDOW_MS: i64 = 5 * 60 * 1000;
 #[derive(Clone)]
 pub struct AppState {
     pub store: Store,
-    pub token: Option<Arc<str>>,
+    /// Who may use the HTTP surface: token, browser sessions, CSRF.
+    pub auth: Arc<Auth>,
     /// What the pages need from the config (objectives, GPU links, …).
     pub pages: Arc<PagesConfig>,
     /// The REST API, `/metrics` and the alert engine's view.
@@ -34,39 +36,37 @@ pub fn router(state: AppState) -> Router {
     let guarded = Router::new()
         .merge(pages::router())
         .merge(crate::api::router())
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route("/logout", get(logout_page).post(auth::logout))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::require_login,
+        ));
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
+        .route("/login", get(auth::login_page).post(auth::login))
         .merge(pages::static_router())
         .merge(guarded)
+        .layer(middleware::from_fn(auth::reject_cross_site))
         .with_state(state)
 }
 
-async fn require_token(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let Some(expected) = &state.token else {
-        return next.run(request).await;
-    };
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
-    match presented {
-        Some(token) if constant_time_eq(token.as_bytes(), expected.as_bytes()) => {
-            next.run(request).await
-        }
-        _ => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "missing or wrong bearer token\n",
-        )
-            .into_response(),
-    }
+#[derive(askama::Template, askama_web::WebTemplate)]
+#[template(path = "logout.html")]
+struct LogoutPage {
+    csrf: String,
 }
 
-/// Compares without an early exit, so timing does not leak the token.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+async fn logout_page(
+    State(state): State<AppState>,
+    csrf: Option<Extension<CsrfToken>>,
+) -> Response {
+    match csrf {
+        Some(Extension(CsrfToken(csrf))) if state.auth.token_required() => LogoutPage {
+            csrf: csrf.to_string(),
+        }
+        .into_response(),
+        _ => Redirect::to("/").into_response(),
+    }
 }
 
 /// Escapes text for HTML element and attribute content.
@@ -95,12 +95,5 @@ mod tests {
             escape("<a href=\"x\">&'"),
             "&lt;a href=&quot;x&quot;&gt;&amp;&#39;"
         );
-    }
-
-    #[test]
-    fn token_comparison() {
-        assert!(constant_time_eq(b"secret", b"secret"));
-        assert!(!constant_time_eq(b"secret", b"secreT"));
-        assert!(!constant_time_eq(b"secret", b"secret2"));
     }
 }

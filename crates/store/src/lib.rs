@@ -14,6 +14,7 @@ mod probes;
 mod series;
 mod sweeps;
 
+use llmwatch_core::redact::{redact_url, redact_urls_in};
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::str::FromStr;
@@ -237,7 +238,8 @@ impl Store {
         )
         .bind(name)
         .bind(kind.as_str())
-        .bind(url)
+        // Credentials in a target's URL never reach the database.
+        .bind(redact_url(url))
         .bind(now_ms)
         .fetch_one(&self.pool)
         .await?;
@@ -319,7 +321,7 @@ impl Store {
             .bind(scrape.up)
             .bind(scrape.duration_ms)
             .bind(i64::try_from(scrape.body_bytes).unwrap_or(i64::MAX))
-            .bind(scrape.error.as_deref())
+            .bind(scrape.error.as_deref().map(redact_urls_in))
             .bind(i64::try_from(pairs.len()).unwrap_or(i64::MAX))
             .bind(blob)
             .execute(&mut *tx)

@@ -2,6 +2,7 @@
 //! most), read back by window for the rolling client-side signals.
 
 use llmwatch_core::probe_signals::{probe_signals, ProbeTimings};
+use llmwatch_core::redact::redact_urls_in;
 use llmwatch_core::signals::Signal;
 use sqlx::Row;
 
@@ -114,7 +115,7 @@ impl Store {
         .bind(&probe.shape)
         .bind(probe.ok)
         .bind(probe.error_kind.as_deref())
-        .bind(probe.error.as_deref())
+        .bind(probe.error.as_deref().map(redact_urls_in))
         .bind(probe.http_status.map(i64::from))
         .bind(probe.ttfb_s)
         .bind(probe.ttft_s)
@@ -125,7 +126,7 @@ impl Store {
         .bind(probe.output_tokens)
         .bind(probe.cached_tokens)
         .bind(probe.finish_reason.as_deref())
-        .bind(&probe.record_json)
+        .bind(redact_urls_in(&probe.record_json))
         .fetch_one(&self.pool)
         .await?;
         Ok(row.try_get("id")?)

@@ -4,6 +4,7 @@
 //! from its steps with new thresholds. Only the columns that queries filter or
 //! order on are typed.
 
+use llmwatch_core::redact::{redact_url, redact_urls_in};
 use sqlx::Row;
 
 use crate::{Store, StoreError};
@@ -20,6 +21,10 @@ pub enum SweepStatus {
     Stopped,
     /// Ended by an error (a step could not run at all).
     Failed,
+    /// Cancelled by a user; the steps measured so far are kept.
+    Cancelled,
+    /// The daemon stopped while it ran (found `running` at the next start).
+    Interrupted,
 }
 
 impl SweepStatus {
@@ -29,6 +34,8 @@ impl SweepStatus {
             SweepStatus::Completed => "completed",
             SweepStatus::Stopped => "stopped",
             SweepStatus::Failed => "failed",
+            SweepStatus::Cancelled => "cancelled",
+            SweepStatus::Interrupted => "interrupted",
         }
     }
 
@@ -38,6 +45,8 @@ impl SweepStatus {
             "completed" => Ok(SweepStatus::Completed),
             "stopped" => Ok(SweepStatus::Stopped),
             "failed" => Ok(SweepStatus::Failed),
+            "cancelled" => Ok(SweepStatus::Cancelled),
+            "interrupted" => Ok(SweepStatus::Interrupted),
             other => Err(StoreError::Corrupt(format!(
                 "unknown sweep status {other:?}"
             ))),
@@ -101,9 +110,9 @@ impl Store {
              VALUES (?, ?, ?, ?, ?, 'running') RETURNING id",
         )
         .bind(sweep.target_name.as_deref())
-        .bind(&sweep.target_url)
+        .bind(redact_url(&sweep.target_url))
         .bind(sweep.started_ms)
-        .bind(&sweep.settings_json)
+        .bind(redact_urls_in(&sweep.settings_json))
         .bind(&sweep.card_json)
         .fetch_one(&self.pool)
         .await?;
@@ -124,7 +133,7 @@ impl Store {
         .bind(step.load_value)
         .bind(step.start_ms)
         .bind(step.end_ms)
-        .bind(&step.run_json)
+        .bind(redact_urls_in(&step.run_json))
         .bind(&step.evidence_json)
         .fetch_one(&self.pool)
         .await?;
@@ -138,12 +147,27 @@ impl Store {
         )
         .bind(end.ended_ms)
         .bind(end.verdict_json.as_deref())
-        .bind(end.stop_reason.as_deref())
+        .bind(end.stop_reason.as_deref().map(redact_urls_in))
         .bind(end.status.as_str())
         .bind(id)
         .execute(&self.pool)
         .await?;
         Ok(())
+    }
+
+    /// Marks every sweep still `running` as `interrupted` (call at start,
+    /// before any sweep runs: they were cut off by a crash or a kill). Their
+    /// steps stay. Returns how many were marked.
+    pub async fn mark_interrupted_sweeps(&self, now_ms: i64) -> Result<u64, StoreError> {
+        let done = sqlx::query(
+            "UPDATE sweeps SET status = 'interrupted', ended_ms = ?, \
+             stop_reason = COALESCE(stop_reason, 'the daemon stopped while the sweep ran') \
+             WHERE status = 'running'",
+        )
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected())
     }
 
     /// One sweep by id.

@@ -17,7 +17,8 @@ use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::config::{redact_url, NotifierConfig, NotifierKind};
+use crate::config::{NotifierConfig, NotifierKind};
+use llmwatch_core::redact::origin_only;
 
 /// How many batches may wait for a notifier.
 pub const QUEUE_CAPACITY: usize = 16;
@@ -132,7 +133,7 @@ pub fn spawn(
         dropped: AtomicU64::new(0),
     });
     let (tx, rx) = mpsc::channel(QUEUE_CAPACITY);
-    tracing::info!(notifier = %name, kind = config.kind.as_str(), url = %redact_url(&url), "notifier");
+    tracing::info!(notifier = %name, kind = config.kind.as_str(), url = %origin_only(&url), "notifier");
     let worker = Worker {
         client,
         url,

@@ -384,6 +384,20 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         ),
         (
             RouteDoc {
+                method: "post",
+                path: "/api/v1/sweeps/{id}/cancel",
+                operation_id: "cancelSweep",
+                summary: "Cancel the running sweep: requests in flight are aborted, measured steps kept, status `cancelled`.",
+                params: vec![path("id", "integer", "Sweep id.")],
+                errors: &[BAD, (404, "No such sweep."), (409, "The sweep is not running.")],
+                success: 202,
+                returns: &["id", "status", "href"],
+                request_body: None,
+            },
+            post(sweeps::cancel_sweep),
+        ),
+        (
+            RouteDoc {
                 method: "get",
                 path: "/api/v1/alerts",
                 operation_id: "listAlerts",
@@ -501,18 +515,9 @@ fn time_fields(out: &mut serde_json::Map<String, Value>, name: &str, ms: Option<
 }
 
 /// A URL without user or password.
+/// The URL as it may be shown: see [`llmwatch_core::redact`].
 pub fn without_credentials(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut parsed) => {
-            if parsed.username().is_empty() && parsed.password().is_none() {
-                return url.to_string();
-            }
-            let _ = parsed.set_username("");
-            let _ = parsed.set_password(None);
-            parsed.to_string()
-        }
-        Err(_) => url.to_string(),
-    }
+    llmwatch_core::redact::redact_url(url)
 }
 
 async fn find_target(store: &Store, name: &str) -> Result<TargetRow, ApiError> {

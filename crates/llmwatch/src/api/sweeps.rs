@@ -12,7 +12,7 @@ use llmwatch_store::SweepRow;
 use serde_json::{json, Value};
 
 use super::{params, time_fields, without_credentials, ApiError, ApiResult, RawQuery};
-use crate::sweep::schedule::settings_for_target;
+use crate::sweep::schedule::{check_limits, settings_for_target};
 use crate::sweep::{run_sweep, Ladder, SweepError};
 use crate::web::AppState;
 
@@ -206,6 +206,8 @@ pub(super) async fn start_sweep(
     settings
         .validate()
         .map_err(|err| ApiError::bad_request(err.to_string()))?;
+    check_limits(&settings, &state.api.config.server.sweep_limits)
+        .map_err(ApiError::bad_request)?;
     let permit = state.api.sweeps.try_acquire().ok_or_else(|| ApiError {
         status: StatusCode::CONFLICT,
         message:
@@ -215,6 +217,7 @@ pub(super) async fn start_sweep(
     let store = state.api.store.clone();
     let before = store.sweeps(1).await?.first().map(|s| s.id).unwrap_or(0);
     let name = target.name.clone();
+    settings.cancel = permit.cancel.clone();
     let mut task = tokio::spawn(async move {
         let _permit = permit;
         let result = run_sweep(settings, Some(&store), |_| {}).await;
@@ -273,4 +276,33 @@ fn start_error(err: SweepError) -> ApiError {
         status,
         message: format!("the sweep could not start: {err}"),
     }
+}
+
+/// `POST /api/v1/sweeps/{id}/cancel`: stops the running sweep `id`; its
+/// requests in flight are aborted, the steps measured so far are kept, and
+/// it ends `cancelled`.
+pub(super) async fn cancel_sweep(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    query: RawQuery,
+) -> Result<Response, ApiError> {
+    params(query, &[])?;
+    let id = parse_id(&id, "id")?;
+    let row = state
+        .api
+        .store
+        .sweep(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no sweep with id {id}")))?;
+    if row.status != llmwatch_store::SweepStatus::Running || !state.api.sweeps.cancel_running() {
+        return Err(ApiError {
+            status: StatusCode::CONFLICT,
+            message: format!("sweep {id} is not running (status {})", row.status.as_str()),
+        });
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": id, "status": "cancelling", "href": format!("/api/v1/sweeps/{id}")})),
+    )
+        .into_response())
 }

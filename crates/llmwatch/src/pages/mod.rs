@@ -172,6 +172,10 @@ pub fn router() -> Router<AppState> {
             get(sweep::list_handler).post(sweep::start_handler),
         )
         .route("/sweeps/{id}", get(sweep::handler))
+        .route(
+            "/sweeps/{id}/cancel",
+            axum::routing::post(sweep::cancel_handler),
+        )
         .route("/sweeps/{id}/charts/{file}", get(sweep::chart_download))
         .route("/compare", get(sweep::compare_handler))
         .route("/compare/charts/{file}", get(sweep::compare_chart_download))

@@ -7,7 +7,7 @@
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Form;
+use axum::{Extension, Form};
 use llmwatch_core::analysis::{
     analyze_sweep, summary_lines, AnalysisConfig, Load, Objectives, StepResult, SweepVerdict,
     WorkloadHints,
@@ -20,6 +20,8 @@ use serde_json::Value;
 use super::charts::{Chart, Dash, Marker, Rule, Series, Style, XAxis};
 use super::format;
 use super::{chart_file_response, error_response, split_file, store_error, ChartView, PagesConfig};
+use crate::auth::CsrfToken;
+use crate::sweep::schedule::check_limits;
 use crate::sweep::{compare_sweeps, load_sweep, run_sweep, Ladder, StoredSweep, SweepError};
 use crate::web::AppState;
 
@@ -287,6 +289,8 @@ pub struct SweepPage {
     pub id: i64,
     pub target: String,
     pub status: String,
+    /// The CSRF token of the Cancel form (set by the handler).
+    pub csrf: String,
     pub started: String,
     pub ended: String,
     pub stop_reason: Option<String>,
@@ -414,6 +418,7 @@ pub async fn sweep_page(store: &Store, id: i64) -> Result<Option<SweepPage>, Swe
     let o = &settings.objectives;
     Ok(Some(SweepPage {
         id,
+        csrf: String::new(),
         target: sweep
             .row
             .target_name
@@ -468,7 +473,11 @@ pub async fn sweep_page(store: &Store, id: i64) -> Result<Option<SweepPage>, Swe
     }))
 }
 
-pub async fn handler(State(state): State<AppState>, Path(id): Path<String>) -> Response {
+pub async fn handler(
+    State(state): State<AppState>,
+    csrf: Option<Extension<CsrfToken>>,
+    Path(id): Path<String>,
+) -> Response {
     let Ok(id) = id.parse::<i64>() else {
         return error_response(
             StatusCode::NOT_FOUND,
@@ -477,7 +486,12 @@ pub async fn handler(State(state): State<AppState>, Path(id): Path<String>) -> R
         );
     };
     match sweep_page(&state.store, id).await {
-        Ok(Some(page)) => page.into_response(),
+        Ok(Some(mut page)) => {
+            page.csrf = csrf
+                .map(|Extension(CsrfToken(t))| t.to_string())
+                .unwrap_or_default();
+            page.into_response()
+        }
         Ok(None) => error_response(
             StatusCode::NOT_FOUND,
             "No such sweep",
@@ -530,6 +544,8 @@ pub struct SweepListPage {
     pub message: Option<String>,
     pub slo_ttft: String,
     pub slo_itl: String,
+    /// The CSRF token the start form carries (set by the handler).
+    pub csrf: String,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -563,17 +579,27 @@ pub async fn sweep_list_page(
         message,
         slo_ttft: format!("{}ms", config.slo_ttft_p95.unwrap_or(1.0) * 1000.0),
         slo_itl: format!("{}ms", config.slo_itl_p95.unwrap_or(0.05) * 1000.0),
+        csrf: String::new(),
     })
 }
 
-pub async fn list_handler(State(state): State<AppState>, Query(q): Query<ListQuery>) -> Response {
+pub async fn list_handler(
+    State(state): State<AppState>,
+    csrf: Option<Extension<CsrfToken>>,
+    Query(q): Query<ListQuery>,
+) -> Response {
     let message = q.started.map(|t| {
         format!("Sweep of {t} started; it appears below once its first step is measured.")
     });
     // The daemon's one sweep slot (shared with the API and schedules).
-    let running = state.api.sweeps.try_acquire().is_none();
+    let running = state.api.sweeps.is_running();
     match sweep_list_page(&state.store, &state.pages, running, message).await {
-        Ok(page) => page.into_response(),
+        Ok(mut page) => {
+            page.csrf = csrf
+                .map(|Extension(CsrfToken(t))| t.to_string())
+                .unwrap_or_default();
+            page.into_response()
+        }
         Err(err) => store_error(err),
     }
 }
@@ -587,11 +613,24 @@ pub struct StartForm {
     pub requests_per_step: u64,
     pub slo_ttft_p95: String,
     pub slo_itl_p95: String,
+    #[serde(default)]
+    pub csrf: String,
 }
 
 /// `POST /sweeps`: starts a sweep of a configured target in the background
 /// (one at a time), then redirects to the list.
-pub async fn start_handler(State(state): State<AppState>, Form(form): Form<StartForm>) -> Response {
+pub async fn start_handler(
+    State(state): State<AppState>,
+    csrf: Option<Extension<CsrfToken>>,
+    Form(form): Form<StartForm>,
+) -> Response {
+    if !crate::auth::csrf_ok(csrf.as_ref(), &form.csrf) {
+        return error_response(
+            StatusCode::FORBIDDEN,
+            "Form expired",
+            "the form's CSRF token is missing or wrong: reload the page and try again",
+        );
+    }
     let config = &state.pages;
     if !config.sweeps_enabled {
         return error_response(
@@ -641,6 +680,9 @@ pub async fn start_handler(State(state): State<AppState>, Form(form): Form<Start
     if let Err(err) = settings.validate() {
         return bad(err.to_string());
     }
+    if let Err(err) = check_limits(&settings, &daemon_config.server.sweep_limits) {
+        return bad(err);
+    }
     // One sweep at a time across the daemon: the API's and the schedules'
     // slot.
     let Some(permit) = state.api.sweeps.try_acquire() else {
@@ -650,6 +692,7 @@ pub async fn start_handler(State(state): State<AppState>, Form(form): Form<Start
             "one sweep at a time: wait for the running one to finish",
         );
     };
+    settings.cancel = permit.cancel.clone();
     let store = state.store.clone();
     let name = target.name.clone();
     tokio::spawn(async move {
@@ -667,6 +710,51 @@ pub async fn start_handler(State(state): State<AppState>, Form(form): Form<Start
             header::LOCATION,
             format!("/sweeps?started={}", super::path_segment(&form.target)),
         )],
+    )
+        .into_response()
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CancelForm {
+    #[serde(default)]
+    pub csrf: String,
+}
+
+/// `POST /sweeps/{id}/cancel`: the Cancel button of a running sweep.
+pub async fn cancel_handler(
+    State(state): State<AppState>,
+    csrf: Option<Extension<CsrfToken>>,
+    Path(id): Path<String>,
+    Form(form): Form<CancelForm>,
+) -> Response {
+    if !crate::auth::csrf_ok(csrf.as_ref(), &form.csrf) {
+        return error_response(
+            StatusCode::FORBIDDEN,
+            "Form expired",
+            "the form's CSRF token is missing or wrong: reload the page and try again",
+        );
+    }
+    let Ok(id) = id.parse::<i64>() else {
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "No such sweep",
+            "sweep ids are numbers",
+        );
+    };
+    let running = matches!(
+        state.store.sweep(id).await,
+        Ok(Some(row)) if row.status == llmwatch_store::SweepStatus::Running
+    );
+    if !running || !state.api.sweeps.cancel_running() {
+        return error_response(
+            StatusCode::CONFLICT,
+            "Not running",
+            format!("sweep {id} is not running"),
+        );
+    }
+    (
+        StatusCode::SEE_OTHER,
+        [(header::LOCATION, format!("/sweeps/{id}"))],
     )
         .into_response()
 }

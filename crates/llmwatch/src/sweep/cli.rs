@@ -191,7 +191,10 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
     println!();
     print!("{}", render_verdict(&report));
     if let Some(path) = &args.json {
-        let text = serde_json::to_string_pretty(&report.to_json())?;
+        // No credential of a URL in the file (see llmwatch_core::redact).
+        let text = llmwatch_core::redact::redact_urls_in(&serde_json::to_string_pretty(
+            &report.to_json(),
+        )?);
         std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())

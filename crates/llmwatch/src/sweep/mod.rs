@@ -194,6 +194,44 @@ pub struct SweepSettings {
     /// Whether the measuring thread busy-polls during steps (see
     /// [`llmwatch_probe::measure`]).
     pub spin: Spin,
+    /// The longest the whole sweep may run; past it, the step in flight is
+    /// aborted and the sweep ends `stopped` with what it measured.
+    pub max_duration: Option<Duration>,
+    /// Lets another task cancel the sweep (the API, the page, shutdown).
+    pub cancel: SweepCancel,
+}
+
+/// A handle that cancels a running sweep: the step in flight is dropped,
+/// which aborts its requests, and the sweep ends `cancelled` with the steps
+/// it measured. Clones share one state.
+#[derive(Debug, Clone)]
+pub struct SweepCancel {
+    state: Arc<tokio::sync::watch::Sender<bool>>,
+}
+
+impl Default for SweepCancel {
+    fn default() -> Self {
+        SweepCancel {
+            state: Arc::new(tokio::sync::watch::channel(false).0),
+        }
+    }
+}
+
+impl SweepCancel {
+    pub fn cancel(&self) {
+        self.state.send_replace(true);
+    }
+
+    pub fn is_cancelled(&self) -> bool {
+        *self.state.borrow()
+    }
+
+    /// Resolves once the sweep is cancelled.
+    pub async fn cancelled(&self) {
+        let mut receiver = self.state.subscribe();
+        // Err: the sender is gone, which cannot happen while `self` holds it.
+        let _ = receiver.wait_for(|cancelled| *cancelled).await;
+    }
 }
 
 impl SweepSettings {
@@ -235,6 +273,8 @@ impl SweepSettings {
             seed: 0,
             request_timeout: Duration::from_secs(600),
             spin: Spin::Auto,
+            max_duration: None,
+            cancel: SweepCancel::default(),
         }
     }
 
@@ -492,6 +532,7 @@ pub async fn run_sweep(
         },
     )
     .await?;
+    check_context(&settings.shape, card.max_context_len)?;
     let calibrator = Calibrator::new();
     let mut workload = Workload::prepare(
         &client,
@@ -536,8 +577,11 @@ pub async fn run_sweep(
     let mut stop_reason = None;
     let mut status = SweepStatus::Completed;
     let mut next_seq: u64 = 0;
+    let deadline = settings
+        .max_duration
+        .map(|d| tokio::time::Instant::now() + d);
     for (index, load) in loads.iter().enumerate() {
-        let measured = run_step(
+        let step = run_step(
             &settings,
             &runner,
             &http,
@@ -545,8 +589,24 @@ pub async fn run_sweep(
             &metrics_url,
             *load,
             &mut next_seq,
-        )
-        .await;
+        );
+        let measured = tokio::select! {
+            measured = step => measured,
+            () = settings.cancel.cancelled() => {
+                // Dropping the step aborts its requests.
+                stop_reason = Some(format!("cancelled during step {index} ({load})"));
+                status = SweepStatus::Cancelled;
+                break;
+            }
+            () = sleep_until_deadline(deadline) => {
+                stop_reason = Some(format!(
+                    "the sweep ran past its {} limit (max_sweep_duration) during step {index} ({load})",
+                    humantime::format_duration(settings.max_duration.unwrap_or_default())
+                ));
+                status = SweepStatus::Stopped;
+                break;
+            }
+        };
         let mut report = match measured {
             Ok(step) => step,
             Err(err) => {
@@ -625,6 +685,26 @@ pub async fn run_sweep(
         status,
         settings_json,
     })
+}
+
+/// Waits until `deadline`, or forever without one.
+async fn sleep_until_deadline(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Refuses a shape that does not fit the model's context before any request.
+fn check_context(shape: &Shape, max_context_len: Option<u64>) -> Result<(), SweepError> {
+    let needed = u64::from(shape.input_tokens) + u64::from(shape.output_tokens);
+    match max_context_len {
+        Some(context) if needed > context => Err(SweepError::Settings(format!(
+            "shape: {shape} needs {needed} tokens of context, more than the model's \
+             context length of {context} (max_model_len)"
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The hard limits, checked after each step.

@@ -10,8 +10,8 @@ use llmwatch_probe::{Secret, Shape};
 use llmwatch_store::Store;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use super::{run_sweep, Ladder, SweepError, SweepSettings};
-use crate::config::{Config, ProbeApi, SweepScheduleConfig, TargetConfig};
+use super::{run_sweep, Ladder, SweepCancel, SweepError, SweepSettings};
+use crate::config::{Config, ProbeApi, SweepLimits, SweepScheduleConfig, TargetConfig};
 use crate::ticker::schedule_offset;
 
 /// The settings a daemon sweep of `target` starts from: its URLs (metrics,
@@ -42,7 +42,53 @@ pub fn settings_for_target(config: &Config, target: &TargetConfig) -> SweepSetti
     if let Some(sweep) = &target.sweep {
         settings.spin = sweep.spin;
     }
+    settings.max_duration = Some(config.server.sweep_limits.max_sweep_duration);
     settings
+}
+
+/// Checks a daemon sweep (API, page, schedule) against `[server.sweep_limits]`;
+/// the error names the request field that is out of bounds.
+pub fn check_limits(settings: &SweepSettings, limits: &SweepLimits) -> Result<(), String> {
+    let (field, loads) = match &settings.ladder {
+        Ladder::Concurrency(levels) => ("concurrency", levels.len()),
+        Ladder::Rate(rates) => ("rate", rates.len()),
+    };
+    if loads > limits.max_steps {
+        return Err(format!(
+            "{field}: {loads} steps, more than the {} allowed (server.sweep_limits.max_steps)",
+            limits.max_steps
+        ));
+    }
+    if let Ladder::Rate(rates) = &settings.ladder {
+        if let Some(rate) = rates.iter().find(|r| **r > limits.max_rate) {
+            return Err(format!(
+                "rate: {rate} requests/s is above the limit of {} (server.sweep_limits.max_rate)",
+                limits.max_rate
+            ));
+        }
+    }
+    if settings.requests_per_step > limits.max_requests_per_step {
+        return Err(format!(
+            "requests_per_step: {} is above the limit of {} (server.sweep_limits.max_requests_per_step)",
+            settings.requests_per_step, limits.max_requests_per_step
+        ));
+    }
+    if settings.min_step_duration > limits.max_step_duration {
+        return Err(format!(
+            "min_step_duration: {} is above the limit of {} (server.sweep_limits.max_step_duration)",
+            humantime::format_duration(settings.min_step_duration),
+            humantime::format_duration(limits.max_step_duration)
+        ));
+    }
+    let shortest = settings.min_step_duration * u32::try_from(loads).unwrap_or(u32::MAX);
+    if shortest > limits.max_sweep_duration {
+        return Err(format!(
+            "min_step_duration: {loads} steps of at least {} take longer than the sweep may run ({}, server.sweep_limits.max_sweep_duration)",
+            humantime::format_duration(settings.min_step_duration),
+            humantime::format_duration(limits.max_sweep_duration)
+        ));
+    }
+    Ok(())
 }
 
 /// Applies a `[targets.sweep]` section to `settings`; checks the result.
@@ -83,18 +129,57 @@ pub fn apply_schedule(
 /// One sweep at a time across the daemon (API and schedule alike): sweeps
 /// load servers hard, two at once would measure each other.
 #[derive(Clone)]
-pub struct SweepSlots(std::sync::Arc<Semaphore>);
+pub struct SweepSlots {
+    permits: std::sync::Arc<Semaphore>,
+    /// The cancel handle of the sweep holding the slot.
+    current: std::sync::Arc<std::sync::Mutex<SweepCancel>>,
+}
 
 impl Default for SweepSlots {
     fn default() -> Self {
-        SweepSlots(std::sync::Arc::new(Semaphore::new(1)))
+        SweepSlots {
+            permits: std::sync::Arc::new(Semaphore::new(1)),
+            current: Default::default(),
+        }
     }
 }
 
+/// The one sweep slot, held: its sweep runs with `cancel`.
+pub struct SweepPermit {
+    _permit: OwnedSemaphorePermit,
+    pub cancel: SweepCancel,
+}
+
 impl SweepSlots {
-    /// A permit if no sweep is running.
-    pub fn try_acquire(&self) -> Option<OwnedSemaphorePermit> {
-        self.0.clone().try_acquire_owned().ok()
+    /// The slot, with a fresh cancel handle for its sweep, if no sweep is running.
+    pub fn try_acquire(&self) -> Option<SweepPermit> {
+        let permit = self.permits.clone().try_acquire_owned().ok()?;
+        let cancel = SweepCancel::default();
+        if let Ok(mut current) = self.current.lock() {
+            *current = cancel.clone();
+        }
+        Some(SweepPermit {
+            _permit: permit,
+            cancel,
+        })
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.permits.available_permits() == 0
+    }
+
+    /// Cancels the running sweep, if there is one; `true` if there was.
+    pub fn cancel_running(&self) -> bool {
+        if !self.is_running() {
+            return false;
+        }
+        match self.current.lock() {
+            Ok(current) => {
+                current.cancel();
+                true
+            }
+            Err(_) => false,
+        }
     }
 }
 
@@ -121,15 +206,23 @@ pub async fn run_schedule(
             _ = ticker.tick() => {}
             _ = shutdown.changed() => return,
         }
-        let Some(_permit) = slots.try_acquire() else {
+        let Some(permit) = slots.try_acquire() else {
             tracing::warn!(target = %target.name, "scheduled sweep skipped: another sweep is running");
             continue;
         };
         tracing::info!(target = %target.name, "scheduled sweep starting");
-        let sweep = run_sweep(settings.clone(), Some(&store), |_| {});
+        let mut this_sweep = settings.clone();
+        this_sweep.cancel = permit.cancel.clone();
+        let sweep = run_sweep(this_sweep, Some(&store), |_| {});
+        tokio::pin!(sweep);
+        // At shutdown the sweep is cancelled, not dropped: it ends
+        // `cancelled` with what it measured.
         let result = tokio::select! {
-            result = sweep => result,
-            _ = shutdown.changed() => return,
+            result = &mut sweep => result,
+            _ = shutdown.changed() => {
+                permit.cancel.cancel();
+                sweep.await
+            }
         };
         match result {
             Ok(report) => tracing::info!(

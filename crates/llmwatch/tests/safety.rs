@@ -1,0 +1,408 @@
+//! The daemon is safe to leave beside production: it fails closed on a
+//! missing token, logs browsers in with a session cookie, refuses
+//! cross-site state changes and forms without their CSRF token, bounds and
+//! cancels sweeps, marks sweeps a crash cut off, and keeps credentials in
+//! target URLs out of pages, API answers and the database. Each test starts
+//! the real daemon on port 0 with a real SQLite file.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{spawn_daemon, test_config, wait_for};
+use llmwatch::daemon;
+use llmwatch::sim_cmd::{self, SimArgs};
+use llmwatch_store::{NewSweep, Store, SweepStatus, SweepStepRow};
+use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
+use reqwest::StatusCode;
+use serde_json::{json, Value};
+
+const TOKEN: &str = "s3cret-token-for-tests";
+
+fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
+async fn sim() -> (llmwatch_sim::Sim, std::net::SocketAddr) {
+    let (sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+        .await
+        .unwrap();
+    (sim, engine)
+}
+
+fn target_toml(engine: std::net::SocketAddr) -> String {
+    format!("[[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"250ms\"\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_token_or_an_open_network_listener_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let unset = "LLMWATCH_TEST_TOKEN_THAT_IS_NEVER_SET";
+    let config = test_config(&format!("[server]\ntoken_env = \"{unset}\"\n"), dir.path());
+    let err = daemon::start(config).await.err().expect("refused");
+    let message = format!("{err:#}");
+    assert!(
+        message.contains("server.token_env") && message.contains(unset),
+        "{message}"
+    );
+
+    let empty = llmwatch::config::Config::parse("[server]\ntoken = \"\"\n", "t.toml".as_ref())
+        .err()
+        .expect("an empty token is refused")
+        .to_string();
+    assert!(empty.contains("server.token"), "{empty}");
+
+    let mut open = test_config("", dir.path());
+    open.server.listen = "0.0.0.0:0".parse().unwrap();
+    let message = format!(
+        "{:#}",
+        daemon::start(open.clone()).await.err().expect("refused")
+    );
+    assert!(message.contains("server.listen"), "{message}");
+    open.server.allow_unauthenticated = true;
+    let running = daemon::start(open).await.expect("allowed on purpose");
+    running.shutdown().await;
+}
+
+/// A cookie's `name=value` from a response's `Set-Cookie` headers, with the
+/// whole header line.
+fn set_cookie(response: &reqwest::Response, name: &str) -> Option<(String, String)> {
+    response
+        .headers()
+        .get_all(SET_COOKIE)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .find(|v| v.starts_with(&format!("{name}=")))
+        .map(|line| {
+            let pair = line.split(';').next().unwrap_or("").to_string();
+            (pair, line.to_string())
+        })
+}
+
+fn hidden_field(html: &str, name: &str) -> String {
+    let marker = format!("name=\"{name}\" value=\"");
+    let start = html
+        .find(&marker)
+        .unwrap_or_else(|| panic!("no {name} in {html}"))
+        + marker.len();
+    html[start..].split('"').next().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn browsers_log_in_with_a_session_cookie_and_forms_need_their_token() {
+    let (_sim, engine) = sim().await;
+    let test = spawn_daemon(&format!(
+        "[server]\ntoken = \"{TOKEN}\"\n{}",
+        target_toml(engine)
+    ))
+    .await;
+    let base = test.base_url();
+    let http = client();
+
+    // Pages send a browser to the login page; the API answers 401.
+    let page = http.get(format!("{base}/sweeps")).send().await.unwrap();
+    assert_eq!(page.status(), StatusCode::SEE_OTHER);
+    assert_eq!(page.headers()[LOCATION], "/login?next=/sweeps");
+    let api = http
+        .get(format!("{base}/api/v1/targets"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api.status(), StatusCode::UNAUTHORIZED);
+    for open in ["/healthz", "/static/style.css", "/login"] {
+        let r = http.get(format!("{base}{open}")).send().await.unwrap();
+        assert_eq!(r.status(), StatusCode::OK, "{open}");
+    }
+
+    // The login form: a double-submit CSRF token in a cookie and the form.
+    let form = http
+        .get(format!("{base}/login?next=/sweeps"))
+        .send()
+        .await
+        .unwrap();
+    let (login_cookie, _) = set_cookie(&form, "llmwatch_login").expect("login cookie");
+    let html = form.text().await.unwrap();
+    let csrf = hidden_field(&html, "csrf");
+    let login = |token: &'static str, csrf: String, cookie: String| {
+        let http = http.clone();
+        let base = base.clone();
+        async move {
+            http.post(format!("{base}/login"))
+                .header(COOKIE, cookie)
+                .form(&[("token", token), ("csrf", &csrf), ("next", "/sweeps")])
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let wrong = login("not-the-token", csrf.clone(), login_cookie.clone()).await;
+    assert_eq!(wrong.status(), StatusCode::UNAUTHORIZED);
+    assert!(set_cookie(&wrong, "llmwatch_session").is_none());
+    let forged = login(TOKEN, "forged".into(), login_cookie.clone()).await;
+    assert_eq!(forged.status(), StatusCode::FORBIDDEN);
+    let cross_site = http
+        .post(format!("{base}/login"))
+        .header(COOKIE, &login_cookie)
+        .header("origin", "https://evil.example")
+        .form(&[("token", TOKEN), ("csrf", &csrf)])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross_site.status(), StatusCode::FORBIDDEN);
+
+    let ok = login(TOKEN, csrf, login_cookie).await;
+    assert_eq!(ok.status(), StatusCode::SEE_OTHER);
+    assert_eq!(ok.headers()[LOCATION], "/sweeps");
+    let (session, line) = set_cookie(&ok, "llmwatch_session").expect("session cookie");
+    assert!(
+        line.contains("HttpOnly") && line.contains("SameSite=Strict"),
+        "{line}"
+    );
+
+    // The cookie opens pages, live updates and the API.
+    let sweeps = http
+        .get(format!("{base}/sweeps"))
+        .header(COOKIE, &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sweeps.status(), StatusCode::OK);
+    let html = sweeps.text().await.unwrap();
+    let form_csrf = hidden_field(&html, "csrf");
+    let events = http
+        .get(format!("{base}/events"))
+        .header(COOKIE, &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+    assert!(events.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .starts_with("text/event-stream"));
+    drop(events);
+
+    // The sweep form without its CSRF token, or from another site, is refused.
+    let start = |csrf: &str, origin: Option<&str>| {
+        let mut request = http
+            .post(format!("{base}/sweeps"))
+            .header(COOKIE, &session)
+            .form(&[
+                ("target", "sim"),
+                ("concurrency", "1"),
+                ("shape", "16x2"),
+                ("requests_per_step", "2"),
+                ("slo_ttft_p95", "1s"),
+                ("slo_itl_p95", "50ms"),
+                ("csrf", csrf),
+            ]);
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.send()
+    };
+    let missing = start("", None).await.unwrap();
+    assert_eq!(missing.status(), StatusCode::FORBIDDEN);
+    let evil = start(&form_csrf, Some("https://evil.example"))
+        .await
+        .unwrap();
+    assert_eq!(evil.status(), StatusCode::FORBIDDEN);
+    assert_eq!(test.daemon.store.sweeps(10).await.unwrap().len(), 0);
+    let same_site = start(&form_csrf, Some(&base)).await.unwrap();
+    assert_eq!(same_site.status(), StatusCode::SEE_OTHER);
+
+    // A cross-site API call with the bearer token is refused too.
+    let api_evil = http
+        .post(format!("{base}/api/v1/sweeps"))
+        .bearer_auth(TOKEN)
+        .header("sec-fetch-site", "cross-site")
+        .json(&json!({"target": "sim"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(api_evil.status(), StatusCode::FORBIDDEN);
+
+    // Logout ends the session.
+    let logout_page = http
+        .get(format!("{base}/logout"))
+        .header(COOKIE, &session)
+        .send()
+        .await
+        .unwrap();
+    let logout_csrf = hidden_field(&logout_page.text().await.unwrap(), "csrf");
+    let out = http
+        .post(format!("{base}/logout"))
+        .header(COOKIE, &session)
+        .form(&[("csrf", logout_csrf.as_str())])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(out.status(), StatusCode::SEE_OTHER);
+    let after = http
+        .get(format!("{base}/sweeps"))
+        .header(COOKIE, &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(after.status(), StatusCode::SEE_OTHER, "session ended");
+    test.daemon.shutdown().await;
+}
+
+async fn post_sweep(base: &str, body: Value) -> (StatusCode, Value) {
+    let response = client()
+        .post(format!("{base}/api/v1/sweeps"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let status = response.status();
+    (status, response.json().await.unwrap_or(Value::Null))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweeps_out_of_bounds_are_refused_naming_the_field() {
+    let (_sim, engine) = sim().await;
+    let test = spawn_daemon(&format!(
+        "[server.sweep_limits]\nmax_steps = 4\nmax_rate = 50\nmax_requests_per_step = 500\n\
+         max_step_duration = \"1m\"\nmax_sweep_duration = \"3m\"\n{}",
+        target_toml(engine)
+    ))
+    .await;
+    let base = test.base_url();
+    for (body, field) in [
+        (
+            json!({"target": "sim", "concurrency": [1, 2, 4, 8, 16]}),
+            "concurrency",
+        ),
+        (json!({"target": "sim", "rate": [10.0, 100.0]}), "rate"),
+        (
+            json!({"target": "sim", "concurrency": [1], "requests_per_step": 501}),
+            "requests_per_step",
+        ),
+        (
+            json!({"target": "sim", "concurrency": [1], "min_step_duration": "2m"}),
+            "min_step_duration",
+        ),
+        (
+            json!({"target": "sim", "concurrency": [1, 2, 4, 8], "min_step_duration": "50s"}),
+            "max_sweep_duration",
+        ),
+        (json!({"target": "sim", "concurrency": [128]}), "cap"),
+        // The simulator's context is 2048 tokens.
+        (
+            json!({"target": "sim", "shape": "4000x100", "concurrency": [1]}),
+            "shape",
+        ),
+    ] {
+        let (status, answer) = post_sweep(&base, body.clone()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {answer}");
+        let message = answer["error"]["message"].as_str().unwrap_or("");
+        assert!(
+            message.contains(field),
+            "{body}: {message:?} lacks {field:?}"
+        );
+    }
+    test.daemon.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_sweep_stops_within_five_seconds_and_keeps_its_steps() {
+    let (sim, engine) = sim().await;
+    let test = spawn_daemon(&target_toml(engine)).await;
+    let base = test.base_url();
+    // Long steps: the first is measured in ~1 s, the second would take a minute.
+    let (status, answer) = post_sweep(
+        &base,
+        json!({"target": "sim", "shape": "16x64", "concurrency": [1, 4, 8],
+               "requests_per_step": 2, "min_step_duration": "1s"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let id = answer["id"].as_i64().expect("sweep id");
+    let store = test.daemon.store.clone();
+    wait_for(
+        "the first measured step",
+        Duration::from_secs(30),
+        || async { (!store.sweep_steps(id).await.unwrap().is_empty()).then_some(()) },
+    )
+    .await;
+    // Now with requests in flight for the next step, cancel.
+    wait_for("requests in flight", Duration::from_secs(10), || async {
+        (sim.snapshot().running > 0).then_some(())
+    })
+    .await;
+    let cancel_sent = Instant::now();
+    let response = client()
+        .post(format!("{base}/api/v1/sweeps/{id}/cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::ACCEPTED);
+    let row = wait_for("the sweep to end", Duration::from_secs(5), || async {
+        let row = store.sweep(id).await.unwrap()?;
+        (row.status != SweepStatus::Running).then_some(row)
+    })
+    .await;
+    assert!(cancel_sent.elapsed() < Duration::from_secs(5));
+    assert_eq!(row.status, SweepStatus::Cancelled, "{row:?}");
+    assert!(row.stop_reason.unwrap_or_default().contains("cancelled"));
+    assert!(
+        !store.sweep_steps(id).await.unwrap().is_empty(),
+        "steps kept"
+    );
+    wait_for(
+        "the in-flight requests aborted",
+        Duration::from_secs(5),
+        || async {
+            (sim.snapshot().finished_aborted > 0 && sim.snapshot().running == 0).then_some(())
+        },
+    )
+    .await;
+    // Cancelling again: not running.
+    let again = client()
+        .post(format!("{base}/api/v1/sweeps/{id}/cancel"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(again.status(), StatusCode::CONFLICT);
+    test.daemon.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_cut_off_by_a_crash_is_marked_interrupted_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("llmwatch.db")).await.unwrap();
+    let id = store
+        .create_sweep(&NewSweep {
+            target_name: Some("sim".into()),
+            target_url: "http://127.0.0.1:1".into(),
+            started_ms: 1_000,
+            settings_json: "{}".into(),
+            card_json: "{}".into(),
+        })
+        .await
+        .unwrap();
+    store
+        .write_sweep_step(&SweepStepRow {
+            sweep_id: id,
+            step_index: 0,
+            load_kind: "concurrency".into(),
+            load_value: 1.0,
+            start_ms: 1_000,
+            end_ms: 2_000,
+            run_json: "{}".into(),
+            evidence_json: "{}".into(),
+        })
+        .await
+        .unwrap();
+    drop(store);
+    let running = daemon::start(test_config("", dir.path())).await.unwrap();
+    let row = running.store.sweep(id).await.unwrap().unwrap();
+    assert_eq!(row.status, SweepStatus::Interrupted);
+    assert!(row.ended_ms.is_some());
+    assert_eq!(running.store.sweep_steps(id).await.unwrap().len(), 1);
+    running.shutdown().await;
+}

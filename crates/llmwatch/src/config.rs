@@ -69,6 +69,18 @@ pub struct ServerConfig {
     /// How long scrapes are kept.
     #[serde(default = "default_retention", deserialize_with = "duration")]
     pub retention: Duration,
+    /// How long probe rows (canaries, bench and sweep requests) are kept.
+    #[serde(default = "default_retention", deserialize_with = "duration")]
+    pub probe_retention: Duration,
+    /// How long finished sweeps (with their steps) are kept.
+    #[serde(default = "default_sweep_retention", deserialize_with = "duration")]
+    pub sweep_retention: Duration,
+    /// How long the alert history (state changes) is kept.
+    #[serde(
+        default = "default_alert_history_retention",
+        deserialize_with = "duration"
+    )]
+    pub alert_history_retention: Duration,
     /// Scrapes older than this are thinned to one per `downsample_interval`
     /// per target (DESIGN.md: a month of history kept small).
     #[serde(default = "default_downsample_after", deserialize_with = "duration")]
@@ -159,6 +171,9 @@ impl Default for ServerConfig {
             token_env: None,
             allow_unauthenticated: false,
             retention: default_retention(),
+            probe_retention: default_retention(),
+            sweep_retention: default_sweep_retention(),
+            alert_history_retention: default_alert_history_retention(),
             downsample_after: default_downsample_after(),
             downsample_interval: default_downsample_interval(),
             max_body_bytes: default_max_body_bytes(),
@@ -484,6 +499,12 @@ fn default_database() -> PathBuf {
 fn default_retention() -> Duration {
     Duration::from_secs(30 * 24 * 3600)
 }
+fn default_sweep_retention() -> Duration {
+    Duration::from_secs(365 * 24 * 3600)
+}
+fn default_alert_history_retention() -> Duration {
+    Duration::from_secs(90 * 24 * 3600)
+}
 fn default_downsample_after() -> Duration {
     Duration::from_secs(2 * 24 * 3600)
 }
@@ -758,6 +779,17 @@ impl Config {
                     ));
                 }
             }
+        }
+        for (name, keep) in [
+            ("retention", self.server.retention),
+            ("probe_retention", self.server.probe_retention),
+            ("sweep_retention", self.server.sweep_retention),
+            (
+                "alert_history_retention",
+                self.server.alert_history_retention,
+            ),
+        ] {
+            check_positive(keep).map_err(|m| (format!("server.{name}"), m))?;
         }
         let limits = &self.server.sweep_limits;
         if limits.max_steps == 0 || limits.max_requests_per_step == 0 {

@@ -3,6 +3,7 @@
 //! handle so tests and `llmwatch demo` can run it in-process.
 
 use llmwatch_core::redact::redact_url;
+use llmwatch_store::{Pruned, RetentionCutoffs};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,6 +109,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     // No sweep runs yet: one still `running` in the store died with the
     // previous process.
     let interrupted = store.mark_interrupted_sweeps(now).await?;
+    let mut active_targets = Vec::new();
     if interrupted > 0 {
         tracing::warn!(
             sweeps = interrupted,
@@ -119,6 +121,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         let target_id = store
             .upsert_target(&target.name, TargetKind::Engine, &target.url, now)
             .await?;
+        active_targets.push(target_id);
         let job = ScrapeJob {
             target_id,
             name: target.name.clone(),
@@ -163,6 +166,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
                 let target_id = store
                     .upsert_target(&gpu.name, TargetKind::Gpu, url, now)
                     .await?;
+                active_targets.push(target_id);
                 let job = ScrapeJob {
                     target_id,
                     name: gpu.name.clone(),
@@ -189,6 +193,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             let target_id = store
                 .upsert_target(&gpu.name, TargetKind::Gpu, "nvml://local", now)
                 .await?;
+            active_targets.push(target_id);
             tasks.push(tokio::spawn(run_nvml_loop(
                 Arc::new(source),
                 target_id,
@@ -208,6 +213,10 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         store.clone(),
         Retention {
             keep: config.server.retention,
+            probes: config.server.probe_retention,
+            sweeps: config.server.sweep_retention,
+            alert_history: config.server.alert_history_retention,
+            active_targets: active_targets.clone(),
             downsample_after: config.server.downsample_after,
             downsample_interval: config.server.downsample_interval,
         },
@@ -329,9 +338,14 @@ async fn run_nvml_loop(
 }
 
 /// What the hourly maintenance does to old scrapes.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 struct Retention {
     keep: Duration,
+    probes: Duration,
+    sweeps: Duration,
+    alert_history: Duration,
+    /// The targets this config scrapes: their series stay.
+    active_targets: Vec<i64>,
     downsample_after: Duration,
     /// Zero: never thin.
     downsample_interval: Duration,
@@ -351,9 +365,19 @@ async fn run_retention(store: Store, retention: Retention, mut shutdown: watch::
             _ = shutdown.changed() => return,
         }
         let now = now_ms();
-        match store.prune(now.saturating_sub(ms(retention.keep))).await {
-            Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, "retention: old scrapes deleted"),
+        let before = |keep: Duration| now.saturating_sub(ms(keep));
+        let cutoffs = RetentionCutoffs {
+            scrapes_before_ms: before(retention.keep),
+            probes_before_ms: before(retention.probes),
+            sweeps_before_ms: before(retention.sweeps),
+            alert_events_before_ms: before(retention.alert_history),
+        };
+        match store
+            .run_retention(&cutoffs, &retention.active_targets)
+            .await
+        {
+            Ok(pruned) if pruned == Pruned::default() => {}
+            Ok(pruned) => tracing::info!(?pruned, "retention: old rows deleted"),
             Err(err) => tracing::error!(error = %err, "retention failed"),
         }
         if retention.downsample_interval.is_zero() {

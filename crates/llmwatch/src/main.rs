@@ -93,7 +93,9 @@ fn main() -> std::process::ExitCode {
     match runtime.block_on(run(cli)) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // The error may quote a URL with its credentials.
+            let message = llmwatch_core::redact::redact_urls_in(&format!("{err:#}"));
+            eprintln!("error: {message}");
             std::process::ExitCode::FAILURE
         }
     }

@@ -484,6 +484,7 @@ async fn openapi_documents_every_route() {
             "GET /api/v1/targets/{name}",
             "GET /api/v1/targets/{name}/signals",
             "POST /api/v1/sweeps",
+            "POST /api/v1/sweeps/{id}/cancel",
         ]
     );
     // Every route the router serves is in the document: both come from

@@ -10,6 +10,7 @@
 
 mod alerts;
 pub mod codec;
+mod lifecycle;
 mod probes;
 mod series;
 mod sweeps;
@@ -23,10 +24,13 @@ use std::time::Duration;
 
 use llmwatch_core::catalog::{CatalogMetric, NormalizedSample};
 use llmwatch_core::signals::{signals_between, Signal, Snapshot};
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::sqlite::{
+    SqliteAutoVacuum, SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{AssertSqlSafe, Row, SqlitePool};
 
 pub use alerts::{AlertChanges, AlertEventRow, AlertRow};
+pub use lifecycle::{Pruned, RetentionCutoffs};
 pub use probes::{is_probe_signal, ProbeRow};
 use series::SeriesCache;
 pub use series::{parse_part_key, part_key, SeriesDef};
@@ -169,6 +173,9 @@ pub struct Store {
     pool: SqlitePool,
     series: Arc<RwLock<SeriesCache>>,
     write_lock: Arc<tokio::sync::Mutex<()>>,
+    /// Per target, the time before which scrapes are already thinned (this
+    /// process's memory: a restart thins from the oldest once more).
+    thinned_until: Arc<std::sync::Mutex<std::collections::HashMap<i64, i64>>>,
 }
 
 impl Store {
@@ -181,16 +188,21 @@ impl Store {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Normal)
             .busy_timeout(Duration::from_secs(10))
-            .foreign_keys(true);
+            .foreign_keys(true)
+            // Pages freed by retention go back to the file system in steps
+            // (`run_retention`); takes effect on a new file at once.
+            .auto_vacuum(SqliteAutoVacuum::Incremental);
         let pool = SqlitePoolOptions::new()
             .max_connections(4)
             .connect_with(options)
             .await?;
         sqlx::migrate!("../../migrations").run(&pool).await?;
+        ensure_incremental_vacuum(&pool).await?;
         let store = Store {
             pool,
             series: Arc::new(RwLock::new(SeriesCache::default())),
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
+            thinned_until: Arc::default(),
         };
         store.load_series().await?;
         Ok(store)
@@ -566,16 +578,6 @@ impl Store {
         Ok(series)
     }
 
-    /// Deletes scrapes older than `before_ms`; returns how many went.
-    pub async fn prune(&self, before_ms: i64) -> Result<u64, StoreError> {
-        let _writer = self.write_lock.lock().await;
-        let done = sqlx::query("DELETE FROM scrapes WHERE ts_ms < ?")
-            .bind(before_ms)
-            .execute(&self.pool)
-            .await?;
-        Ok(done.rows_affected())
-    }
-
     /// Thins scrapes older than `before_ms` to one per `bucket_ms` per
     /// target and health (the earliest of each bucket; a down scrape is
     /// kept apart from the up ones, so outages stay visible). Signals stay
@@ -588,21 +590,7 @@ impl Store {
                 "downsample bucket {bucket_ms} ms is outside 1..={MAX_DOWNSAMPLE_BUCKET_MS}"
             )));
         }
-        let _writer = self.write_lock.lock().await;
-        // SQLite fills a bare column from the row MIN() picked.
-        let done = sqlx::query(
-            "DELETE FROM scrapes WHERE ts_ms < ?1 AND id NOT IN (
-                 SELECT id FROM (
-                     SELECT id, MIN(ts_ms) FROM scrapes WHERE ts_ms < ?1
-                     GROUP BY target_id, up, ts_ms / ?2
-                 )
-             )",
-        )
-        .bind(before_ms)
-        .bind(bucket_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(done.rows_affected())
+        self.downsample_in_chunks(before_ms, bucket_ms).await
     }
 
     /// Size of the database file in bytes (pages × page size).
@@ -708,4 +696,21 @@ fn target_from_row(row: sqlx::sqlite::SqliteRow) -> Result<TargetRow, StoreError
 /// Parses a signal name, for callers that take it from users.
 pub fn parse_signal(name: &str) -> Option<Signal> {
     Signal::from_str(name).ok()
+}
+
+/// A database made before incremental vacuum was on is rewritten once
+/// (`VACUUM`), so that from then on retention shrinks the file.
+async fn ensure_incremental_vacuum(pool: &SqlitePool) -> Result<(), StoreError> {
+    const INCREMENTAL: i64 = 2;
+    let mode: i64 = sqlx::query("PRAGMA auto_vacuum")
+        .fetch_one(pool)
+        .await?
+        .try_get(0)?;
+    if mode != INCREMENTAL {
+        sqlx::query("PRAGMA auto_vacuum = INCREMENTAL")
+            .execute(pool)
+            .await?;
+        sqlx::query("VACUUM").execute(pool).await?;
+    }
+    Ok(())
 }

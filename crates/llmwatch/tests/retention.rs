@@ -1,0 +1,240 @@
+//! Every table has a lifecycle: the daemon's maintenance (run at start, then
+//! hourly) deletes scrapes, probes, finished sweeps with their steps and
+//! alert history past their retention, drops the series of targets that are
+//! gone, and hands freed pages back, so the file stops growing.
+
+mod common;
+
+use common::test_config;
+use llmwatch::daemon;
+use llmwatch::scrape::now_ms;
+use llmwatch_core::alerts::AlertState;
+use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
+use llmwatch_store::{
+    AlertChanges, AlertEventRow, NewSweep, ProbeRow, RetentionCutoffs, ScrapeRecord, Store,
+    SweepEnd, SweepStatus, SweepStepRow, TargetKind,
+};
+
+const HOUR: i64 = 3_600_000;
+const DAY: i64 = 24 * HOUR;
+
+fn scrape(target_id: i64, ts_ms: i64, labels: usize) -> ScrapeRecord {
+    ScrapeRecord {
+        target_id,
+        ts_ms,
+        up: true,
+        duration_ms: 5.0,
+        body_bytes: 100,
+        error: None,
+        engine: Some("vllm".into()),
+        samples: (0..labels)
+            .map(|i| NormalizedSample {
+                metric: CatalogMetric::KvCacheUsage,
+                labels: vec![("engine".to_string(), i.to_string())],
+                part: Part::Value,
+                value: ts_ms as f64,
+            })
+            .collect(),
+    }
+}
+
+fn probe(target_id: i64, ts_ms: i64) -> ProbeRow {
+    ProbeRow {
+        target_id,
+        run_id: None,
+        ts_ms,
+        api: "chat".into(),
+        model: "m".into(),
+        shape: "16x2".into(),
+        ok: true,
+        error_kind: None,
+        error: None,
+        http_status: Some(200),
+        ttfb_s: Some(0.01),
+        ttft_s: Some(0.02),
+        tpot_s: Some(0.01),
+        e2e_s: 0.03,
+        itl_s: vec![0.01],
+        prompt_tokens: Some(16),
+        output_tokens: 2,
+        cached_tokens: None,
+        finish_reason: Some("length".into()),
+        record_json: "{}".into(),
+    }
+}
+
+async fn sweep(store: &Store, started_ms: i64) -> i64 {
+    let id = store
+        .create_sweep(&NewSweep {
+            target_name: Some("live".into()),
+            target_url: "http://127.0.0.1:9".into(),
+            started_ms,
+            settings_json: "{}".into(),
+            card_json: "{}".into(),
+        })
+        .await
+        .unwrap();
+    store
+        .write_sweep_step(&SweepStepRow {
+            sweep_id: id,
+            step_index: 0,
+            load_kind: "concurrency".into(),
+            load_value: 1.0,
+            start_ms: started_ms,
+            end_ms: started_ms + 1000,
+            run_json: "{}".into(),
+            evidence_json: "{}".into(),
+        })
+        .await
+        .unwrap();
+    store
+        .finish_sweep(
+            id,
+            &SweepEnd {
+                ended_ms: started_ms + 2000,
+                verdict_json: None,
+                stop_reason: None,
+                status: SweepStatus::Completed,
+            },
+        )
+        .await
+        .unwrap();
+    id
+}
+
+fn event(ts_ms: i64) -> AlertEventRow {
+    AlertEventRow {
+        id: 0,
+        ts_ms,
+        rule: "r".into(),
+        target: "live".into(),
+        state: AlertState::Firing,
+        value: Some(1.0),
+        labels_json: "{}".into(),
+        annotations_json: "{}".into(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retention_bounds_every_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("llmwatch.db");
+    let now = now_ms();
+    let (old_sweep, new_sweep);
+    {
+        let store = Store::open(&db).await.unwrap();
+        let live = store
+            .upsert_target("live", TargetKind::Engine, "http://127.0.0.1:9", 0)
+            .await
+            .unwrap();
+        let gone = store
+            .upsert_target("gone", TargetKind::Engine, "http://127.0.0.1:8", 0)
+            .await
+            .unwrap();
+        let mut batch = vec![scrape(live, now - 40 * DAY, 3), scrape(live, now - HOUR, 3)];
+        batch.push(scrape(gone, now - 40 * DAY, 5));
+        store.write_scrapes(&batch).await.unwrap();
+        for ts in [now - 40 * DAY, now - HOUR] {
+            store.write_probe(&probe(live, ts)).await.unwrap();
+        }
+        old_sweep = sweep(&store, now - 400 * DAY).await;
+        new_sweep = sweep(&store, now - DAY).await;
+        store
+            .apply_alert_changes(&AlertChanges {
+                events: vec![event(now - 100 * DAY), event(now - HOUR)],
+                ..AlertChanges::default()
+            })
+            .await
+            .unwrap();
+    }
+    // `live` stays configured, `gone` was removed from the config.
+    let config = test_config(
+        "[[targets]]\nname = \"live\"\nurl = \"http://127.0.0.1:9\"\nscrape_interval = \"1h\"\n",
+        dir.path(),
+    );
+    let running = daemon::start(config).await.unwrap();
+    let store = running.store.clone();
+    common::wait_for(
+        "maintenance at start",
+        std::time::Duration::from_secs(20),
+        || async {
+            let probes = store.probes(1, 0, i64::MAX, 10).await.unwrap();
+            (probes.len() == 1).then_some(())
+        },
+    )
+    .await;
+    running.shutdown().await;
+
+    let store = Store::open(&db).await.unwrap();
+    let live = store.target_by_name("live").await.unwrap().unwrap().id;
+    let gone = store.target_by_name("gone").await.unwrap().unwrap().id;
+    let scrapes = store.scrape_health(live, 100).await.unwrap();
+    assert_eq!(scrapes.len(), 1, "only the recent scrape of live stays");
+    assert!(store.scrape_health(gone, 100).await.unwrap().is_empty());
+    assert_eq!(store.probes(live, 0, i64::MAX, 10).await.unwrap().len(), 1);
+    assert!(
+        store.sweep(old_sweep).await.unwrap().is_none(),
+        "a year-old sweep goes"
+    );
+    assert!(
+        store.sweep_steps(old_sweep).await.unwrap().is_empty(),
+        "with its steps"
+    );
+    assert!(store.sweep(new_sweep).await.unwrap().is_some());
+    let events = store.alert_events(None, None, None, 100).await.unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    let series_of = |target: i64| {
+        let store = store.clone();
+        async move { store.series_count(target).await.unwrap() }
+    };
+    assert_eq!(series_of(gone).await, 0, "the removed target's series went");
+    assert_eq!(series_of(live).await, 3, "the configured target's stay");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_file_stops_growing_once_retention_is_reached() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("llmwatch.db");
+    let store = Store::open(&db).await.unwrap();
+    let target = store
+        .upsert_target("t", TargetKind::Engine, "http://127.0.0.1:9", 0)
+        .await
+        .unwrap();
+    // Days of 5 s scrapes, one day at a time, keeping two days.
+    let day_of = |day: i64| -> Vec<ScrapeRecord> {
+        (0..DAY / 5000 / 4)
+            .map(|i| scrape(target, day * DAY + i * 20_000, 50))
+            .collect()
+    };
+    let mut sizes = Vec::new();
+    for day in 0..8 {
+        store.write_scrapes(&day_of(day)).await.unwrap();
+        let cutoffs = RetentionCutoffs {
+            scrapes_before_ms: (day - 1) * DAY,
+            probes_before_ms: 0,
+            sweeps_before_ms: 0,
+            alert_events_before_ms: 0,
+        };
+        let pruned = store.run_retention(&cutoffs, &[target]).await.unwrap();
+        if day >= 2 {
+            assert!(pruned.scrapes > 0, "day {day}: {pruned:?}");
+            assert!(pruned.freed_pages > 0, "freed pages go back: {pruned:?}");
+        }
+        sizes.push(std::fs::metadata(&db).unwrap().len() + wal_size(&db));
+    }
+    let store_pages = store.size_bytes().await.unwrap();
+    assert!(store_pages > 0);
+    // After the window fills (day 2), the file holds steady.
+    let steady = sizes[2];
+    for (day, size) in sizes.iter().enumerate().skip(3) {
+        assert!(
+            *size <= steady + steady / 10,
+            "day {day}: {size} bytes, {steady} at day 2: {sizes:?}"
+        );
+    }
+}
+
+fn wal_size(db: &std::path::Path) -> u64 {
+    let wal = db.with_extension("db-wal");
+    std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0)
+}

@@ -1,0 +1,257 @@
+//! Every table's lifecycle: retention in small batches that never hold the
+//! writer for long (a scrape batch waits at most one batch), orphaned series,
+//! and giving freed pages back to the file system, so the database stops
+//! growing once retention is reached.
+
+use sqlx::Row;
+
+use crate::{Store, StoreError};
+
+/// Rows deleted per transaction: small enough that a waiting scrape write
+/// is never held up for long.
+const BATCH_ROWS: i64 = 2000;
+/// Free pages returned to the file system per step.
+const VACUUM_PAGES: i64 = 2000;
+
+/// What one maintenance pass removed.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct Pruned {
+    pub scrapes: u64,
+    pub probes: u64,
+    pub sweeps: u64,
+    pub alert_events: u64,
+    pub series: u64,
+    pub freed_pages: u64,
+}
+
+/// The cut-offs of one maintenance pass (Unix ms): rows older go.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RetentionCutoffs {
+    pub scrapes_before_ms: i64,
+    pub probes_before_ms: i64,
+    pub sweeps_before_ms: i64,
+    pub alert_events_before_ms: i64,
+}
+
+impl Store {
+    /// Applies every retention, removes the series of targets no longer
+    /// configured (`active_targets`) that have no scrape left, and returns
+    /// freed pages to the file system.
+    pub async fn run_retention(
+        &self,
+        cutoffs: &RetentionCutoffs,
+        active_targets: &[i64],
+    ) -> Result<Pruned, StoreError> {
+        let mut pruned = Pruned {
+            scrapes: self.prune(cutoffs.scrapes_before_ms).await?,
+            ..Pruned::default()
+        };
+        pruned.probes = self
+            .delete_in_batches(
+                "DELETE FROM probes WHERE id IN \
+                 (SELECT id FROM probes WHERE target_id = ?1 AND ts_ms < ?2 LIMIT ?3)",
+                cutoffs.probes_before_ms,
+                true,
+            )
+            .await?;
+        pruned.sweeps = self
+            .delete_in_batches(
+                "DELETE FROM sweeps WHERE id IN \
+                 (SELECT id FROM sweeps WHERE ?1 = ?1 AND started_ms < ?2 \
+                  AND status != 'running' ORDER BY started_ms LIMIT ?3)",
+                cutoffs.sweeps_before_ms,
+                false,
+            )
+            .await?;
+        pruned.alert_events = self
+            .delete_in_batches(
+                "DELETE FROM alert_events WHERE id IN \
+                 (SELECT id FROM alert_events WHERE ?1 = ?1 AND ts_ms < ?2 ORDER BY ts_ms LIMIT ?3)",
+                cutoffs.alert_events_before_ms,
+                false,
+            )
+            .await?;
+        pruned.series = self.prune_orphan_series(active_targets).await?;
+        pruned.freed_pages = self.vacuum_free_pages().await?;
+        Ok(pruned)
+    }
+
+    /// Deletes old scrapes, target by target through the `(target_id,
+    /// ts_ms)` index, a batch per transaction.
+    pub async fn prune(&self, before_ms: i64) -> Result<u64, StoreError> {
+        self.delete_in_batches(
+            "DELETE FROM scrapes WHERE id IN \
+             (SELECT id FROM scrapes WHERE target_id = ?1 AND ts_ms < ?2 LIMIT ?3)",
+            before_ms,
+            true,
+        )
+        .await
+    }
+
+    /// Runs `sql` (binding target id or a dummy, the cut-off and the batch
+    /// size) until it deletes less than a batch; the writer lock is taken
+    /// per batch, so scrape writes slip in between.
+    async fn delete_in_batches(
+        &self,
+        sql: &'static str,
+        before_ms: i64,
+        per_target: bool,
+    ) -> Result<u64, StoreError> {
+        let targets: Vec<i64> = if per_target {
+            sqlx::query("SELECT id FROM targets")
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|row| row.try_get::<i64, _>("id"))
+                .collect::<Result<_, _>>()?
+        } else {
+            vec![0]
+        };
+        let mut deleted = 0;
+        for target in targets {
+            loop {
+                let done = {
+                    let _writer = self.write_lock.lock().await;
+                    sqlx::query(sql)
+                        .bind(target)
+                        .bind(before_ms)
+                        .bind(BATCH_ROWS)
+                        .execute(&self.pool)
+                        .await?
+                        .rows_affected()
+                };
+                deleted += done;
+                if done < BATCH_ROWS as u64 {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        }
+        Ok(deleted)
+    }
+
+    /// Thins scrapes older than `before_ms` to one per `bucket_ms` per
+    /// target and health, an hour (of whole buckets) per transaction,
+    /// starting where the last pass of this process stopped.
+    pub(crate) async fn downsample_in_chunks(
+        &self,
+        before_ms: i64,
+        bucket_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let chunk_ms = bucket_ms * (3_600_000 / bucket_ms).max(1);
+        let targets: Vec<(i64, Option<i64>)> =
+            sqlx::query("SELECT t.id, (SELECT MIN(ts_ms) FROM scrapes s WHERE s.target_id = t.id) AS oldest FROM targets t")
+                .fetch_all(&self.pool)
+                .await?
+                .iter()
+                .map(|row| Ok((row.try_get("id")?, row.try_get("oldest")?)))
+                .collect::<Result<_, sqlx::Error>>()?;
+        let mut deleted = 0;
+        for (target, oldest) in targets {
+            let Some(oldest) = oldest else { continue };
+            let done_until = self.thinned_until(target);
+            let mut start = oldest.max(done_until.unwrap_or(i64::MIN));
+            start -= start.rem_euclid(bucket_ms);
+            while start < before_ms {
+                let end = (start + chunk_ms).min(before_ms);
+                let _writer = self.write_lock.lock().await;
+                // SQLite fills a bare column from the row MIN() picked.
+                deleted += sqlx::query(
+                    "DELETE FROM scrapes WHERE target_id = ?1 AND ts_ms >= ?2 AND ts_ms < ?3 \
+                     AND id NOT IN (SELECT id FROM (SELECT id, MIN(ts_ms) FROM scrapes \
+                     WHERE target_id = ?1 AND ts_ms >= ?2 AND ts_ms < ?3 GROUP BY up, ts_ms / ?4))",
+                )
+                .bind(target)
+                .bind(start)
+                .bind(end)
+                .bind(bucket_ms)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+                drop(_writer);
+                start = end;
+                tokio::task::yield_now().await;
+            }
+            // The last, partial bucket is thinned again next time.
+            self.set_thinned_until(target, before_ms - before_ms.rem_euclid(bucket_ms));
+        }
+        Ok(deleted)
+    }
+
+    fn thinned_until(&self, target: i64) -> Option<i64> {
+        self.thinned_until.lock().ok()?.get(&target).copied()
+    }
+
+    fn set_thinned_until(&self, target: i64, until: i64) {
+        if let Ok(mut map) = self.thinned_until.lock() {
+            map.insert(target, until);
+        }
+    }
+
+    /// Deletes the series of targets that are not configured any more and
+    /// have no scrape left (their history has aged out).
+    async fn prune_orphan_series(&self, active_targets: &[i64]) -> Result<u64, StoreError> {
+        let _writer = self.write_lock.lock().await;
+        let candidates: Vec<i64> = sqlx::query(
+            "SELECT t.id FROM targets t WHERE NOT EXISTS \
+             (SELECT 1 FROM scrapes s WHERE s.target_id = t.id)",
+        )
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| row.try_get::<i64, _>("id"))
+        .collect::<Result<_, _>>()?;
+        let mut deleted = 0;
+        for target in candidates.iter().filter(|t| !active_targets.contains(t)) {
+            deleted += sqlx::query("DELETE FROM series WHERE target_id = ?")
+                .bind(target)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+        }
+        if deleted > 0 {
+            self.load_series().await?;
+        }
+        Ok(deleted)
+    }
+
+    /// How many series the store names for `target_id`.
+    pub async fn series_count(&self, target_id: i64) -> Result<i64, StoreError> {
+        Ok(
+            sqlx::query("SELECT COUNT(*) FROM series WHERE target_id = ?")
+                .bind(target_id)
+                .fetch_one(&self.pool)
+                .await?
+                .try_get(0)?,
+        )
+    }
+
+    /// Returns free pages to the file system (the database is in
+    /// `auto_vacuum = INCREMENTAL` mode), a step at a time.
+    async fn vacuum_free_pages(&self) -> Result<u64, StoreError> {
+        let mut freed = 0u64;
+        loop {
+            let free: i64 = sqlx::query("PRAGMA freelist_count")
+                .fetch_one(&self.pool)
+                .await?
+                .try_get(0)?;
+            if free == 0 {
+                return Ok(freed);
+            }
+            let step = free.min(VACUUM_PAGES);
+            {
+                let _writer = self.write_lock.lock().await;
+                sqlx::query(sqlx::AssertSqlSafe(format!(
+                    "PRAGMA incremental_vacuum({step})"
+                )))
+                .execute(&self.pool)
+                .await?;
+            }
+            freed += u64::try_from(step).unwrap_or(0);
+            if step < VACUUM_PAGES {
+                return Ok(freed);
+            }
+            tokio::task::yield_now().await;
+        }
+    }
+}

@@ -194,7 +194,7 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
     if !workload.calibration.exact {
         eprintln!(
             "note: {} has no /tokenize; prompt length is approximate (server-reported tokens are recorded)",
-            args.url
+            llmwatch_core::redact::redact_url(&args.url)
         );
     }
     // The run gets a thread of its own (and, with --spin, a busy core);

@@ -178,7 +178,10 @@ interval = "500ms"
     for entry in std::fs::read_dir(dir.path()).unwrap() {
         let path = entry.unwrap().path();
         if path.to_string_lossy().contains("llmwatch.db") {
-            let bytes = std::fs::read(&path).unwrap();
+            // The -shm file may be gone between listing and reading.
+            let Ok(bytes) = std::fs::read(&path) else {
+                continue;
+            };
             assert_clean(
                 &path.display().to_string(),
                 &String::from_utf8_lossy(&bytes),

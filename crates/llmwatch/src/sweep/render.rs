@@ -103,7 +103,7 @@ pub fn render_verdict(r: &SweepReport) -> String {
         out,
         "Sweep{} of {} ({}), {} step(s), {}",
         r.sweep_id.map(|id| format!(" #{id}")).unwrap_or_default(),
-        r.url,
+        llmwatch_core::redact::redact_url(&r.url),
         r.model,
         r.steps.len(),
         r.status.as_str()

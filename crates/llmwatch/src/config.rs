@@ -106,6 +106,18 @@ pub struct ServerConfig {
     /// The p95 ITL objective the dashboard colours against.
     #[serde(default = "default_slo_itl_p95", deserialize_with = "duration")]
     pub slo_itl_p95: Duration,
+    /// Time a client has to send a request's headers (slowloris guard).
+    #[serde(default = "default_http_header_timeout", deserialize_with = "duration")]
+    pub http_header_timeout: Duration,
+    /// Time a request has to be answered (an SSE stream may then run on).
+    #[serde(
+        default = "default_http_request_timeout",
+        deserialize_with = "duration"
+    )]
+    pub http_request_timeout: Duration,
+    /// Requests handled at once; more are answered 503.
+    #[serde(default = "default_http_max_in_flight")]
+    pub http_max_in_flight: usize,
     /// Bounds on what a sweep started through the API, the page or a
     /// schedule may ask of a production server.
     #[serde(default)]
@@ -182,6 +194,9 @@ impl Default for ServerConfig {
             slo_ttft_p95: default_slo_ttft_p95(),
             slo_itl_p95: default_slo_itl_p95(),
             sweep_limits: SweepLimits::default(),
+            http_header_timeout: default_http_header_timeout(),
+            http_request_timeout: default_http_request_timeout(),
+            http_max_in_flight: default_http_max_in_flight(),
         }
     }
 }
@@ -499,6 +514,15 @@ fn default_database() -> PathBuf {
 fn default_retention() -> Duration {
     Duration::from_secs(30 * 24 * 3600)
 }
+fn default_http_header_timeout() -> Duration {
+    Duration::from_secs(10)
+}
+fn default_http_request_timeout() -> Duration {
+    Duration::from_secs(30)
+}
+fn default_http_max_in_flight() -> usize {
+    256
+}
 fn default_sweep_retention() -> Duration {
     Duration::from_secs(365 * 24 * 3600)
 }
@@ -790,6 +814,16 @@ impl Config {
             ),
         ] {
             check_positive(keep).map_err(|m| (format!("server.{name}"), m))?;
+        }
+        check_positive(self.server.http_header_timeout)
+            .map_err(|m| ("server.http_header_timeout".to_string(), m))?;
+        check_positive(self.server.http_request_timeout)
+            .map_err(|m| ("server.http_request_timeout".to_string(), m))?;
+        if self.server.http_max_in_flight == 0 {
+            return Err((
+                "server.http_max_in_flight".to_string(),
+                "must be at least 1".to_string(),
+            ));
         }
         let limits = &self.server.sweep_limits;
         if limits.max_steps == 0 || limits.max_requests_per_step == 0 {

@@ -253,12 +253,6 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     )
     .await
     .context("starting the alert engine")?;
-    // The dashboard's live updates stream (SSE): send each event at once.
-    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
-        if let Err(err) = tcp.set_nodelay(true) {
-            tracing::debug!(error = %err, "cannot set TCP_NODELAY");
-        }
-    });
     let mut api =
         crate::api::ApiContext::new(&config, store.clone(), counters.clone(), alerts.clone())
             .await
@@ -274,15 +268,18 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         api: Arc::new(api),
         live: Default::default(),
     });
-    let mut web_shutdown = shutdown_rx.clone();
-    tasks.push(tokio::spawn(async move {
-        let serve = axum::serve(listener, app).with_graceful_shutdown(async move {
-            let _ = web_shutdown.changed().await;
-        });
-        if let Err(err) = serve.await {
-            tracing::error!(error = %err, "web server stopped");
-        }
-    }));
+    let limits = crate::serve::ServeLimits {
+        header_read_timeout: config.server.http_header_timeout,
+        request_timeout: config.server.http_request_timeout,
+        max_in_flight: config.server.http_max_in_flight,
+        ..crate::serve::ServeLimits::default()
+    };
+    tasks.push(tokio::spawn(crate::serve::serve(
+        listener,
+        app,
+        limits,
+        shutdown_rx.clone(),
+    )));
 
     Ok(Daemon {
         store,

@@ -16,6 +16,7 @@ pub mod logging;
 pub mod own_metrics;
 pub mod pages;
 pub mod scrape;
+pub mod serve;
 pub mod sim_cmd;
 pub mod sweep;
 pub mod ticker;

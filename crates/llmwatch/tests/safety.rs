@@ -50,8 +50,7 @@ async fn a_missing_token_or_an_open_network_listener_refuses_to_start() {
     );
 
     let empty = llmwatch::config::Config::parse("[server]\ntoken = \"\"\n", "t.toml".as_ref())
-        .err()
-        .expect("an empty token is refused")
+        .expect_err("an empty token is refused")
         .to_string();
     assert!(empty.contains("server.token"), "{empty}");
 
@@ -375,11 +374,13 @@ async fn a_cancelled_sweep_stops_within_five_seconds_and_keeps_its_steps() {
 async fn a_sweep_cut_off_by_a_crash_is_marked_interrupted_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("llmwatch.db")).await.unwrap();
+    // A minute ago: well inside every retention.
+    let started_ms = llmwatch::scrape::now_ms() - 60_000;
     let id = store
         .create_sweep(&NewSweep {
             target_name: Some("sim".into()),
             target_url: "http://127.0.0.1:1".into(),
-            started_ms: 1_000,
+            started_ms,
             settings_json: "{}".into(),
             card_json: "{}".into(),
         })
@@ -391,8 +392,8 @@ async fn a_sweep_cut_off_by_a_crash_is_marked_interrupted_at_start() {
             step_index: 0,
             load_kind: "concurrency".into(),
             load_value: 1.0,
-            start_ms: 1_000,
-            end_ms: 2_000,
+            start_ms: started_ms,
+            end_ms: started_ms + 1_000,
             run_json: "{}".into(),
             evidence_json: "{}".into(),
         })
@@ -405,4 +406,55 @@ async fn a_sweep_cut_off_by_a_crash_is_marked_interrupted_at_start() {
     assert!(row.ended_ms.is_some());
     assert_eq!(running.store.sweep_steps(id).await.unwrap().len(), 1);
     running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slowloris_clients_neither_block_the_dashboard_nor_stay_connected() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let test = spawn_daemon("[server]\nhttp_header_timeout = \"1s\"\n").await;
+    let addr = test.daemon.listen_addr;
+    // 200 clients that send half a request and then nothing.
+    let mut slow = Vec::new();
+    for _ in 0..200 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: ")
+            .await
+            .unwrap();
+        slow.push(stream);
+    }
+    let started = Instant::now();
+    for path in ["/healthz", "/", "/api/v1/targets"] {
+        let response = client()
+            .get(format!("{}{path}", test.base_url()))
+            .timeout(Duration::from_secs(3))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK, "{path}");
+    }
+    assert!(started.elapsed() < Duration::from_secs(3));
+    // The server hangs up on them once the header deadline passes.
+    for mut stream in slow.into_iter().take(20) {
+        let mut buf = [0u8; 256];
+        let read = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+            .await
+            .expect("the server closes a half-sent request");
+        // EOF, a reset, or hyper's 408 before closing.
+        if let Ok(n) = read {
+            let text = String::from_utf8_lossy(&buf[..n]);
+            assert!(n == 0 || text.contains("408"), "{text}");
+        }
+    }
+    // A body over the limit is refused before it is read whole.
+    let big = "x".repeat(1 << 20);
+    let response = client()
+        .post(format!("{}/api/v1/sweeps", test.base_url()))
+        .header("content-type", "application/json")
+        .body(format!("{{\"target\": \"{big}\"}}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    test.daemon.shutdown().await;
 }

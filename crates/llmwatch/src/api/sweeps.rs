@@ -166,8 +166,12 @@ pub(super) async fn start_sweep(
     State(state): State<AppState>,
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
-    let Json(body) =
-        body.map_err(|err| ApiError::bad_request(format!("body: {}", err.body_text())))?;
+    // 400 for JSON that does not parse, 413 for a body over the limit, 415
+    // for another content type: the rejection knows which.
+    let Json(body) = body.map_err(|err| ApiError {
+        status: err.status(),
+        message: format!("body: {}", err.body_text()),
+    })?;
     let request: StartSweep = serde_json::from_value(body)
         .map_err(|err| ApiError::bad_request(format!("body: {err}")))?;
     let target = state

@@ -55,6 +55,9 @@ fn the_image_runs_unprivileged_from_a_clean_context() {
         );
     }
     let compose = std::fs::read_to_string(repo().join("docker-compose.yml")).unwrap();
-    assert!(compose.contains("LLMWATCH_TOKEN"), "compose passes the token");
+    assert!(
+        compose.contains("LLMWATCH_TOKEN"),
+        "compose passes the token"
+    );
     assert!(Path::new(&repo().join("deploy/compose.toml")).exists());
 }

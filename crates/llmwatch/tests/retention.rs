@@ -238,3 +238,29 @@ fn wal_size(db: &std::path::Path) -> u64 {
     let wal = db.with_extension("db-wal");
     std::fs::metadata(wal).map(|m| m.len()).unwrap_or(0)
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_latest_values_of_a_long_down_target_skip_its_down_rows_by_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("llmwatch.db")).await.unwrap();
+    let target = store
+        .upsert_target("t", TargetKind::Engine, "http://127.0.0.1:9", 0)
+        .await
+        .unwrap();
+    let mut batch = vec![scrape(target, 0, 3)];
+    batch.extend((1..20_000).map(|i| ScrapeRecord {
+        up: false,
+        samples: Vec::new(),
+        error: Some("connection refused".into()),
+        ..scrape(target, i * 5000, 0)
+    }));
+    store.write_scrapes(&batch).await.unwrap();
+    let plan = store
+        .explain_latest_up_scrape(target)
+        .await
+        .unwrap()
+        .join("\n");
+    assert!(plan.contains("scrapes_up_by_target_time"), "{plan}");
+    let signals = store.latest_signals(target).await.unwrap();
+    assert!(!signals.is_empty(), "the last good scrape is found");
+}

@@ -167,6 +167,12 @@ const STALENESS_MS: i64 = 5 * 60 * 1000;
 /// scrape within [`STALENESS_MS`] of every instant.
 pub const MAX_DOWNSAMPLE_BUCKET_MS: i64 = STALENESS_MS / 2;
 
+/// The two newest successful scrapes of a target (the partial index
+/// `scrapes_up_by_target_time` skips its down rows).
+const LATEST_UP_SCRAPES: &str =
+    "SELECT ts_ms, samples FROM scrapes WHERE target_id = ? AND up = 1 \
+     ORDER BY ts_ms DESC LIMIT 2";
+
 /// The store: a pool of SQLite connections plus the in-memory series index.
 #[derive(Clone)]
 pub struct Store {
@@ -385,16 +391,30 @@ impl Store {
             .collect()
     }
 
-    /// Every signal of a target now: gauges from its last successful scrape,
-    /// rates, ratios and quantiles over the gap to the one before.
-    pub async fn latest_signals(&self, target_id: i64) -> Result<Vec<(Signal, f64)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT ts_ms, samples FROM scrapes WHERE target_id = ? AND up = 1
-             ORDER BY ts_ms DESC LIMIT 2",
-        )
+    /// SQLite's plan for the newest-successful-scrapes lookup of
+    /// [`Store::latest_signals`] (which index it uses), one line per step.
+    pub async fn explain_latest_up_scrape(
+        &self,
+        target_id: i64,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+            "EXPLAIN QUERY PLAN {LATEST_UP_SCRAPES}"
+        )))
         .bind(target_id)
         .fetch_all(&self.pool)
         .await?;
+        rows.iter()
+            .map(|row| row.try_get::<String, _>("detail").map_err(StoreError::from))
+            .collect()
+    }
+
+    /// Every signal of a target now: gauges from its last successful scrape,
+    /// rates, ratios and quantiles over the gap to the one before.
+    pub async fn latest_signals(&self, target_id: i64) -> Result<Vec<(Signal, f64)>, StoreError> {
+        let rows = sqlx::query(LATEST_UP_SCRAPES)
+            .bind(target_id)
+            .fetch_all(&self.pool)
+            .await?;
         let mut snapshots = Vec::with_capacity(2);
         for row in &rows {
             let ts_ms: i64 = row.try_get("ts_ms")?;

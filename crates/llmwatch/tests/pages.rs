@@ -405,6 +405,14 @@ async fn every_page_renders_what_the_store_holds() {
     let (status, html) = get(&client, &format!("{base}/sweeps")).await;
     assert_eq!(status, 200);
     assert!(html.contains("<form class=\"sweep\" method=\"post\" action=\"/sweeps\">"));
+    // The form carries the server's CSRF token (no login configured here).
+    let marker = "name=\"csrf\" value=\"";
+    let csrf = html[html.find(marker).expect("a CSRF field") + marker.len()..]
+        .split('"')
+        .next()
+        .unwrap_or("")
+        .to_string();
+    assert_eq!(csrf.len(), 64, "{csrf}");
     assert!(html.contains("<option>kv</option>"));
     assert!(html.contains("href=\"/sweeps/2\""));
 
@@ -413,7 +421,7 @@ async fn every_page_renders_what_the_store_holds() {
         client
             .post(format!("{base}/sweeps"))
             .header("content-type", "application/x-www-form-urlencoded")
-            .body(body)
+            .body(format!("{body}&csrf={csrf}"))
             .send()
     };
     let response = post(
@@ -531,15 +539,22 @@ async fn pages_need_the_token_and_live_streams_end_with_the_daemon() {
     let config = Config::parse(&toml, std::path::Path::new("t.toml")).expect("config");
     let daemon = daemon::start(config).await.expect("daemon starts");
     let base = format!("http://{}", daemon.listen_addr);
-    let client = reqwest::Client::new();
-    for path in [
-        "/",
-        "/targets/x",
-        "/sweeps",
-        "/compare",
-        "/alerts",
-        "/events",
-    ] {
+    let client = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    // Pages send a browser to the login page; streams and data answer 401.
+    for path in ["/", "/targets/x", "/sweeps", "/compare", "/alerts"] {
+        let response = client
+            .get(format!("{base}{path}"))
+            .send()
+            .await
+            .expect("request");
+        assert_eq!(response.status().as_u16(), 303, "{path} needs a login");
+        let location = response.headers()["location"].to_str().unwrap_or("");
+        assert!(location.starts_with("/login?next="), "{location}");
+    }
+    for path in ["/events", "/metrics", "/api/v1/targets"] {
         let response = client
             .get(format!("{base}{path}"))
             .send()

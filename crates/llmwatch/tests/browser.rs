@@ -12,6 +12,8 @@
 //! Set `LLMWATCH_CHROMIUM` to a browser binary to use another one. Without
 //! a browser the test fails: a skipped check must not read as a pass.
 
+mod common;
+
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -353,4 +355,81 @@ async fn chromium_sees_live_updates_and_the_sweep_page() {
     browser.close().await;
     demo.shutdown().await;
     eprintln!("browser test took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Polls `expression` in the page until it is `true`, or panics naming `what`.
+async fn until_true(browser: &mut Browser, what: &str, expression: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while browser.eval(expression).await != json!(true) {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_logs_in_and_gets_live_updates_with_the_session_cookie() {
+    let chromium = find_chromium().expect(
+        "no chromium on PATH: install Debian's `chromium` (.ci/run does) or set \
+         LLMWATCH_CHROMIUM=/path/to/browser",
+    );
+    let (_sim, engine, _) = llmwatch::sim_cmd::start(&llmwatch::sim_cmd::SimArgs::loopback(
+        "balanced",
+        "sim-model",
+        10.0,
+    ))
+    .await
+    .expect("simulator");
+    let test = common::spawn_daemon(&format!(
+        "[server]\ntoken = \"browser-token\"\n\
+         [[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"250ms\"\n"
+    ))
+    .await;
+    let base = test.base_url();
+    let mut browser = Browser::launch(&chromium).await;
+
+    // The overview sends the browser to the login page.
+    browser
+        .call("Page.navigate", json!({ "url": format!("{base}/") }))
+        .await;
+    until_true(
+        &mut browser,
+        "the login page",
+        "document.readyState === 'complete' && location.pathname === '/login' \
+         && !!document.querySelector('input[name=token]')",
+    )
+    .await;
+    browser
+        .eval(
+            "document.querySelector('input[name=token]').value = 'browser-token'; \
+             document.querySelector('form').submit(); true",
+        )
+        .await;
+    until_true(
+        &mut browser,
+        "the overview after logging in",
+        "document.readyState === 'complete' && location.pathname === '/' \
+         && document.querySelectorAll('[data-kpi]').length > 0",
+    )
+    .await;
+    // The session cookie is HttpOnly: scripts cannot read it.
+    let cookies = browser.eval("document.cookie").await;
+    assert!(
+        !cookies.as_str().unwrap_or("").contains("llmwatch_session"),
+        "{cookies}"
+    );
+    // Live updates flow over the cookie-authenticated event stream.
+    browser
+        .eval(
+            "window.__updates = 0; const es = new EventSource('/events'); \
+             es.addEventListener('overview', () => window.__updates++); true",
+        )
+        .await;
+    until_true(
+        &mut browser,
+        "an overview update over /events",
+        "window.__updates > 0",
+    )
+    .await;
+    browser.close().await;
+    test.daemon.shutdown().await;
 }

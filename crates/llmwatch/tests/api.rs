@@ -221,13 +221,18 @@ window = "10s"
         "unknown signal \"ttft\"",
     )
     .await;
-    api.bad("/api/v1/targets/sim/signals?from=2000&to=1000", "after")
+    // A range that ends before it starts is empty, not an error.
+    let backwards = api
+        .ok("/api/v1/targets/sim/signals?signal=kv_cache_usage&from=2000&to=1000")
         .await;
-    api.bad(
-        "/api/v1/targets/sim/signals?from=0&step=1s",
-        "raise the step",
-    )
-    .await;
+    assert_eq!(backwards["series"][0]["points"], json!([]), "{backwards}");
+    // Too fine a step for the range is raised to fit the point limit.
+    let coarse = api
+        .ok("/api/v1/targets/sim/signals?signal=kv_cache_usage&from=0&step=1s")
+        .await;
+    let step = coarse["step_s"].as_f64().unwrap();
+    assert!(step > 1.0, "{coarse}");
+    assert!(now as f64 / 1000.0 / step <= 11_000.0, "{step}");
     api.bad(
         "/api/v1/targets/sim/signals?step=1s&step=2s",
         "more than once",
@@ -266,11 +271,13 @@ window = "10s"
         "unknown catalog metric",
     )
     .await;
-    api.bad(
-        "/api/v1/series?target=sim&metric=kv_cache_usage&from=0",
-        "24 h",
-    )
-    .await;
+    // Raw series keep the last 24 h of a longer range, and say so.
+    let raw = api
+        .ok("/api/v1/series?target=sim&metric=kv_cache_usage&from=0")
+        .await;
+    let raw_from = llmwatch::api::params::parse_time(raw["from"].as_str().unwrap()).unwrap();
+    let raw_to = llmwatch::api::params::parse_time(raw["to"].as_str().unwrap()).unwrap();
+    assert_eq!(raw_to - raw_from, 24 * 3600 * 1000, "{raw}");
 
     // Probes, paginated with a cursor.
     let page1 = api.ok("/api/v1/probes?target=sim&limit=2").await;
@@ -429,7 +436,7 @@ window = "10s"
     // The OpenAPI document is served as generated.
     assert_eq!(
         api.ok("/api/v1/openapi.json").await,
-        llmwatch::api::openapi::document()
+        llmwatch::api::openapi::document(&Default::default())
     );
 
     // Unknown routes answer JSON too.
@@ -443,7 +450,7 @@ window = "10s"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openapi_documents_every_route() {
-    let doc = llmwatch::api::openapi::document();
+    let doc = llmwatch::api::openapi::document(&Default::default());
     assert_eq!(doc["openapi"], "3.1.0");
     let paths = doc["paths"].as_object().unwrap();
     let mut documented: Vec<String> = Vec::new();

@@ -43,7 +43,7 @@ fn the_image_runs_unprivileged_from_a_clean_context() {
     let user = dockerfile
         .lines()
         .filter_map(|l| l.trim().strip_prefix("USER "))
-        .last()
+        .next_back()
         .expect("a USER line");
     let uid = user.split(':').next().unwrap_or("");
     assert!(uid != "0" && uid != "root", "runs as {user}");

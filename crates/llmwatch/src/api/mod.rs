@@ -150,7 +150,8 @@ pub struct ParamDoc {
     pub name: &'static str,
     pub location: In,
     pub required: bool,
-    /// JSON schema type: `string`, `integer`, `number`.
+    /// The parameter's JSON schema: a bare type (`string`, `integer`) or a
+    /// whole schema object as JSON text (bounds, enums, patterns).
     pub schema: &'static str,
     pub description: &'static str,
 }
@@ -168,6 +169,8 @@ pub struct RouteDoc {
     pub errors: &'static [(u16, &'static str)],
     pub success: u16,
     pub request_body: Option<&'static str>,
+    /// The request body's JSON schema, within the daemon's sweep limits.
+    pub request_schema: Option<fn(&crate::config::SweepLimits) -> Value>,
     /// Top-level keys of the success answer (checked by the API test).
     pub returns: &'static [&'static str],
 }
@@ -203,18 +206,35 @@ const fn path(name: &'static str, schema: &'static str, description: &'static st
     }
 }
 
+/// A target's name (as `check_name` allows).
+const NAME: &str = r#"{"type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$"}"#;
+/// Filled by the OpenAPI document from the signal catalog.
+pub const SIGNAL_LIST: &str = "signal-list";
+/// Filled by the OpenAPI document from the metric catalog.
+pub const METRIC_NAME: &str = "metric-name";
+/// A sweep or step id.
+const ID: &str = r#"{"type": "integer", "minimum": 1, "maximum": 9007199254740991}"#;
+/// What `parse_time` takes: Unix seconds or an RFC 3339 date-time.
+const TIME: &str = r#"{"anyOf": [{"type": "string", "pattern": "^[0-9]{1,10}(\\.[0-9]{1,3})?$"}, {"type": "string", "format": "date-time"}]}"#;
+/// What `parse_step` takes: seconds or a humantime duration.
+const DURATION: &str = r#"{"type": "string", "pattern": "^([1-9][0-9]{0,5}(\\.[0-9]{1,3})?|[1-9][0-9]{0,4}(ms|s|m|h))$"}"#;
+
 const FROM: ParamDoc = query(
     "from",
-    "string",
+    TIME,
     "Start, RFC 3339 or Unix seconds (default: 1 h before `to`).",
 );
-const TO: ParamDoc = query(
-    "to",
-    "string",
-    "End, RFC 3339 or Unix seconds (default: now).",
+const TO: ParamDoc = query("to", TIME, "End, RFC 3339 or Unix seconds (default: now).");
+const LIMIT: ParamDoc = query(
+    "limit",
+    r#"{"type": "integer", "minimum": 1, "maximum": 1000}"#,
+    "Page size, 1..1000 (default 100).",
 );
-const LIMIT: ParamDoc = query("limit", "integer", "Page size, 1..1000 (default 100).");
-const CURSOR: ParamDoc = query("cursor", "string", "`next_cursor` of the previous page.");
+const CURSOR: ParamDoc = query(
+    "cursor",
+    r#"{"type": "string", "pattern": "^[0-9]{1,15}$"}"#,
+    "`next_cursor` of the previous page.",
+);
 const BAD: (u16, &str) = (
     400,
     "A parameter is missing or invalid; the message names it.",
@@ -235,6 +255,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 success: 200,
                 returns: &["targets"],
                 request_body: None,
+                request_schema: None,
             },
             get(list_targets),
         ),
@@ -244,11 +265,12 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 path: "/api/v1/targets/{name}",
                 operation_id: "getTarget",
                 summary: "One target with its live status and latest signals.",
-                params: vec![path("name", "string", "Target name.")],
+                params: vec![path("name", NAME, "Target name.")],
                 errors: &[BAD, UNKNOWN_TARGET],
                 success: 200,
                 returns: &["name", "kind", "url", "engine", "status", "signals", "firing_alerts"],
                 request_body: None,
+                request_schema: None,
             },
             get(get_target),
         ),
@@ -259,17 +281,17 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 operation_id: "getSignalSeries",
                 summary: "Signal series of a target over a range, one point per step.",
                 params: vec![
-                    path("name", "string", "Target name."),
+                    path("name", NAME, "Target name."),
                     query(
                         "signal",
-                        "string",
+                        SIGNAL_LIST,
                         "Comma-separated signal names (default: every signal).",
                     ),
                     FROM,
                     TO,
                     query(
                         "step",
-                        "string",
+                        DURATION,
                         "Step, e.g. `15s` or seconds (default: range / 240, at least 1 s).",
                     ),
                 ],
@@ -277,6 +299,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 success: 200,
                 returns: &["target", "from", "to", "step_s", "series"],
                 request_body: None,
+                request_schema: None,
             },
             get(signal_series),
         ),
@@ -287,8 +310,8 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 operation_id: "getRawSeries",
                 summary: "Raw stored series of one catalog metric of a target (every label set and histogram part).",
                 params: vec![
-                    required_query("target", "string", "Target name."),
-                    required_query("metric", "string", "Catalog metric, e.g. `kv_cache_usage`."),
+                    required_query("target", NAME, "Target name."),
+                    required_query("metric", METRIC_NAME, "Catalog metric, e.g. `kv_cache_usage`."),
                     FROM,
                     TO,
                 ],
@@ -296,6 +319,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 success: 200,
                 returns: &["target", "metric", "from", "to", "series"],
                 request_body: None,
+                request_schema: None,
             },
             get(raw_series),
         ),
@@ -306,7 +330,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 operation_id: "listProbes",
                 summary: "Probe records of a target, oldest first, paginated.",
                 params: vec![
-                    required_query("target", "string", "Target name."),
+                    required_query("target", NAME, "Target name."),
                     FROM,
                     TO,
                     LIMIT,
@@ -316,6 +340,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 success: 200,
                 returns: &["target", "probes", "next_cursor"],
                 request_body: None,
+                request_schema: None,
             },
             get(list_probes),
         ),
@@ -325,11 +350,12 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 path: "/api/v1/runs",
                 operation_id: "listRuns",
                 summary: "Runs (the measured steps) of a sweep.",
-                params: vec![required_query("sweep", "integer", "Sweep id.")],
+                params: vec![required_query("sweep", ID, "Sweep id.")],
                 errors: &[BAD, (404, "No such sweep.")],
                 success: 200,
                 returns: &["sweep_id", "runs"],
                 request_body: None,
+                request_schema: None,
             },
             get(sweeps::list_runs),
         ),
@@ -344,6 +370,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 success: 200,
                 returns: &["sweeps", "next_cursor"],
                 request_body: None,
+                request_schema: None,
             },
             get(sweeps::list_sweeps),
         ),
@@ -358,6 +385,8 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                     BAD,
                     UNKNOWN_TARGET,
                     (409, "A sweep started through the API is still running."),
+                    (413, "The body is over the size limit."),
+                    (415, "The body is not `application/json`."),
                     (502, "The sweep could not start (e.g. the target is down)."),
                 ],
                 success: 202,
@@ -365,6 +394,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 request_body: Some(
                     "{\"target\": NAME, \"shape\": \"512x128\", \"concurrency\": [1,2,4], \"requests_per_step\": 100, \"min_step_duration\": \"10s\", \"model\": NAME?}",
                 ),
+                request_schema: Some(sweeps::start_sweep_schema),
             },
             post(sweeps::start_sweep),
         ),
@@ -374,11 +404,12 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 path: "/api/v1/sweeps/{id}",
                 operation_id: "getSweep",
                 summary: "One sweep: settings, experiment card, steps, verdict.",
-                params: vec![path("id", "integer", "Sweep id.")],
+                params: vec![path("id", ID, "Sweep id.")],
                 errors: &[BAD, (404, "No such sweep.")],
                 success: 200,
                 returns: &["id", "target", "status", "started", "settings", "card", "verdict", "steps"],
                 request_body: None,
+                request_schema: None,
             },
             get(sweeps::get_sweep),
         ),
@@ -388,11 +419,12 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 path: "/api/v1/sweeps/{id}/cancel",
                 operation_id: "cancelSweep",
                 summary: "Cancel the running sweep: requests in flight are aborted, measured steps kept, status `cancelled`.",
-                params: vec![path("id", "integer", "Sweep id.")],
+                params: vec![path("id", ID, "Sweep id.")],
                 errors: &[BAD, (404, "No such sweep."), (409, "The sweep is not running.")],
                 success: 202,
                 returns: &["id", "status", "href"],
                 request_body: None,
+                request_schema: None,
             },
             post(sweeps::cancel_sweep),
         ),
@@ -404,13 +436,14 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 summary: "Current alerts (pending, firing, recently resolved).",
                 params: vec![query(
                     "state",
-                    "string",
+                    r#"{"type": "string", "enum": ["pending", "firing", "resolved"]}"#,
                     "Only alerts in this state: pending, firing or resolved.",
                 )],
                 errors: &[BAD],
                 success: 200,
                 returns: &["alerts"],
                 request_body: None,
+                request_schema: None,
             },
             get(list_alerts),
         ),
@@ -422,7 +455,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 summary: "Alert state changes, newest first, paginated.",
                 params: vec![
                     query("rule", "string", "Only this rule."),
-                    query("target", "string", "Only this target."),
+                    query("target", NAME, "Only this target."),
                     LIMIT,
                     CURSOR,
                 ],
@@ -430,6 +463,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 success: 200,
                 returns: &["events", "next_cursor"],
                 request_body: None,
+                request_schema: None,
             },
             get(alert_history),
         ),
@@ -444,6 +478,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 success: 200,
                 returns: &["rules", "evaluations"],
                 request_body: None,
+                request_schema: None,
             },
             get(list_rules),
         ),
@@ -458,6 +493,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 success: 200,
                 returns: &["openapi", "info", "paths", "components"],
                 request_body: None,
+                request_schema: None,
             },
             get(openapi_json),
         ),
@@ -481,8 +517,8 @@ pub fn router() -> Router<AppState> {
     )
 }
 
-async fn openapi_json() -> Json<Value> {
-    Json(openapi::document())
+async fn openapi_json(State(state): State<AppState>) -> Json<Value> {
+    Json(openapi::document(&state.api.config.server.sweep_limits))
 }
 
 async fn own_metrics(State(state): State<AppState>) -> Response {
@@ -601,14 +637,8 @@ async fn get_target(
 fn time_range(p: &Params) -> Result<(i64, i64), ApiError> {
     let to = p.time("to")?.unwrap_or_else(now_ms);
     let from = p.time("from")?.unwrap_or(to - 3600 * 1000);
-    if from > to {
-        return Err(ApiError::bad_request(format!(
-            "from ({}) is after to ({})",
-            rfc3339_ms(from),
-            rfc3339_ms(to)
-        )));
-    }
-    Ok((from, to))
+    // A range that ends before it starts holds nothing: answered empty.
+    Ok((from.min(to), to))
 }
 
 fn parse_signals(text: Option<&str>) -> Result<Vec<Signal>, ApiError> {
@@ -643,10 +673,14 @@ async fn signal_series(
     let p = params(query, &["signal", "from", "to", "step"])?;
     let signals = parse_signals(p.get("signal"))?;
     let (from, to) = time_range(&p)?;
-    let step = match p.duration_ms("step")? {
+    let asked = match p.duration_ms("step")? {
         Some(step) => step,
         None => ((to - from) / 240).max(1000),
     };
+    // Too fine a step for the range is raised to fit, as Grafana would ask;
+    // `step_s` in the answer says which step was used.
+    let fitting = (to - from + llmwatch_store::MAX_POINTS - 2) / (llmwatch_store::MAX_POINTS - 1);
+    let step = asked.max(fitting).max(1);
     let range = Range::checked(from, to, step)?;
     let target = find_target(&state.api.store, &name).await?;
     let series = state
@@ -694,11 +728,9 @@ async fn raw_series(State(state): State<AppState>, query: RawQuery) -> ApiResult
         ))
     })?;
     let (from, to) = time_range(&p)?;
-    if to - from > MAX_RAW_RANGE_MS {
-        return Err(ApiError::bad_request(
-            "from/to: raw series cover at most 24 h per request; narrow the range or use the signal series",
-        ));
-    }
+    // Raw series cover at most 24 h: a longer range keeps its last 24 h
+    // (`from` in the answer says so); longer views use the signal series.
+    let from = from.max(to - MAX_RAW_RANGE_MS);
     let target = find_target(&state.api.store, name).await?;
     let series = state
         .api
@@ -814,14 +846,28 @@ async fn list_alerts(State(state): State<AppState>, query: RawQuery) -> ApiResul
     Ok(Json(json!({ "alerts": alerts })))
 }
 
+/// A target name as the config allows it.
+fn is_target_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
 async fn alert_history(State(state): State<AppState>, query: RawQuery) -> ApiResult {
     let p = params(query, &["rule", "target", "limit", "cursor"])?;
     let limit = p.limit(100, 1000)?;
     let cursor = p.cursor()?;
+    let target = p.get("target");
+    if target.is_some_and(|t| !is_target_name(t)) {
+        return Err(ApiError::bad_request(
+            "target: a target name is 1 to 64 letters, digits, '.', '_' or '-'",
+        ));
+    }
     let mut events = state
         .api
         .store
-        .alert_events(p.get("rule"), p.get("target"), cursor, limit + 1)
+        .alert_events(p.get("rule"), target, cursor, limit + 1)
         .await?;
     let more = events.len() > limit as usize;
     events.truncate(limit as usize);

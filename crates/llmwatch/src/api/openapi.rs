@@ -1,12 +1,35 @@
 //! The OpenAPI 3.1 document, generated from [`super::routes`]: every route
 //! the router serves is described, because both come from the same list.
 
+use llmwatch_core::catalog::CatalogMetric;
+use llmwatch_core::signals::Signal;
 use serde_json::{json, Map, Value};
 
 use super::{routes, In};
 
+/// A parameter's schema: a bare type name, or a schema object as JSON text.
+fn param_schema(schema: &str) -> Value {
+    if schema == super::SIGNAL_LIST {
+        let names: Vec<&str> = Signal::all().iter().map(Signal::as_str).collect();
+        return json!({ "type": "array", "items": { "type": "string", "enum": names }, "minItems": 1 });
+    }
+    if schema == super::METRIC_NAME {
+        let names: Vec<&str> = CatalogMetric::all()
+            .iter()
+            .map(CatalogMetric::name)
+            .collect();
+        return json!({ "type": "string", "enum": names });
+    }
+    if schema.starts_with('{') {
+        // The texts are constants of this crate; the API test parses them all.
+        serde_json::from_str(schema).unwrap_or_else(|_| json!({ "type": "string" }))
+    } else {
+        json!({ "type": schema })
+    }
+}
+
 /// The document served at `/api/v1/openapi.json`.
-pub fn document() -> Value {
+pub fn document(limits: &crate::config::SweepLimits) -> Value {
     let mut paths: Map<String, Value> = Map::new();
     for (doc, _) in routes() {
         let parameters: Vec<Value> = doc
@@ -18,7 +41,10 @@ pub fn document() -> Value {
                     "in": match p.location { In::Path => "path", In::Query => "query" },
                     "required": p.required,
                     "description": p.description,
-                    "schema": { "type": p.schema },
+                    "schema": param_schema(p.schema),
+                    // A list parameter is one comma-separated value.
+                    "style": "form",
+                    "explode": false,
                 })
             })
             .collect();
@@ -62,7 +88,9 @@ pub fn document() -> Value {
             operation["requestBody"] = json!({
                 "required": true,
                 "description": body,
-                "content": { "application/json": { "schema": { "type": "object" } } },
+                "content": { "application/json": { "schema": doc
+                    .request_schema
+                    .map_or_else(|| json!({ "type": "object" }), |schema| schema(limits)) } },
             });
         }
         let entry = paths

@@ -12,6 +12,7 @@ use llmwatch_store::SweepRow;
 use serde_json::{json, Value};
 
 use super::{params, time_fields, without_credentials, ApiError, ApiResult, RawQuery};
+use crate::config::SweepLimits;
 use crate::sweep::schedule::{check_limits, settings_for_target};
 use crate::sweep::{run_sweep, Ladder, SweepError};
 use crate::web::AppState;
@@ -64,10 +65,11 @@ pub(super) async fn list_sweeps(State(state): State<AppState>, query: RawQuery) 
     let p = params(query, &["limit", "cursor"])?;
     let limit = p.limit(100, 1000)?;
     let offset = p.cursor()?.unwrap_or(0);
+    // An offset past any plausible number of sweeps is simply an empty page.
     let wanted = u32::try_from(offset)
         .ok()
         .and_then(|o| o.checked_add(limit + 1))
-        .ok_or_else(|| ApiError::bad_request("cursor: out of range"))?;
+        .unwrap_or(u32::MAX);
     let rows = state.api.store.sweeps(wanted).await?;
     let start = usize::try_from(offset)
         .unwrap_or(usize::MAX)
@@ -147,16 +149,56 @@ struct StartSweep {
     target: String,
     #[serde(default)]
     shape: Option<String>,
+    /// Numbers, not `u32`s: JSON Schema's integers include `37.0`.
     #[serde(default)]
-    concurrency: Option<Vec<u32>>,
+    concurrency: Option<Vec<f64>>,
     #[serde(default)]
     rate: Option<Vec<f64>>,
     #[serde(default)]
-    requests_per_step: Option<u64>,
+    requests_per_step: Option<f64>,
     #[serde(default)]
     min_step_duration: Option<String>,
     #[serde(default)]
     model: Option<String>,
+}
+
+/// The body of `POST /api/v1/sweeps` as the OpenAPI document states it,
+/// within this daemon's `[server.sweep_limits]`: every request the schema
+/// allows is one the daemon accepts (shapes stay within a 2 048-token
+/// context). `model` is accepted too (the first served model by default)
+/// but left out: a model the server does not serve fails the sweep at start.
+pub fn start_sweep_schema(limits: &SweepLimits) -> Value {
+    let steps = limits.max_steps;
+    // Every step may last its minimum duration without passing the sweep's.
+    let step_cap_s = (limits.max_sweep_duration.as_secs_f64() / steps.max(1) as f64)
+        .min(limits.max_step_duration.as_secs_f64())
+        .floor()
+        .max(1.0);
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["target"],
+        "not": { "required": ["concurrency", "rate"] },
+        "properties": {
+            "target": { "type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$" },
+            "shape": { "type": "string", "pattern": "^[1-9][0-9]{0,2}x[1-9][0-9]{0,2}$",
+                       "description": "INPUTxOUTPUT tokens; at most the model's context in all." },
+            "concurrency": { "type": "array", "minItems": 1, "maxItems": steps,
+                             "items": { "type": "integer", "minimum": 1,
+                                        "maximum": crate::sweep::DEFAULT_MAX_CONCURRENCY } },
+            "rate": { "type": "array", "minItems": 1, "maxItems": steps,
+                      "items": { "type": "number", "exclusiveMinimum": 0, "maximum": limits.max_rate } },
+            "requests_per_step": { "type": "integer", "minimum": 1,
+                                   "maximum": limits.max_requests_per_step },
+            "min_step_duration": { "type": "string", "pattern": "^[1-9][0-9]{0,2}ms$|^[1-9][0-9]{0,5}s$",
+                                   "description": format!("At most {step_cap_s} s.") },
+        }
+    })
+}
+
+/// `n` as a whole number, if it is one (`37` and `37.0` alike).
+fn whole_number(n: f64) -> Option<u64> {
+    (n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= u64::MAX as f64).then_some(n as u64)
 }
 
 /// How long the answer waits for the sweep row to exist.
@@ -190,7 +232,17 @@ pub(super) async fn start_sweep(
         settings.shape =
             Shape::parse(shape).map_err(|err| ApiError::bad_request(format!("shape: {err}")))?;
     }
-    settings.ladder = match (request.concurrency, request.rate) {
+    let concurrency = request
+        .concurrency
+        .map(|levels| {
+            levels
+                .iter()
+                .map(|&c| whole_number(c).and_then(|c| u32::try_from(c).ok()))
+                .collect::<Option<Vec<u32>>>()
+                .ok_or_else(|| ApiError::bad_request("concurrency: expected whole numbers"))
+        })
+        .transpose()?;
+    settings.ladder = match (concurrency, request.rate) {
         (Some(c), None) => Ladder::Concurrency(c),
         (None, Some(r)) => Ladder::Rate(r),
         (None, None) => settings.ladder,
@@ -201,7 +253,8 @@ pub(super) async fn start_sweep(
         }
     };
     if let Some(n) = request.requests_per_step {
-        settings.requests_per_step = n;
+        settings.requests_per_step = whole_number(n)
+            .ok_or_else(|| ApiError::bad_request("requests_per_step: expected a whole number"))?;
     }
     if let Some(text) = &request.min_step_duration {
         settings.min_step_duration = crate::config::parse_duration(text)

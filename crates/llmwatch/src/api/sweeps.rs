@@ -190,10 +190,16 @@ pub fn start_sweep_schema(limits: &SweepLimits) -> Value {
                       "items": { "type": "number", "exclusiveMinimum": 0, "maximum": limits.max_rate } },
             "requests_per_step": { "type": "integer", "minimum": 1,
                                    "maximum": limits.max_requests_per_step },
-            "min_step_duration": { "type": "string", "pattern": "^[1-9][0-9]{0,2}ms$|^[1-9][0-9]{0,5}s$",
-                                   "description": format!("At most {step_cap_s} s.") },
+            "min_step_duration": { "type": "string", "pattern": whole_seconds_pattern(step_cap_s as u64),
+                                   "description": format!("Under a second in ms, or 1 to {step_cap_s} whole seconds.") },
         }
     })
+}
+
+/// `NNNms` under a second, or `Ns` for 1..=`max` seconds, exactly.
+fn whole_seconds_pattern(max: u64) -> String {
+    let seconds: Vec<String> = (1..=max.max(1)).map(|s| s.to_string()).collect();
+    format!("^([1-9][0-9]{{0,2}}ms|({})s)$", seconds.join("|"))
 }
 
 /// `n` as a whole number, if it is one (`37` and `37.0` alike).

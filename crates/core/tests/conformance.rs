@@ -7,10 +7,7 @@ use std::path::{Path, PathBuf};
 use llmwatch_core::exposition::{parse, parse_lenient, Format, MetricType};
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures"
-    ))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures"))
 }
 
 fn read(path: &Path) -> Vec<u8> {

@@ -10,10 +10,7 @@ use llmwatch_core::exposition::{
 };
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures"
-    ))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures"))
 }
 
 fn read(rel: &str) -> Vec<u8> {

@@ -38,9 +38,13 @@ pub struct WorkloadArgs {
     /// Environment variable holding the API key (never printed).
     #[arg(long)]
     pub api_key_env: Option<String>,
-    /// Seeds prompts and arrivals.
+    /// Seeds arrivals and prompt bodies; nonces stay unique per run.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Send the same prompts as earlier runs with this seed (deliberate
+    /// prefix-cache experiments); by default every run's prompts are new.
+    #[arg(long)]
+    pub reuse_prompts: bool,
     /// Busy-poll the measuring thread so idle-CPU wake-ups stay out of the
     /// timings: auto (on with 4+ cores), on, off.
     #[arg(long, default_value = "auto", value_parser = parse_spin)]
@@ -156,6 +160,9 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
     )
     .await;
     workload.temperature = args.workload.temperature;
+    if args.workload.reuse_prompts {
+        workload.reuse_prompts();
+    }
     let load = match args.rate {
         Some(rate) => Load::Rate {
             per_second: rate,
@@ -196,6 +203,9 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
             "note: {} has no /tokenize; prompt length is approximate (server-reported tokens are recorded)",
             args.url
         );
+    }
+    if workload.reuses_prompts() {
+        eprintln!("note: --reuse-prompts: prompts repeat earlier runs', so prefix-cache hits are expected");
     }
     // The run gets a thread of its own (and, with --spin, a busy core);
     // the client above only calibrated the prompt.

@@ -19,10 +19,7 @@ use llmwatch_core::signals::Signal;
 use llmwatch_store::Store;
 
 fn fixtures() -> PathBuf {
-    PathBuf::from(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../fixtures"
-    ))
+    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures"))
 }
 
 /// (target name, fixture file) for every engine page.

@@ -157,6 +157,9 @@ struct StartSweep {
     min_step_duration: Option<String>,
     #[serde(default)]
     model: Option<String>,
+    /// Repeat earlier sweeps' prompts (deliberate cache experiments).
+    #[serde(default)]
+    reuse_prompts: Option<bool>,
 }
 
 /// How long the answer waits for the sweep row to exist.
@@ -196,6 +199,9 @@ pub(super) async fn start_sweep(
             ))
         }
     };
+    if let Some(reuse) = request.reuse_prompts {
+        settings.reuse_prompts = reuse;
+    }
     if let Some(n) = request.requests_per_step {
         settings.requests_per_step = n;
     }

@@ -13,7 +13,7 @@ use llmwatch_probe::{
     RunConfig, RunResult, Secret, Shape, Spin, Workload,
 };
 
-use crate::canary::discover_model;
+use crate::canary::{context_limit, discover_model};
 use crate::config::parse_duration;
 
 /// What to send and how to measure it: the flags `llmwatch bench` and
@@ -148,6 +148,7 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
             .await
             .map_err(|err| anyhow::anyhow!("no --model given and discovery failed: {err}"))?,
     };
+    refuse_a_shape_past_the_context(&client, &args.url, &model, parsed.shape).await?;
     let calibrator = Calibrator::new();
     let mut workload = Workload::prepare(
         &client,
@@ -193,6 +194,26 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
         ..RunConfig::closed(args.concurrency, args.requests)
     };
     Ok((client, workload, config))
+}
+
+/// Refuses, before any request, a shape whose prompt plus output cannot fit
+/// the model's context: every request would fail.
+pub async fn refuse_a_shape_past_the_context(
+    client: &ProbeClient,
+    url: &str,
+    model: &str,
+    shape: Shape,
+) -> anyhow::Result<()> {
+    let needed = u64::from(shape.input_tokens) + u64::from(shape.output_tokens);
+    if let Some((limit, source)) = context_limit(client.http(), url, model).await {
+        if needed > limit {
+            bail!(
+                "--shape {shape}: needs {needed} tokens of context, but {model} has {limit} ({source}); \
+                 no request was sent"
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Runs the bench and returns its result.

@@ -155,6 +155,32 @@ async fn reruns_send_new_prompts_unless_asked_to_reuse_them() {
     assert!(stderr.contains("--reuse-prompts"), "{stderr}");
 }
 
+/// Issue 11: a shape past the model's context is refused before any
+/// request, naming the limit and where it was read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_refuses_a_shape_past_the_context_before_sending() {
+    let (sim, url) = sim("small-model").await;
+    // The refusal names the pre-flight check, which runs before the load.
+    let (ok, stdout, stderr) = llmwatch(&[
+        "bench",
+        "--url",
+        &url,
+        "--shape",
+        "1000000x8",
+        "--requests",
+        "2",
+    ])
+    .await;
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains("1000008 tokens")
+            && stderr.contains("max_model_len")
+            && stderr.contains("no request was sent"),
+        "{stderr}"
+    );
+    drop(sim);
+}
+
 #[tokio::test]
 async fn bench_refuses_an_unknown_spin_mode() {
     let (ok, _, stderr) = llmwatch(&[

@@ -13,7 +13,7 @@ use llmwatch_probe::{
     RunConfig, RunResult, Secret, Shape, Spin, Workload,
 };
 
-use crate::canary::discover_model;
+use crate::canary::{context_limit, discover_model};
 use crate::config::parse_duration;
 
 /// What to send and how to measure it: the flags `llmwatch bench` and
@@ -38,9 +38,13 @@ pub struct WorkloadArgs {
     /// Environment variable holding the API key (never printed).
     #[arg(long)]
     pub api_key_env: Option<String>,
-    /// Seeds prompts and arrivals.
+    /// Seeds arrivals and prompt bodies; nonces stay unique per run.
     #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// Send the same prompts as earlier runs with this seed (deliberate
+    /// prefix-cache experiments); by default every run's prompts are new.
+    #[arg(long)]
+    pub reuse_prompts: bool,
     /// Busy-poll the measuring thread so idle-CPU wake-ups stay out of the
     /// timings: auto (on with 4+ cores), on, off.
     #[arg(long, default_value = "auto", value_parser = parse_spin)]
@@ -144,6 +148,7 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
             .await
             .map_err(|err| anyhow::anyhow!("no --model given and discovery failed: {err}"))?,
     };
+    refuse_a_shape_past_the_context(&client, &args.url, &model, parsed.shape).await?;
     let calibrator = Calibrator::new();
     let mut workload = Workload::prepare(
         &client,
@@ -156,6 +161,9 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
     )
     .await;
     workload.temperature = args.workload.temperature;
+    if args.workload.reuse_prompts {
+        workload.reuse_prompts();
+    }
     let load = match args.rate {
         Some(rate) => Load::Rate {
             per_second: rate,
@@ -188,6 +196,26 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
     Ok((client, workload, config))
 }
 
+/// Refuses, before any request, a shape whose prompt plus output cannot fit
+/// the model's context: every request would fail.
+pub async fn refuse_a_shape_past_the_context(
+    client: &ProbeClient,
+    url: &str,
+    model: &str,
+    shape: Shape,
+) -> anyhow::Result<()> {
+    let needed = u64::from(shape.input_tokens) + u64::from(shape.output_tokens);
+    if let Some((limit, source)) = context_limit(client.http(), url, model).await {
+        if needed > limit {
+            bail!(
+                "--shape {shape}: needs {needed} tokens of context, but {model} has {limit} ({source}); \
+                 no request was sent"
+            );
+        }
+    }
+    Ok(())
+}
+
 /// Runs the bench and returns its result.
 pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
     let (client, workload, config) = prepare(args).await?;
@@ -196,6 +224,9 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
             "note: {} has no /tokenize; prompt length is approximate (server-reported tokens are recorded)",
             llmwatch_core::redact::redact_url(&args.url)
         );
+    }
+    if workload.reuses_prompts() {
+        eprintln!("note: --reuse-prompts: prompts repeat earlier runs', so prefix-cache hits are expected");
     }
     // The run gets a thread of its own (and, with --spin, a busy core);
     // the client above only calibrated the prompt.

@@ -68,7 +68,48 @@ pub fn probe_row(
 /// Asks `/v1/models` for the first model a server serves.
 pub async fn discover_model(client: &reqwest::Client, base_url: &str) -> Result<String, String> {
     let url = crate::config::join_url(base_url.trim_end_matches("/v1"), "/v1/models");
-    let response = tokio::time::timeout(Duration::from_secs(5), client.get(&url).send())
+    let json = get_small_json(client, &url).await?;
+    json.pointer("/data/0/id")
+        .and_then(|id| id.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| format!("{url}: no model in `data`"))
+}
+
+/// The model's context in tokens and where it was read: vLLM/SGLang's
+/// `max_model_len` in `/v1/models`, else llama-server's per-slot `n_ctx`
+/// in `/props`. `None` when the target states neither.
+pub async fn context_limit(
+    client: &reqwest::Client,
+    base_url: &str,
+    model: &str,
+) -> Option<(u64, String)> {
+    let root = base_url.trim_end_matches("/v1");
+    let models_url = crate::config::join_url(root, "/v1/models");
+    if let Ok(json) = get_small_json(client, &models_url).await {
+        let entries = json.get("data").and_then(|d| d.as_array());
+        let entry = entries.and_then(|e| {
+            e.iter()
+                .find(|m| m.get("id").and_then(|id| id.as_str()) == Some(model))
+                .or_else(|| e.first())
+        });
+        if let Some(len) = entry
+            .and_then(|m| m.get("max_model_len"))
+            .and_then(|l| l.as_u64())
+        {
+            return Some((len, format!("max_model_len in {models_url}")));
+        }
+    }
+    let props_url = crate::config::join_url(root, "/props");
+    let json = get_small_json(client, &props_url).await.ok()?;
+    json.pointer("/default_generation_settings/n_ctx")
+        .or_else(|| json.get("n_ctx"))
+        .and_then(|n| n.as_u64())
+        .map(|n| (n, format!("n_ctx per slot in {props_url}")))
+}
+
+/// GET `url` as JSON: 5 s timeouts, at most 1 MiB.
+async fn get_small_json(client: &reqwest::Client, url: &str) -> Result<serde_json::Value, String> {
+    let response = tokio::time::timeout(Duration::from_secs(5), client.get(url).send())
         .await
         .map_err(|_| format!("{url}: timed out"))?
         .map_err(|err| format!("{url}: {err}"))?;
@@ -82,12 +123,7 @@ pub async fn discover_model(client: &reqwest::Client, base_url: &str) -> Result<
     if body.len() > 1 << 20 {
         return Err(format!("{url}: answer larger than 1 MiB"));
     }
-    let json: serde_json::Value =
-        serde_json::from_slice(&body).map_err(|err| format!("{url}: not JSON: {err}"))?;
-    json.pointer("/data/0/id")
-        .and_then(|id| id.as_str())
-        .map(str::to_string)
-        .ok_or_else(|| format!("{url}: no model in `data`"))
+    serde_json::from_slice(&body).map_err(|err| format!("{url}: not JSON: {err}"))
 }
 
 /// Everything one target's canary loop needs.

@@ -320,6 +320,10 @@ pub struct SweepScheduleConfig {
     /// (scheduled or started by hand): "auto" (4+ cores), "on", "off".
     #[serde(default)]
     pub spin: llmwatch_probe::Spin,
+    /// Repeat the previous sweeps' prompts (deliberate prefix-cache
+    /// experiments); by default every sweep's prompts are new.
+    #[serde(default)]
+    pub reuse_prompts: bool,
 }
 
 /// The shortest period between scheduled sweeps: a sweep takes minutes and

@@ -222,7 +222,8 @@ impl OwnMetrics {
             };
             folded.last_id = *last;
             budget = budget.saturating_sub(u32::try_from(page.len()).unwrap_or(u32::MAX));
-            for (_, probe) in &page {
+            // Canary histograms: sweep probes (run_id set) stay out.
+            for (_, probe) in page.iter().filter(|(_, p)| p.run_id.is_none()) {
                 folded
                     .by_key
                     .entry((probe.target_id, probe.shape.clone()))

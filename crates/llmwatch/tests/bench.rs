@@ -106,6 +106,81 @@ async fn bench_with_spin_busy_polls_and_says_so() {
     assert!(stdout.contains("busy-polling"), "{stdout}");
 }
 
+/// One `bench` run against `url`: its JSON result and stderr.
+async fn bench_run(url: &str, extra: &[&str]) -> (serde_json::Value, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("run.json");
+    let json_arg = json_path.display().to_string();
+    let mut args = vec![
+        "bench",
+        "--url",
+        url,
+        "--api",
+        "completions",
+        "--shape",
+        "512x8",
+        "--concurrency",
+        "1",
+        "--requests",
+        "10",
+        "--json",
+        &json_arg,
+    ];
+    args.extend_from_slice(extra);
+    let (ok, stdout, stderr) = llmwatch(&args).await;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("Cached input tokens:"), "{stdout}");
+    let result = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    (result, stderr)
+}
+
+/// Issue 11: a rerun with identical default flags (same default seed)
+/// must not hit the prefix cache the first run filled; `--reuse-prompts`
+/// repeats the prompts on purpose, hits, and says so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reruns_send_new_prompts_unless_asked_to_reuse_them() {
+    let (_sim, url) = sim("cache-model").await;
+    let (first, _) = bench_run(&url, &[]).await;
+    assert_eq!(first["successful"], 10);
+    assert!(first["total_input_tokens"].as_u64().unwrap() >= 5000);
+    let (second, stderr) = bench_run(&url, &[]).await;
+    assert_eq!(second["successful"], 10);
+    assert_eq!(second["total_cached_tokens"], 0, "rerun hit the cache");
+    assert!(!stderr.contains("--reuse-prompts"), "{stderr}");
+
+    let (_, _) = bench_run(&url, &["--reuse-prompts"]).await;
+    let (reused, stderr) = bench_run(&url, &["--reuse-prompts"]).await;
+    let cached = reused["total_cached_tokens"].as_u64().unwrap();
+    assert!(cached >= 10 * 256, "reused prompts should hit: {cached}");
+    assert!(stderr.contains("--reuse-prompts"), "{stderr}");
+}
+
+/// Issue 11: a shape past the model's context is refused before any
+/// request, naming the limit and where it was read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_refuses_a_shape_past_the_context_before_sending() {
+    let (sim, url) = sim("small-model").await;
+    // The refusal names the pre-flight check, which runs before the load.
+    let (ok, stdout, stderr) = llmwatch(&[
+        "bench",
+        "--url",
+        &url,
+        "--shape",
+        "1000000x8",
+        "--requests",
+        "2",
+    ])
+    .await;
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains("1000008 tokens")
+            && stderr.contains("max_model_len")
+            && stderr.contains("no request was sent"),
+        "{stderr}"
+    );
+    drop(sim);
+}
+
 #[tokio::test]
 async fn bench_refuses_an_unknown_spin_mode() {
     let (ok, _, stderr) = llmwatch(&[

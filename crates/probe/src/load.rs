@@ -158,6 +158,17 @@ impl Workload {
         }
     }
 
+    /// Sends the same prompts as any other run of this workload and seed
+    /// (`--reuse-prompts`): cache hits are then expected, not a fault.
+    pub fn reuse_prompts(&mut self) {
+        self.generator = self.generator.clone().reusing_prompts();
+    }
+
+    /// True when prompts repeat across runs (see [`Workload::reuse_prompts`]).
+    pub fn reuses_prompts(&self) -> bool {
+        self.generator.reuses_prompts()
+    }
+
     /// Request number `i`: fixed output length, unique prompt.
     pub fn request(&self, i: u64) -> ProbeRequest {
         let mut r = ProbeRequest::fixed(

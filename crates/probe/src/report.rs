@@ -84,6 +84,17 @@ pub fn render_table(r: &RunResult) -> String {
         format!("{:.2}", r.duration_s),
     );
     line(&mut out, "Total input tokens:", r.total_input_tokens);
+    line(&mut out, "Cached input tokens:", r.total_cached_tokens);
+    if r.total_input_tokens > 0 {
+        line(
+            &mut out,
+            "Prefix-cache hit ratio:",
+            format!(
+                "{:.3}",
+                r.total_cached_tokens as f64 / r.total_input_tokens as f64
+            ),
+        );
+    }
     line(&mut out, "Total generated tokens:", r.total_output_tokens);
     line(
         &mut out,

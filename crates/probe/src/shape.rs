@@ -210,6 +210,10 @@ pub struct PromptGenerator {
     kind: PromptKind,
     words: u32,
     seed: u64,
+    /// Mixed into every nonce: fresh OS randomness per generator, so no two
+    /// runs send the same prompt even with the same `seed`; 0 when prompts
+    /// are deliberately reused ([`PromptGenerator::reusing_prompts`]).
+    salt: u64,
     /// Text before the nonce (the shared prefix, if any).
     head: String,
     /// Text after the nonce.
@@ -221,7 +225,8 @@ const BODY_SEED: u64 = 0x6c6c_6d77_6174_6368;
 
 impl PromptGenerator {
     /// `words` is the body length in words: from [`Calibrator`] for an
-    /// exact token count, or [`approx_words`]. `seed` varies the nonces.
+    /// exact token count, or [`approx_words`]. `seed` varies the nonces
+    /// reproducibly; a fresh random salt keeps them unique across runs.
     pub fn new(kind: PromptKind, words: u32, seed: u64) -> PromptGenerator {
         let mut rng = StdRng::seed_from_u64(BODY_SEED);
         let mut head = String::new();
@@ -253,9 +258,22 @@ impl PromptGenerator {
             kind,
             words,
             seed,
+            salt: fresh_salt(),
             head,
             tail,
         }
+    }
+
+    /// The same prompts as any other generator of this kind, length and
+    /// seed: for deliberate prefix-cache experiments (`--reuse-prompts`).
+    pub fn reusing_prompts(mut self) -> PromptGenerator {
+        self.salt = 0;
+        self
+    }
+
+    /// True when the nonces are not salted (prompts repeat across runs).
+    pub fn reuses_prompts(&self) -> bool {
+        self.salt == 0
     }
 
     pub fn kind(&self) -> PromptKind {
@@ -268,10 +286,21 @@ impl PromptGenerator {
 
     /// The prompt of request number `i` (unique nonce per `i` and seed).
     pub fn prompt(&self, i: u64) -> String {
-        let mut rng = StdRng::seed_from_u64(self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i);
+        let mixed = self.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+            ^ self
+                .salt
+                .rotate_left(17)
+                .wrapping_mul(0xBF58_476D_1CE4_E5B9)
+            ^ i;
+        let mut rng = StdRng::seed_from_u64(mixed);
         let nonce: u64 = rng.random_range(0..10_000_000_000_000_000);
         format!("{}[{nonce:016}] {}", self.head, self.tail)
     }
+}
+
+/// A non-zero salt from the OS-seeded thread generator.
+fn fresh_salt() -> u64 {
+    rand::random::<u64>().max(1)
 }
 
 /// Finds the word count that gives an exact input token count on a target,
@@ -340,8 +369,11 @@ impl Calibrator {
                     lo = hi;
                     hi = hi.saturating_mul(2);
                     match count(hi).await {
-                        Some(t) => t_hi = t,
-                        None => break,
+                        // Twice the words must count more tokens; a count
+                        // that does not grow is no count (stop, never
+                        // build an ever longer prompt on it).
+                        Some(t) if t > t_hi => t_hi = t,
+                        _ => break,
                     }
                 }
                 let mut best = (lo, None);
@@ -377,7 +409,9 @@ impl Calibrator {
 /// Token count of `text` from the target's `/tokenize`: vLLM/SGLang shape
 /// (`{"model","messages"}` for chat, `{"model","prompt"}` otherwise →
 /// `{"count"}`) first, then llama.cpp's (`{"content"}` → `{"tokens":[…]}`).
-/// `None` when none answers.
+/// `None` when none answers. Zero tokens for non-empty text is not a count
+/// (llama-server answers vLLM-shaped bodies with `{"tokens":[]}`): the next
+/// body shape is tried.
 pub async fn tokenize_count(
     client: &crate::client::ProbeClient,
     api: Api,
@@ -413,11 +447,17 @@ pub async fn tokenize_count(
         let Ok(v) = resp.json::<serde_json::Value>().await else {
             continue;
         };
-        if let Some(c) = v.get("count").and_then(|c| c.as_u64()) {
+        let counted = v
+            .get("count")
+            .and_then(|c| c.as_u64())
+            .or_else(|| {
+                v.get("tokens")
+                    .and_then(|t| t.as_array())
+                    .map(|t| t.len() as u64)
+            })
+            .filter(|c| *c > 0 || text.is_empty());
+        if let Some(c) = counted {
             return u32::try_from(c).ok();
-        }
-        if let Some(t) = v.get("tokens").and_then(|t| t.as_array()) {
-            return u32::try_from(t.len()).ok();
         }
     }
     None
@@ -464,6 +504,17 @@ mod tests {
         assert_eq!(a[18..], b[18..]);
         assert_eq!(a, g.prompt(0));
         assert_eq!(a.split_whitespace().count(), 101);
+    }
+
+    #[test]
+    fn same_seed_gives_different_prompts_unless_reused() {
+        let a = PromptGenerator::new(PromptKind::Random, 50, 0);
+        let b = PromptGenerator::new(PromptKind::Random, 50, 0);
+        assert!(!a.reuses_prompts());
+        assert!((0..100).all(|i| a.prompt(i) != b.prompt(i)));
+        let (a, b) = (a.reusing_prompts(), b.reusing_prompts());
+        assert!(a.reuses_prompts());
+        assert!((0..100).all(|i| a.prompt(i) == b.prompt(i)));
     }
 
     #[test]

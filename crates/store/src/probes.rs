@@ -216,8 +216,11 @@ impl Store {
         Ok(row.try_get("id")?)
     }
 
-    /// The timings the rolling probe signals need, for probes of a target
-    /// sent in `[from_ms, to_ms]`, oldest first. A narrow read: no record JSON.
+    /// The timings the rolling probe signals need, for the canary probes
+    /// of a target sent in `[from_ms, to_ms]`, oldest first. A narrow read:
+    /// no record JSON. Run probes (sweep steps, `run_id` set) are left out:
+    /// they load the server on purpose, and the `probe_*` signals and the
+    /// alerts on them describe what a lone user feels.
     pub async fn probe_timings(
         &self,
         target_id: i64,
@@ -226,7 +229,8 @@ impl Store {
     ) -> Result<Vec<(i64, ProbeTimings)>, StoreError> {
         let rows = sqlx::query(
             "SELECT ts_ms, ok, ttft_s, tpot_s, e2e_s, itl_s FROM probes
-             WHERE target_id = ? AND ts_ms BETWEEN ? AND ? ORDER BY ts_ms",
+             WHERE target_id = ? AND run_id IS NULL AND ts_ms BETWEEN ? AND ?
+             ORDER BY ts_ms",
         )
         .bind(target_id)
         .bind(from_ms)

@@ -217,7 +217,17 @@ async fn probes_are_stored_in_full_and_roll_into_signals() {
             .await
             .unwrap();
     }
+    // A sweep step's probes in the same window: slow, stored, queryable,
+    // but never part of the canary signals.
+    for i in 0..20 {
+        let mut sweep_probe = probe(1_000_000 + 80_000 + i * 1_000, 5.0, true);
+        sweep_probe.run_id = Some(7);
+        store.write_probe(&sweep_probe).await.unwrap();
+    }
     let rows = store.probes(target, 0, i64::MAX, 100).await.unwrap();
+    assert_eq!(rows.len(), 30);
+    assert_eq!(rows.iter().filter(|r| r.run_id == Some(7)).count(), 20);
+    let rows: Vec<ProbeRow> = rows.into_iter().filter(|r| r.run_id.is_none()).collect();
     assert_eq!(rows.len(), 10);
     assert_eq!(rows[0], probe(1_000_000, 0.1, true));
     assert_eq!(rows[9].error.as_deref(), Some("HTTP 500 from server: boom"));
@@ -228,6 +238,15 @@ async fn probes_are_stored_in_full_and_roll_into_signals() {
     assert_eq!(value_of(&signals, Signal::ProbeErrorRate), Some(0.25));
     let ttft_p50 = value_of(&signals, Signal::ProbeTtftP50).unwrap();
     assert!((ttft_p50 - 0.8).abs() < 1e-9, "{ttft_p50}");
+    // p95 of the canaries alone (ttft 0.7, 0.8, 0.9; the failed one has none).
+    let canary_ttfts = [0.7, 0.8, 0.9];
+    let expected_p95 = llmwatch_core::stats::percentile(&canary_ttfts, 0.95).unwrap();
+    let ttft_p95 = value_of(&signals, Signal::ProbeTtftP95).unwrap();
+    assert!((ttft_p95 - expected_p95).abs() < 1e-9, "{ttft_p95}");
+    assert!(
+        ttft_p95 < 1.0,
+        "sweep probes leaked into the canary p95: {ttft_p95}"
+    );
     assert_eq!(value_of(&signals, Signal::ProbeItlP95), Some(0.02));
 
     let range = Range::checked(1_000_000, now, 45_000).unwrap();

@@ -160,6 +160,9 @@ struct StartSweep {
     min_step_duration: Option<String>,
     #[serde(default)]
     model: Option<String>,
+    /// Repeat earlier sweeps' prompts (deliberate cache experiments).
+    #[serde(default)]
+    reuse_prompts: Option<bool>,
 }
 
 /// The body of `POST /api/v1/sweeps` as the OpenAPI document states it,
@@ -258,6 +261,9 @@ pub(super) async fn start_sweep(
             ))
         }
     };
+    if let Some(reuse) = request.reuse_prompts {
+        settings.reuse_prompts = reuse;
+    }
     if let Some(n) = request.requests_per_step {
         settings.requests_per_step = whole_number(n)
             .ok_or_else(|| ApiError::bad_request("requests_per_step: expected a whole number"))?;

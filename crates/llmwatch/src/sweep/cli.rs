@@ -119,6 +119,7 @@ pub fn settings_from_args(args: &SweepArgs) -> anyhow::Result<SweepSettings> {
     s.api_key = parsed.api_key;
     s.temperature = args.workload.temperature;
     s.seed = args.workload.seed;
+    s.reuse_prompts = args.workload.reuse_prompts;
     s.spin = args.workload.spin;
     s.ladder = match &args.rate {
         Some(rate) => Ladder::parse_rate(rate)?,

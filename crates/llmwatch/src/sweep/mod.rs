@@ -187,8 +187,11 @@ pub struct SweepSettings {
     /// `key=value` fields for the experiment card (card field names set the
     /// field, anything else is a user field).
     pub card: Vec<(String, String)>,
-    /// Seeds prompts and arrivals.
+    /// Seeds arrivals and prompt bodies; nonces stay unique per sweep.
     pub seed: u64,
+    /// Send the same prompts as earlier sweeps with this seed (deliberate
+    /// prefix-cache experiments).
+    pub reuse_prompts: bool,
     /// Deadline for one request (connect to end of stream).
     pub request_timeout: Duration,
     /// Whether the measuring thread busy-polls during steps (see
@@ -271,6 +274,7 @@ impl SweepSettings {
             analysis: AnalysisConfig::default(),
             card: Vec::new(),
             seed: 0,
+            reuse_prompts: false,
             request_timeout: Duration::from_secs(600),
             spin: Spin::Auto,
             max_duration: None,
@@ -379,6 +383,7 @@ impl SweepSettings {
             "self_check": self.self_check,
             "scrape_interval_s": self.scrape_interval.as_secs_f64(),
             "seed": self.seed,
+            "reuse_prompts": self.reuse_prompts,
             "spin": self.spin,
         })
     }
@@ -545,6 +550,9 @@ pub async fn run_sweep(
     )
     .await;
     workload.temperature = settings.temperature;
+    if settings.reuse_prompts {
+        workload.reuse_prompts();
+    }
     let workload = Arc::new(workload);
 
     let started_ms = now_ms();

@@ -41,6 +41,7 @@ pub fn settings_for_target(config: &Config, target: &TargetConfig) -> SweepSetti
     settings.objectives.itl_p95 = seconds(target.slo_itl_p95, config.server.slo_itl_p95);
     if let Some(sweep) = &target.sweep {
         settings.spin = sweep.spin;
+        settings.reuse_prompts = sweep.reuse_prompts;
     }
     settings.max_duration = Some(config.server.sweep_limits.max_sweep_duration);
     settings

@@ -302,3 +302,56 @@ async fn canary_one_at_a_time() {
     let ids: HashMap<String, Vec<Instant>> = server.stamps.lock().unwrap().clone();
     assert_eq!(ids.len(), 2);
 }
+
+/// A `/tokenize` shaped like llama-server's: `{"content"}` → `{"tokens":[…]}`
+/// (one per whitespace word, plus BOS); vLLM-shaped bodies (`prompt`,
+/// `messages`) get `{"tokens":[]}`, as the real server answers them.
+fn llamacpp_tokenize_server() -> TestServer {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = Router::new().route(
+                "/tokenize",
+                post(|Json(v): Json<serde_json::Value>| async move {
+                    let tokens: Vec<u32> = match v["content"].as_str() {
+                        Some(text) => (0..=text.split_whitespace().count() as u32).collect(),
+                        None => Vec::new(),
+                    };
+                    Json(serde_json::json!({ "tokens": tokens }))
+                }),
+            );
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    TestServer {
+        addr: rx.recv().unwrap(),
+        stamps: Stamps::default(),
+    }
+}
+
+/// Issue 11: llama-server's empty token list for a vLLM-shaped body is not
+/// a count of 0 — calibration moves on to its `content` body and lands on
+/// the exact length instead of doubling the prompt to millions of words.
+#[tokio::test]
+async fn calibration_skips_an_empty_token_list_and_is_exact_on_llamacpp() {
+    let server = llamacpp_tokenize_server();
+    let client = ProbeClient::new(ClientConfig::new(server.url())).unwrap();
+    for api in [Api::Completions, Api::Chat] {
+        let c = Calibrator::new()
+            .calibrate(&client, api, "m", PromptKind::Random, 128)
+            .await;
+        assert!(c.exact, "{api:?}: {c:?}");
+        assert_eq!(c.tokens, Some(128), "{api:?}: {c:?}");
+        assert!(
+            c.words < 200,
+            "{api:?}: runaway prompt of {} words",
+            c.words
+        );
+    }
+}

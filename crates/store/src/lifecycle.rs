@@ -9,9 +9,9 @@ use crate::{Store, StoreError};
 
 /// Rows deleted per transaction: small enough that a waiting scrape write
 /// is never held up for long.
-const BATCH_ROWS: i64 = 2000;
+const BATCH_ROWS: i64 = 500;
 /// Free pages returned to the file system per step.
-const VACUUM_PAGES: i64 = 2000;
+const VACUUM_PAGES: i64 = 500;
 
 /// What one maintenance pass removed.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

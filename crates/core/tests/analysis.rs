@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use llmwatch_core::analysis::{
-    analyze_sweep, card_from_info, check_objectives, compare_cards, diagnose, max_sustainable,
-    saturation_point, summary_lines, AnalysisConfig, Confidence, ExperimentCard, Finding, Load,
-    ObjectiveMiss, Objectives, Quantiles, ServerEvidence, StepResult, ThroughputMetric, Verdict,
-    WorkloadHints,
+    analyze_sweep, cache_hygiene, card_from_info, check_objectives, compare_cards, diagnose,
+    max_sustainable, saturation_point, summary_lines, AnalysisConfig, Confidence, ExperimentCard,
+    Finding, Load, ObjectiveMiss, Objectives, Quantiles, ServerEvidence, StepResult,
+    ThroughputMetric, Verdict, WorkloadHints,
 };
 use proptest::prelude::*;
 
@@ -224,6 +224,36 @@ fn client_bound_steps_are_ignored_for_saturation() {
     assert!(sat
         .describe()
         .contains("1 client-bound step(s) were ignored"));
+}
+
+/// Issue 11: random prompts that hit the prefix cache measured a warm
+/// cache; the step is labelled and kept out of the saturation verdict.
+#[test]
+fn cache_contaminated_steps_are_labelled_and_ignored_for_saturation() {
+    // Random prompts (intended 0): 1 % cached is the template's opening,
+    // 90 % cached contradicts the workload.
+    assert_eq!(cache_hygiene(0.0, 10_000, 100), None);
+    let why = cache_hygiene(0.0, 10_000, 9_000).expect("contaminated");
+    assert!(
+        why.contains("0.90 observed") && why.contains("0.00 intended"),
+        "{why}"
+    );
+    // Shared-prefix at 0.8 expects its hits; only beyond the allowance is it flagged.
+    assert_eq!(cache_hygiene(0.8, 10_000, 8_500), None);
+    assert!(cache_hygiene(0.5, 10_000, 9_900).is_some());
+    assert_eq!(cache_hygiene(0.0, 0, 0), None);
+
+    let mut steps = balanced();
+    // A warm-cache step at 24 that reports a low TTFT and a throughput that
+    // would move the knee if it were believed.
+    let mut warm = step(24, 720.0, 0.05, 0.03);
+    warm.cache_contaminated = cache_hygiene(0.0, 10_000, 9_000);
+    steps.insert(4, warm);
+    let sat = saturation_point(&steps, &cfg()).expect("saturation");
+    assert_eq!(sat.load, Load::Concurrency(16));
+    assert_eq!(sat.excluded_steps.len(), 1);
+    assert_eq!(sat.excluded_steps[0].step, 4);
+    assert!(sat.excluded_steps[0].reason.contains("cache-contaminated"));
 }
 
 #[test]

@@ -153,6 +153,67 @@ impl CanaryJob {
     }
 }
 
+/// Discovers the model, checks the shape fits its context and calibrates
+/// the prompt once against `/tokenize`, so canaries carry exactly the
+/// shape's input tokens where the server can count them. The error is the
+/// reason the canary cannot start.
+async fn prepare_canary(
+    job: &CanaryJob,
+    client: &ProbeClient,
+    probe_client: &ProbeClient,
+    api: Api,
+    shape: Shape,
+) -> Result<Canary, String> {
+    let model = match &job.probe.model {
+        Some(model) => model.clone(),
+        None => discover_model(client.http(), &job.base_url)
+            .await
+            .map_err(|err| format!("no model: {err}"))?,
+    };
+    let needed = u64::from(shape.input_tokens) + u64::from(shape.output_tokens);
+    if let Some((limit, source)) = context_limit(client.http(), &job.base_url, &model).await {
+        if needed > limit {
+            return Err(format!(
+                "canary shape {shape} needs {needed} tokens of context, but {model} has {limit} ({source})"
+            ));
+        }
+    }
+    let calibration = Calibrator::new()
+        .calibrate(client, api, &model, PromptKind::Random, shape.input_tokens)
+        .await;
+    Ok(Canary::new(probe_client.clone(), api, model, shape).with_calibration(&calibration))
+}
+
+/// A failed canary row for a canary that could not start: kind `setup`,
+/// the reason as its error. Pure apart from the clock.
+pub fn setup_error_row(target_id: i64, api: Api, shape: &str, reason: &str) -> ProbeRow {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    ProbeRow {
+        target_id,
+        run_id: None,
+        ts_ms: now_ms,
+        api: api.path().trim_start_matches("/v1/").to_string(),
+        model: String::new(),
+        shape: shape.to_string(),
+        ok: false,
+        error_kind: Some("setup".to_string()),
+        error: Some(reason.to_string()),
+        http_status: None,
+        ttfb_s: None,
+        ttft_s: None,
+        tpot_s: None,
+        e2e_s: 0.0,
+        itl_s: Vec::new(),
+        prompt_tokens: None,
+        output_tokens: 0,
+        cached_tokens: None,
+        finish_reason: None,
+        record_json: "{}".to_string(),
+    }
+}
+
 /// Fires the canary of one target every `probe.interval` until shutdown.
 ///
 /// Discovery and calibration run here; the probes themselves run on
@@ -196,24 +257,18 @@ pub async fn run_canary_loop(
     let mut canary: Option<Arc<Canary>> = None;
     while ticker.tick(&mut shutdown).await {
         if canary.is_none() {
-            let model = match &job.probe.model {
-                Some(model) => model.clone(),
-                None => match discover_model(client.http(), &job.base_url).await {
-                    Ok(model) => model,
-                    Err(err) => {
-                        tracing::warn!(target = %job.name, error = %err, "canary: no model yet");
-                        continue;
+            match prepare_canary(&job, &client, &probe_client, api, shape).await {
+                Ok(ready) => canary = Some(Arc::new(ready)),
+                Err(reason) => {
+                    // Never silence: the reason is stored as a failed probe.
+                    tracing::warn!(target = %job.name, error = %reason, "canary cannot start");
+                    let row = setup_error_row(job.target_id, api, &job.probe.shape, &reason);
+                    if let Err(err) = store.write_probe(&row).await {
+                        tracing::error!(target = %job.name, error = %err, "storing a canary error failed");
                     }
-                },
-            };
-            // Calibrate once against /tokenize, so canaries carry exactly the
-            // shape's input tokens where the server can count them.
-            let calibration = Calibrator::new()
-                .calibrate(&client, api, &model, PromptKind::Random, shape.input_tokens)
-                .await;
-            canary = Some(Arc::new(
-                Canary::new(probe_client.clone(), api, model, shape).with_calibration(&calibration),
-            ));
+                    continue;
+                }
+            }
         }
         let Some(current) = canary.clone() else {
             continue;

@@ -97,3 +97,46 @@ async fn canaries_are_stored_and_become_signals() {
         Some(1.0)
     );
 }
+
+/// Issue 11: a canary that cannot start (its shape does not fit the
+/// model's context) is stored as a failed probe with the reason, never
+/// silence, and no request is sent to the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_that_cannot_start_stores_its_reason() {
+    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+        .await
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("llmwatch.db");
+    let toml = format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\n\
+         [[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
+         [targets.probe]\ninterval = \"200ms\"\nshape = \"1000000x8\"\napi = \"chat\"\n",
+        db.display().to_string()
+    );
+    let config = Config::parse(&toml, std::path::Path::new("t.toml")).unwrap();
+    let running = daemon::start(config).await.unwrap();
+    let store = running.store.clone();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let probes = loop {
+        let target = store.target_by_name("sim").await.unwrap();
+        let probes = match target {
+            Some(t) => store.probes(t.id, 0, i64::MAX, 100).await.unwrap(),
+            None => Vec::new(),
+        };
+        if !probes.is_empty() || tokio::time::Instant::now() > deadline {
+            break probes;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    running.shutdown().await;
+    assert!(!probes.is_empty(), "the canary stored nothing");
+    let first = &probes[0];
+    assert!(!first.ok);
+    assert_eq!(first.error_kind.as_deref(), Some("setup"));
+    let error = first.error.as_deref().unwrap_or("");
+    assert!(
+        error.contains("1000008") && error.contains("max_model_len"),
+        "{error}"
+    );
+}

@@ -554,3 +554,54 @@ async fn a_request_rate_ramp_runs_open_loop_steps() {
         .expect("reads");
     assert!(stored.iter().all(|s| s.load_kind == "rate"));
 }
+
+/// Issue 11: a server whose cache hits contradict random prompts (here
+/// one that reports every prompt token cached): every step is labelled
+/// cache-contaminated with the reason, stored that way, and left out of the
+/// saturation verdict.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn steps_whose_random_prompts_hit_the_cache_are_marked_and_left_out() {
+    let _serial = SERIAL.lock().await;
+    let mut config =
+        llmwatch_sim::SimConfig::new(llmwatch_sim::Profile::named("balanced").unwrap());
+    config.model = MODEL.to_string();
+    config.time_scale = 8.0;
+    config.report_all_cached = true;
+    let sim = Sim::start(config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let router = sim.router();
+    tokio::spawn(async move { llmwatch_sim::serve(listener, router).await });
+    let t = Target {
+        sim,
+        url,
+        gpu_url: String::new(),
+    };
+    let mut s = settings(&t, shape(256, 16), &[1, 2, 4]);
+    s.gpu_url = None;
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("s.db")).await.unwrap();
+    let report = run_sweep(s, Some(&store), |_| {}).await.unwrap();
+    assert_eq!(report.steps.len(), 3);
+    for step in &report.steps {
+        let why = step.step.cache_contaminated.as_deref().unwrap_or("");
+        assert!(
+            why.contains("1.00 observed") && why.contains("0.00 intended"),
+            "{why:?}"
+        );
+    }
+    assert!(report.verdict.saturation.is_none());
+    assert!(
+        report
+            .verdict
+            .excluded_steps
+            .iter()
+            .all(|e| e.reason.contains("cache-contaminated")),
+        "{:?}",
+        report.verdict.excluded_steps
+    );
+    assert_eq!(report.verdict.excluded_steps.len(), 3);
+    let table = render_report(&report);
+    assert!(table.contains("cache-contaminated"), "{table}");
+    drop(t);
+}

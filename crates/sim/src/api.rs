@@ -476,6 +476,7 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
         model: js(&inner.config.model),
         prompt_tokens: prompt_len,
         details: inner.config.prompt_tokens_details,
+        all_cached: inner.config.report_all_cached,
     };
     if p.stream {
         let chunk_head = out.head(match out.api {
@@ -563,10 +564,17 @@ struct Out {
     model: String,
     prompt_tokens: usize,
     details: bool,
+    /// Report every prompt token as cached (see `SimConfig::report_all_cached`).
+    all_cached: bool,
 }
 
 impl Out {
     fn usage(&self, completion: usize, cached: usize, with_details: bool) -> String {
+        let cached = if self.all_cached {
+            self.prompt_tokens
+        } else {
+            cached
+        };
         let base = format!(
             r#"{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{}"#,
             self.prompt_tokens,

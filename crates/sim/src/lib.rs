@@ -103,6 +103,10 @@ pub struct SimConfig {
     /// with `--enable-prompt-tokens-details`; on by default here because
     /// llmwatch's cache-hygiene checks read it).
     pub prompt_tokens_details: bool,
+    /// Report every prompt token as cached, whatever the prefix cache did:
+    /// a server whose cache hits contradict any random workload (for
+    /// llmwatch's cache-hygiene checks). Off by default.
+    pub report_all_cached: bool,
     /// `Hostname` label of the GPU page.
     pub hostname: String,
 }
@@ -118,6 +122,7 @@ impl SimConfig {
             gpus: 1,
             seed: 0,
             prompt_tokens_details: true,
+            report_all_cached: false,
             hostname: "llmwatch-sim".to_string(),
         }
     }

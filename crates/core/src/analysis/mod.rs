@@ -210,7 +210,34 @@ pub struct StepResult {
     /// or `None` when the client self-check passed. A client-bound step is
     /// never used for a saturation or latency verdict.
     pub client_bound: Option<String>,
+    /// Why the step's prefix-cache hits contradict its workload (random
+    /// prompts that hit the cache), or `None`. Such a step measured a warm
+    /// cache, not the server under this load, and is left out of verdicts.
+    pub cache_contaminated: Option<String>,
     pub server: ServerEvidence,
+}
+
+/// Hit ratio beyond the intended one that a run may show before its cache
+/// hits contradict its workload: room for the blocks a chat template's
+/// common opening fills.
+pub const CACHE_HIT_ALLOWANCE: f64 = 0.10;
+
+/// The cache-hygiene verdict of a run: `Some(reason)` when the observed
+/// prefix-cache hit ratio (`cached_tokens / input_tokens`, from
+/// `usage.prompt_tokens_details.cached_tokens`) exceeds the `intended` one
+/// (0 for random prompts, the chosen ratio for shared-prefix) by more than
+/// [`CACHE_HIT_ALLOWANCE`]. `None` without input tokens to judge by.
+pub fn cache_hygiene(intended: f64, input_tokens: u64, cached_tokens: u64) -> Option<String> {
+    if input_tokens == 0 {
+        return None;
+    }
+    let observed = cached_tokens as f64 / input_tokens as f64;
+    (observed > intended + CACHE_HIT_ALLOWANCE).then(|| {
+        format!(
+            "prefix-cache hit ratio {observed:.2} observed, {intended:.2} intended: \
+             the prompts hit the cache ({cached_tokens} of {input_tokens} input tokens)"
+        )
+    })
 }
 
 impl StepResult {
@@ -232,6 +259,7 @@ impl StepResult {
             e2e: Quantiles::default(),
             error_rate: 0.0,
             client_bound: None,
+            cache_contaminated: None,
             server: ServerEvidence::default(),
         }
     }

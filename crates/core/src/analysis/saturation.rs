@@ -282,6 +282,8 @@ pub(crate) fn select(steps: &[StepResult]) -> Selection<'_> {
     for (i, s) in steps.iter().enumerate() {
         let reason = if let Some(why) = &s.client_bound {
             Some(format!("client-bound ({why})"))
+        } else if let Some(why) = &s.cache_contaminated {
+            Some(format!("cache-contaminated ({why})"))
         } else if !s.load.is_valid() {
             Some("load is not a positive finite number".to_string())
         } else if !valid_throughput(s.output_token_throughput)

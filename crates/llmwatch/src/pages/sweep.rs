@@ -379,6 +379,11 @@ pub async fn sweep_page(store: &Store, id: i64) -> Result<Option<SweepPage>, Swe
                 .client_bound
                 .as_ref()
                 .map(|why| format!("client-bound: {why}"))
+                .or_else(|| {
+                    s.cache_contaminated
+                        .as_ref()
+                        .map(|why| format!("cache-contaminated: {why}"))
+                })
                 .unwrap_or_default(),
             mark: if verdict.saturation.as_ref().is_some_and(|x| x.step == i) {
                 "saturation"

@@ -30,8 +30,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use llmwatch_core::analysis::{
-    analyze_sweep, compare_cards, summary_lines, AnalysisConfig, CardDiff, ExperimentCard, Load,
-    Objectives, Quantiles, ServerEvidence, StepResult, SweepVerdict, WorkloadHints,
+    analyze_sweep, cache_hygiene, compare_cards, summary_lines, AnalysisConfig, CardDiff,
+    ExperimentCard, Load, Objectives, Quantiles, ServerEvidence, StepResult, SweepVerdict,
+    WorkloadHints,
 };
 use llmwatch_probe::{
     Api, Bound, Calibrator, ClientConfig, ClientError, MeasuringThread, Monitored, ProbeClient,
@@ -844,7 +845,10 @@ async fn run_step(
         .iter()
         .filter(|s| s.ts_ms >= start_ms && s.ts_ms <= end_ms)
         .count();
-    let step = step_result(load, start_ms, end_ms, &run, evidence);
+    let mut step = step_result(load, start_ms, end_ms, &run, evidence);
+    step.cache_contaminated = intended_hit_ratio(settings).and_then(|intended| {
+        cache_hygiene(intended, run.total_input_tokens, run.total_cached_tokens)
+    });
     Ok(StepReport {
         index: 0,
         step,
@@ -957,8 +961,22 @@ pub fn step_result(
             .self_check
             .client_bound
             .then(|| run.self_check.reasons.join("; ")),
+        cache_contaminated: None,
         server,
     }
+}
+
+/// The prefix-cache hit ratio a sweep's prompts should give: 0 for random
+/// and RAG prompts, the chosen ratio for shared-prefix; `None` (no check)
+/// when prompts are reused on purpose.
+fn intended_hit_ratio(settings: &SweepSettings) -> Option<f64> {
+    if settings.reuse_prompts {
+        return None;
+    }
+    Some(match settings.prompt {
+        PromptKind::SharedPrefix { hit_ratio } => hit_ratio,
+        PromptKind::Random | PromptKind::Rag { .. } => 0.0,
+    })
 }
 
 /// The run's summary without its per-request records (those are stored as
@@ -1091,6 +1109,7 @@ fn step_to_json(s: &StepResult) -> Value {
         "e2e_s": q_json(&s.e2e),
         "error_rate": s.error_rate,
         "client_bound": s.client_bound,
+        "cache_contaminated": s.cache_contaminated,
         "server": EvidenceJson::from(&s.server),
     })
 }

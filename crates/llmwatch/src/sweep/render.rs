@@ -79,7 +79,10 @@ pub fn step_line(s: &StepResult) -> String {
         pct(s.server.kv_cache_usage_max),
         num(s.server.requests_waiting_max),
         pct(gpu),
-        s.client_bound.as_deref().unwrap_or("no")
+        s.client_bound
+            .as_deref()
+            .or(s.cache_contaminated.as_ref().map(|_| "cache-contaminated"))
+            .unwrap_or("no")
     )
 }
 

@@ -86,6 +86,12 @@ pub struct ServerConfig {
     /// The p95 ITL objective the dashboard colours against.
     #[serde(default = "default_slo_itl_p95", deserialize_with = "duration")]
     pub slo_itl_p95: Duration,
+    /// The sliding window the live diagnosis reads (default 5 min).
+    #[serde(default = "default_live_window", deserialize_with = "duration")]
+    pub live_window: Duration,
+    /// How often each target's live verdict is evaluated.
+    #[serde(default = "default_live_interval", deserialize_with = "duration")]
+    pub live_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -102,6 +108,8 @@ impl Default for ServerConfig {
             alert_interval: default_alert_interval(),
             alert_resend_delay: default_alert_resend_delay(),
             slo_ttft_p95: default_slo_ttft_p95(),
+            live_window: default_live_window(),
+            live_interval: default_live_interval(),
             slo_itl_p95: default_slo_itl_p95(),
         }
     }
@@ -393,6 +401,14 @@ fn default_op() -> String {
 fn default_alert_window() -> Duration {
     Duration::from_secs(5 * 60)
 }
+fn default_live_window() -> Duration {
+    Duration::from_secs(llmwatch_core::analysis::DEFAULT_LIVE_WINDOW_S)
+}
+
+fn default_live_interval() -> Duration {
+    Duration::from_secs(15)
+}
+
 fn default_alert_interval() -> Duration {
     Duration::from_secs(15)
 }
@@ -662,6 +678,10 @@ impl Config {
         }
         check_positive(self.server.alert_interval)
             .map_err(|m| ("server.alert_interval".to_string(), m))?;
+        check_positive(self.server.live_window)
+            .map_err(|m| ("server.live_window".to_string(), m))?;
+        check_positive(self.server.live_interval)
+            .map_err(|m| ("server.live_interval".to_string(), m))?;
         let bucket_ms =
             i64::try_from(self.server.downsample_interval.as_millis()).unwrap_or(i64::MAX);
         if bucket_ms > llmwatch_store::MAX_DOWNSAMPLE_BUCKET_MS {

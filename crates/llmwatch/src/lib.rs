@@ -11,6 +11,7 @@ pub mod daemon;
 pub mod demo;
 pub mod gpu_nvml;
 pub mod inspect;
+pub mod live_diagnosis;
 pub mod own_metrics;
 pub mod pages;
 pub mod scrape;

@@ -10,6 +10,7 @@
 
 mod alerts;
 pub mod codec;
+mod live;
 mod probes;
 mod series;
 mod sweeps;
@@ -26,6 +27,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{AssertSqlSafe, Row, SqlitePool};
 
 pub use alerts::{AlertChanges, AlertEventRow, AlertRow};
+pub use live::{LiveChangeRow, LiveVerdictRow};
 pub use probes::{is_probe_signal, ProbeRow};
 use series::SeriesCache;
 pub use series::{parse_part_key, part_key, SeriesDef};

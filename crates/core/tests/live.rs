@@ -141,3 +141,12 @@ fn bands_are_powers_of_two_and_need_two_samples() {
     assert_eq!(steps[1].server.requests_waiting_mean, Some(5.0));
     assert!(steps[0].load.value() < steps[1].load.value());
 }
+
+#[test]
+fn every_code_names_its_kind_and_back() {
+    for code in LiveKind::CODES {
+        let kind = LiveKind::from_code(code).unwrap_or_else(|| panic!("{code} is known"));
+        assert_eq!(kind.code(), code);
+    }
+    assert_eq!(LiveKind::from_code("kv_cache"), None);
+}

@@ -134,6 +134,16 @@ async fn live_of(client: &reqwest::Client, base: &str, name: &str) -> Option<Val
     Some(body["live"].clone()).filter(|v| !v.is_null())
 }
 
+async fn page(client: &reqwest::Client, url: &str) -> String {
+    let response = client.get(url).send().await.expect("page answers");
+    assert!(
+        response.status().is_success(),
+        "{url}: {}",
+        response.status()
+    );
+    response.text().await.expect("page body")
+}
+
 /// Waits up to 60 s for every case's expected verdict; returns the verdicts.
 async fn expect_verdicts(cases: &[Case], expected: &[&str]) -> Vec<Value> {
     let started = start_cases(cases, 2.0).await;
@@ -156,6 +166,15 @@ async fn expect_verdicts(cases: &[Case], expected: &[&str]) -> Vec<Value> {
         )
         .await;
         found.push(verdict);
+    }
+    // The overview card and the target page show the verdict.
+    let overview = page(&client, &format!("{base}/")).await;
+    let target = page(&client, &format!("{base}/targets/{}", cases[0].name)).await;
+    for html in [&overview, &target] {
+        assert!(
+            html.contains(&format!("data-verdict=\"{}\"", expected[0])),
+            "{html}"
+        );
     }
     // The timeline holds the change to the verdict.
     let timeline: Value = client

@@ -88,6 +88,24 @@ impl LiveKind {
         "client_bound",
     ];
 
+    /// The kind a [`LiveKind::code`] names.
+    pub fn from_code(code: &str) -> Option<LiveKind> {
+        let verdicts = [
+            Verdict::PrefillBound,
+            Verdict::DecodeBound,
+            Verdict::KvCacheCapacity,
+            Verdict::SchedulerLimit,
+            Verdict::OutsideGpu,
+            Verdict::UnbalancedSplit,
+            Verdict::PrefixCachingIneffective,
+            Verdict::ClientBound,
+        ];
+        [LiveKind::Healthy, LiveKind::Idle]
+            .into_iter()
+            .chain(verdicts.into_iter().map(LiveKind::Bottleneck))
+            .find(|k| k.code() == code)
+    }
+
     /// The verdict in words.
     pub fn name(self) -> &'static str {
         match self {

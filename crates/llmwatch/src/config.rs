@@ -314,6 +314,21 @@ impl AlertRuleConfig {
         })
     }
 
+    /// What the rule watches: a signal or the live diagnosis (a
+    /// `bottleneck` rule's verdict comes from its threshold).
+    pub fn rule_signal(&self) -> Result<crate::alerts::RuleSignal, String> {
+        use crate::alerts::RuleSignal;
+        match RuleSignal::parse(&self.signal)? {
+            RuleSignal::Bottleneck(_) => match &self.threshold {
+                ThresholdValue::Text(text) => RuleSignal::verdict(text).map(RuleSignal::Bottleneck),
+                ThresholdValue::Number(n) => Err(format!(
+                    "a bottleneck rule's threshold names a verdict (e.g. \"kv_cache_capacity\"), found {n}"
+                )),
+            },
+            other => Ok(other),
+        }
+    }
+
     /// The comparison, parsed.
     pub fn op(&self) -> Result<Op, String> {
         self.op.parse::<Op>().map_err(|err| err.to_string())
@@ -321,6 +336,25 @@ impl AlertRuleConfig {
 
     /// The threshold in the signal's unit (seconds for latency signals).
     pub fn threshold(&self) -> Result<f64, String> {
+        match self.rule_signal()? {
+            crate::alerts::RuleSignal::Signal(_) => {}
+            // "verdict is X" is "indicator == 1".
+            crate::alerts::RuleSignal::Bottleneck(_) => {
+                return match self.op()? {
+                    Op::Eq | Op::Ne => Ok(1.0),
+                    op => Err(format!(
+                        "a bottleneck rule compares with == or !=, not {}",
+                        op.as_str()
+                    )),
+                };
+            }
+            crate::alerts::RuleSignal::BottleneckChanges => {
+                return match &self.threshold {
+                    ThresholdValue::Number(n) if n.is_finite() => Ok(*n),
+                    other => Err(format!("a number of changes, found {other:?}")),
+                };
+            }
+        }
         let signal = self.signal()?;
         let value = match &self.threshold {
             ThresholdValue::Number(n) => *n,
@@ -632,7 +666,7 @@ impl Config {
                     format!("duplicate rule name {:?}: names must be unique", rule.name),
                 ));
             }
-            rule.signal().map_err(|m| (field("signal"), m))?;
+            rule.rule_signal().map_err(|m| (field("signal"), m))?;
             rule.op().map_err(|m| (field("op"), m))?;
             rule.threshold().map_err(|m| (field("threshold"), m))?;
             check_positive(rule.window).map_err(|m| (field("window"), m))?;
@@ -914,6 +948,38 @@ dcgm_url = "http://127.0.0.1:9400/metrics"
 
     fn error_of(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bottleneck_rules_name_a_verdict_and_compare_by_equality() {
+        let rule = |signal: &str, op: &str, threshold: &str| {
+            format!(
+                "[[targets]]\nname = \"a\"\nurl = \"http://x\"\n[[alerts]]\nname = \"r\"\n\
+                 signal = \"{signal}\"\nop = \"{op}\"\nthreshold = {threshold}\n"
+            )
+        };
+        let config = parse(&rule("bottleneck", "==", "\"kv_cache_capacity\"")).expect("valid");
+        assert_eq!(
+            config.alerts[0].rule_signal(),
+            Ok(crate::alerts::RuleSignal::Bottleneck(
+                llmwatch_core::analysis::LiveKind::Bottleneck(
+                    llmwatch_core::analysis::Verdict::KvCacheCapacity
+                )
+            ))
+        );
+        assert_eq!(config.alerts[0].threshold(), Ok(1.0));
+        let err = error_of(&rule("bottleneck", "==", "\"kv_full\""));
+        assert!(
+            err.contains("alerts[0].signal") && err.contains("kv_cache_capacity"),
+            "{err}"
+        );
+        let err = error_of(&rule("bottleneck", ">", "\"healthy\""));
+        assert!(
+            err.contains("alerts[0].threshold") && err.contains("=="),
+            "{err}"
+        );
+        let config = parse(&rule("bottleneck_changes", ">=", "1")).expect("valid");
+        assert_eq!(config.alerts[0].threshold(), Ok(1.0));
     }
 
     #[test]

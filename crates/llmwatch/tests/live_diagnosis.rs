@@ -147,7 +147,19 @@ async fn page(client: &reqwest::Client, url: &str) -> String {
 /// Waits up to 60 s for every case's expected verdict; returns the verdicts.
 async fn expect_verdicts(cases: &[Case], expected: &[&str]) -> Vec<Value> {
     let started = start_cases(cases, 2.0).await;
-    let daemon = common::spawn_daemon(&started.toml).await;
+    // Alert rules on the first case's verdict and on its changes.
+    let toml = format!(
+        "{}[[alerts]]\nname = \"is-{want}\"\nsignal = \"bottleneck\"\nop = \"==\"\n\
+         threshold = \"{want}\"\nwindow = \"1m\"\ntarget = \"{name}\"\n\
+         [[alerts]]\nname = \"verdict-changed\"\nsignal = \"bottleneck_changes\"\n\
+         op = \">=\"\nthreshold = 1\nwindow = \"1m\"\ntarget = \"{name}\"\n",
+        started
+            .toml
+            .replace("[server]\n", "[server]\nalert_interval = \"1s\"\n"),
+        want = expected[0],
+        name = cases[0].name,
+    );
+    let daemon = common::spawn_daemon(&toml).await;
     let base = daemon.base_url();
     let client = reqwest::Client::new();
     let mut found = Vec::new();
@@ -175,6 +187,32 @@ async fn expect_verdicts(cases: &[Case], expected: &[&str]) -> Vec<Value> {
             html.contains(&format!("data-verdict=\"{}\"", expected[0])),
             "{html}"
         );
+    }
+    // Both rules fire: the verdict is the expected one, and it changed.
+    for rule in [format!("is-{}", expected[0]), "verdict-changed".to_string()] {
+        common::wait_for(
+            &format!("alert {rule} firing"),
+            Duration::from_secs(20),
+            || {
+                let (client, base, rule) = (client.clone(), base.clone(), rule.clone());
+                async move {
+                    let body: Value = client
+                        .get(format!("{base}/api/v1/alerts?state=firing"))
+                        .send()
+                        .await
+                        .ok()?
+                        .json()
+                        .await
+                        .ok()?;
+                    body["alerts"]
+                        .as_array()?
+                        .iter()
+                        .any(|a| a["rule"] == rule.as_str())
+                        .then_some(())
+                }
+            },
+        )
+        .await;
     }
     // The timeline holds the change to the verdict.
     let timeline: Value = client
@@ -237,7 +275,9 @@ async fn prefill_decode_and_scheduler_profiles_get_their_verdicts() {
         Case {
             name: "prefill",
             profile: "prefill-heavy",
-            levels: &[1, 2],
+            // One request at a time: at two, one request's prefill chunks
+            // land between the other's tokens and its ITL is not fine.
+            levels: &[1],
             prompt_words: 1023,
             max_tokens: 16,
             extra: "slo_ttft_p95 = \"50ms\"\nslo_itl_p95 = \"12ms\"",

@@ -76,7 +76,9 @@ fn report(label: &str, lateness: &[Duration]) {
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dir = tempfile::tempdir().expect("temp dir");
-    let store = Store::open(&dir.path().join("bench.db")).await.expect("store");
+    let store = Store::open(&dir.path().join("bench.db"))
+        .await
+        .expect("store");
     let now = llmwatch::scrape::now_ms();
     let old = store
         .upsert_target("history", TargetKind::Engine, "http://127.0.0.1:9", 0)
@@ -100,7 +102,12 @@ async fn main() {
     let mut live = Vec::new();
     for i in 0..10 {
         let id = store
-            .upsert_target(&format!("live-{i}"), TargetKind::Engine, "http://127.0.0.1:9", now)
+            .upsert_target(
+                &format!("live-{i}"),
+                TargetKind::Engine,
+                "http://127.0.0.1:9",
+                now,
+            )
             .await
             .expect("target");
         live.push(id);

@@ -122,6 +122,12 @@ pub struct ServerConfig {
     /// schedule may ask of a production server.
     #[serde(default)]
     pub sweep_limits: SweepLimits,
+    /// The sliding window the live diagnosis reads (default 5 min).
+    #[serde(default = "default_live_window", deserialize_with = "duration")]
+    pub live_window: Duration,
+    /// How often each target's live verdict is evaluated.
+    #[serde(default = "default_live_interval", deserialize_with = "duration")]
+    pub live_interval: Duration,
 }
 
 /// `[server.sweep_limits]`: a sweep request outside these is refused (400
@@ -192,6 +198,8 @@ impl Default for ServerConfig {
             alert_interval: default_alert_interval(),
             alert_resend_delay: default_alert_resend_delay(),
             slo_ttft_p95: default_slo_ttft_p95(),
+            live_window: default_live_window(),
+            live_interval: default_live_interval(),
             slo_itl_p95: default_slo_itl_p95(),
             sweep_limits: SweepLimits::default(),
             http_header_timeout: default_http_header_timeout(),
@@ -404,6 +412,21 @@ impl AlertRuleConfig {
         })
     }
 
+    /// What the rule watches: a signal or the live diagnosis (a
+    /// `bottleneck` rule's verdict comes from its threshold).
+    pub fn rule_signal(&self) -> Result<crate::alerts::RuleSignal, String> {
+        use crate::alerts::RuleSignal;
+        match RuleSignal::parse(&self.signal)? {
+            RuleSignal::Bottleneck(_) => match &self.threshold {
+                ThresholdValue::Text(text) => RuleSignal::verdict(text).map(RuleSignal::Bottleneck),
+                ThresholdValue::Number(n) => Err(format!(
+                    "a bottleneck rule's threshold names a verdict (e.g. \"kv_cache_capacity\"), found {n}"
+                )),
+            },
+            other => Ok(other),
+        }
+    }
+
     /// The comparison, parsed.
     pub fn op(&self) -> Result<Op, String> {
         self.op.parse::<Op>().map_err(|err| err.to_string())
@@ -411,6 +434,25 @@ impl AlertRuleConfig {
 
     /// The threshold in the signal's unit (seconds for latency signals).
     pub fn threshold(&self) -> Result<f64, String> {
+        match self.rule_signal()? {
+            crate::alerts::RuleSignal::Signal(_) => {}
+            // "verdict is X" is "indicator == 1".
+            crate::alerts::RuleSignal::Bottleneck(_) => {
+                return match self.op()? {
+                    Op::Eq | Op::Ne => Ok(1.0),
+                    op => Err(format!(
+                        "a bottleneck rule compares with == or !=, not {}",
+                        op.as_str()
+                    )),
+                };
+            }
+            crate::alerts::RuleSignal::BottleneckChanges => {
+                return match &self.threshold {
+                    ThresholdValue::Number(n) if n.is_finite() => Ok(*n),
+                    other => Err(format!("a number of changes, found {other:?}")),
+                };
+            }
+        }
         let signal = self.signal()?;
         let value = match &self.threshold {
             ThresholdValue::Number(n) => *n,
@@ -491,6 +533,14 @@ fn default_op() -> String {
 fn default_alert_window() -> Duration {
     Duration::from_secs(5 * 60)
 }
+fn default_live_window() -> Duration {
+    Duration::from_secs(llmwatch_core::analysis::DEFAULT_LIVE_WINDOW_S)
+}
+
+fn default_live_interval() -> Duration {
+    Duration::from_secs(15)
+}
+
 fn default_alert_interval() -> Duration {
     Duration::from_secs(15)
 }
@@ -729,7 +779,7 @@ impl Config {
                     format!("duplicate rule name {:?}: names must be unique", rule.name),
                 ));
             }
-            rule.signal().map_err(|m| (field("signal"), m))?;
+            rule.rule_signal().map_err(|m| (field("signal"), m))?;
             rule.op().map_err(|m| (field("op"), m))?;
             rule.threshold().map_err(|m| (field("threshold"), m))?;
             check_positive(rule.window).map_err(|m| (field("window"), m))?;
@@ -775,6 +825,10 @@ impl Config {
         }
         check_positive(self.server.alert_interval)
             .map_err(|m| ("server.alert_interval".to_string(), m))?;
+        check_positive(self.server.live_window)
+            .map_err(|m| ("server.live_window".to_string(), m))?;
+        check_positive(self.server.live_interval)
+            .map_err(|m| ("server.live_interval".to_string(), m))?;
         let bucket_ms =
             i64::try_from(self.server.downsample_interval.as_millis()).unwrap_or(i64::MAX);
         if bucket_ms > llmwatch_store::MAX_DOWNSAMPLE_BUCKET_MS {
@@ -1083,6 +1137,38 @@ dcgm_url = "http://127.0.0.1:9400/metrics"
 
     fn error_of(text: &str) -> String {
         parse(text).unwrap_err().to_string()
+    }
+
+    #[test]
+    fn bottleneck_rules_name_a_verdict_and_compare_by_equality() {
+        let rule = |signal: &str, op: &str, threshold: &str| {
+            format!(
+                "[[targets]]\nname = \"a\"\nurl = \"http://x\"\n[[alerts]]\nname = \"r\"\n\
+                 signal = \"{signal}\"\nop = \"{op}\"\nthreshold = {threshold}\n"
+            )
+        };
+        let config = parse(&rule("bottleneck", "==", "\"kv_cache_capacity\"")).expect("valid");
+        assert_eq!(
+            config.alerts[0].rule_signal(),
+            Ok(crate::alerts::RuleSignal::Bottleneck(
+                llmwatch_core::analysis::LiveKind::Bottleneck(
+                    llmwatch_core::analysis::Verdict::KvCacheCapacity
+                )
+            ))
+        );
+        assert_eq!(config.alerts[0].threshold(), Ok(1.0));
+        let err = error_of(&rule("bottleneck", "==", "\"kv_full\""));
+        assert!(
+            err.contains("alerts[0].signal") && err.contains("kv_cache_capacity"),
+            "{err}"
+        );
+        let err = error_of(&rule("bottleneck", ">", "\"healthy\""));
+        assert!(
+            err.contains("alerts[0].threshold") && err.contains("=="),
+            "{err}"
+        );
+        let config = parse(&rule("bottleneck_changes", ">=", "1")).expect("valid");
+        assert_eq!(config.alerts[0].threshold(), Ok(1.0));
     }
 
     #[test]

@@ -204,6 +204,14 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         }
     }
     drop(records_tx);
+    let live_jobs = crate::live_diagnosis::jobs_for(&config, &store).await?;
+    tasks.push(tokio::spawn(crate::live_diagnosis::run_live_diagnosis(
+        store.clone(),
+        live_jobs,
+        config.server.live_interval,
+        config.server.live_window,
+        shutdown_rx.clone(),
+    )));
     tasks.push(tokio::spawn(scrape::run_writer(
         store.clone(),
         records_rx,

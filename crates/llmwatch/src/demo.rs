@@ -88,6 +88,7 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
         };
         toml.push_str(&format!(
             "[[targets]]\nname = \"{}\"\nurl = \"{url}\"\nscrape_interval = \"2s\"\n{gpus_line}\
+             slo_ttft_p95 = \"1s\"\nslo_itl_p95 = \"50ms\"\n\
              [targets.probe]\ninterval = \"5s\"\nshape = \"64x16\"\napi = \"chat\"\n",
             target.name
         ));

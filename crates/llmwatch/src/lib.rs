@@ -12,6 +12,7 @@ pub mod daemon;
 pub mod demo;
 pub mod gpu_nvml;
 pub mod inspect;
+pub mod live_diagnosis;
 pub mod logging;
 pub mod own_metrics;
 pub mod pages;

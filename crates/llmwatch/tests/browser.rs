@@ -232,6 +232,34 @@ async fn chromium_sees_live_updates_and_the_sweep_page() {
     let base = format!("http://{}", demo.daemon.listen_addr);
     let store = demo.daemon.store.clone();
 
+    // Within a minute of starting, the live diagnosis names the KV-starved
+    // target's bottleneck.
+    let kv_id = store
+        .target_by_name("kv-starved")
+        .await
+        .expect("store reads")
+        .expect("kv-starved registered")
+        .id;
+    let live_deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let live = store.live_verdict(kv_id).await.expect("store reads");
+        if live
+            .as_ref()
+            .is_some_and(|l| l.verdict == "kv_cache_capacity")
+        {
+            eprintln!(
+                "live verdict after {:.1} s: {live:?}",
+                started.elapsed().as_secs_f64()
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < live_deadline,
+            "no kv_cache_capacity live verdict on kv-starved within 60 s: {live:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
     // The demo's sweep runs at start: wait for it to finish (or at least
     // to have measured steps), and for the first probes and scrapes.
     let deadline = Instant::now() + Duration::from_secs(150);
@@ -273,6 +301,22 @@ async fn chromium_sees_live_updates_and_the_sweep_page() {
     assert!(
         initial.get("healthy|kv").is_some() && initial.get("kv-starved|kv").is_some(),
         "both demo targets on the overview: {initial}"
+    );
+    // Each card shows its live verdict.
+    let verdicts = browser
+        .eval(
+            "JSON.stringify([...document.querySelectorAll('.card')].map(c => \
+             [c.id, c.querySelector('.live-verdict')?.dataset.verdict]))",
+        )
+        .await;
+    let verdicts = verdicts.as_str().unwrap_or_default().to_string();
+    assert!(
+        verdicts.contains("[\"target-kv-starved\",\"kv_cache_capacity\"]"),
+        "{verdicts}"
+    );
+    assert!(
+        !verdicts.contains("none") && verdicts.contains("target-healthy"),
+        "{verdicts}"
     );
     let deadline = Instant::now() + Duration::from_secs(30);
     let changed = loop {

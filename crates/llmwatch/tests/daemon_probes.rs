@@ -106,16 +106,12 @@ async fn a_canary_that_cannot_start_stores_its_reason() {
     let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
         .await
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("llmwatch.db");
     let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\n\
-         [[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
-         [targets.probe]\ninterval = \"200ms\"\nshape = \"1000000x8\"\napi = \"chat\"\n",
-        db.display().to_string()
+        "[[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
+         [targets.probe]\ninterval = \"200ms\"\nshape = \"1000000x8\"\napi = \"chat\"\n"
     );
-    let config = Config::parse(&toml, std::path::Path::new("t.toml")).unwrap();
-    let running = daemon::start(config).await.unwrap();
+    let test = spawn_daemon(&toml).await;
+    let running = &test.daemon;
     let store = running.store.clone();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let probes = loop {
@@ -129,7 +125,7 @@ async fn a_canary_that_cannot_start_stores_its_reason() {
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     };
-    running.shutdown().await;
+    test.daemon.shutdown().await;
     assert!(!probes.is_empty(), "the canary stored nothing");
     let first = &probes[0];
     assert!(!first.ok);

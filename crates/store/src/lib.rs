@@ -11,6 +11,7 @@
 mod alerts;
 pub mod codec;
 mod lifecycle;
+mod live;
 mod probes;
 mod series;
 mod sweeps;
@@ -31,6 +32,7 @@ use sqlx::{AssertSqlSafe, Row, SqlitePool};
 
 pub use alerts::{AlertChanges, AlertEventRow, AlertRow};
 pub use lifecycle::{Pruned, RetentionCutoffs};
+pub use live::{LiveChangeRow, LiveVerdictRow};
 pub use probes::{is_probe_signal, ProbeRow};
 use series::SeriesCache;
 pub use series::{parse_part_key, part_key, SeriesDef};

@@ -99,7 +99,8 @@ pub enum Confidence {
 }
 
 impl Confidence {
-    fn word(self) -> &'static str {
+    /// The confidence in one word.
+    pub fn word(self) -> &'static str {
         match self {
             Confidence::Low => "low",
             Confidence::Medium => "medium",

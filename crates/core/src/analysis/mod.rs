@@ -22,10 +22,15 @@
 mod card;
 mod diagnosis;
 mod fmt;
+mod live;
 mod saturation;
 
 pub use card::{card_from_info, compare_cards, CardDiff, ExperimentCard, DERIVED_CARD_FIELDS};
 pub use diagnosis::{diagnose, Confidence, Finding, Verdict};
+pub use live::{
+    band_steps, live_diagnosis, LiveKind, LiveSample, LiveVerdict, DEFAULT_LIVE_WINDOW_S,
+    LIVE_ENGINE_SIGNALS, LIVE_GPU_SIGNALS, MIN_SAMPLES_PER_BAND,
+};
 pub use saturation::{
     check_objectives, max_sustainable, saturation_point, ExcludedStep, ObjectiveMiss, Saturation,
     StepMisses, Sustainable, ThroughputMetric,

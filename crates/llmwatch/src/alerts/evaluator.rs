@@ -17,7 +17,7 @@ use llmwatch_store::{
 use tokio::sync::watch;
 
 use super::notify::{NotifierHandle, OutAlert};
-use super::{duration_ms, AlertsHandle, CurrentAlert, Rule};
+use super::{duration_ms, AlertsHandle, CurrentAlert, Rule, RuleSignal};
 use crate::config::NotifierKind;
 use crate::scrape::now_ms;
 
@@ -233,7 +233,13 @@ async fn evaluate_round(
             let Some(&target_id) = target_ids.get(target) else {
                 continue;
             };
-            let value = match signal_value(store, target_id, rule.signal, now, rule.window).await {
+            let read = match rule.signal {
+                RuleSignal::Signal(signal) => {
+                    signal_value(store, target_id, signal, now, rule.window).await
+                }
+                live => live.live_value(store, target_id, now, rule.window).await,
+            };
+            let value = match read {
                 Ok(value) => value,
                 Err(err) => {
                     // Unknown is not "fine": keep the state as it is.
@@ -380,7 +386,7 @@ mod tests {
     fn labels_and_annotations_are_rendered() {
         let rule = Rule {
             name: "ttft".into(),
-            signal: Signal::ProbeTtftP95,
+            signal: RuleSignal::Signal(Signal::ProbeTtftP95),
             condition: Condition {
                 op: Op::Gt,
                 threshold: 1.0,

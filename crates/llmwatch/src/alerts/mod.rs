@@ -8,6 +8,7 @@
 
 pub mod evaluator;
 pub mod notify;
+pub mod rule_signal;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -16,7 +17,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use llmwatch_core::alerts::{Alert, Condition, Op};
-use llmwatch_core::signals::Signal;
 use llmwatch_store::Store;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -25,12 +25,13 @@ use crate::config::Config;
 
 pub use evaluator::run_evaluator;
 pub use notify::{NotifierCounters, NotifierHandle, OutAlert};
+pub use rule_signal::RuleSignal;
 
 /// A rule from the config, parsed.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Rule {
     pub name: String,
-    pub signal: Signal,
+    pub signal: RuleSignal,
     pub condition: Condition,
     pub window: Duration,
     /// One target, or every target when `None`.
@@ -52,7 +53,7 @@ impl Rule {
                 let field = |name: &str, m: String| format!("alerts[{i}].{name}: {m}");
                 Ok(Rule {
                     name: rule.name.clone(),
-                    signal: rule.signal().map_err(|m| field("signal", m))?,
+                    signal: rule.rule_signal().map_err(|m| field("signal", m))?,
                     condition: Condition {
                         op: rule.op().map_err(|m| field("op", m))?,
                         threshold: rule.threshold().map_err(|m| field("threshold", m))?,

@@ -10,6 +10,7 @@
 //! (null on the last page). Times are RFC 3339 or Unix seconds in requests;
 //! answers carry both (`…_ms` and an RFC 3339 string).
 
+mod live;
 pub mod openapi;
 pub mod params;
 mod sweeps;
@@ -268,7 +269,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 params: vec![path("name", NAME, "Target name.")],
                 errors: &[BAD, UNKNOWN_TARGET],
                 success: 200,
-                returns: &["name", "kind", "url", "engine", "status", "signals", "firing_alerts"],
+                returns: &["name", "kind", "url", "engine", "status", "signals", "firing_alerts", "live"],
                 request_body: None,
                 request_schema: None,
             },
@@ -497,6 +498,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             },
             get(openapi_json),
         ),
+        live::route(),
     ]
 }
 
@@ -609,6 +611,7 @@ async fn target_json(ctx: &ApiContext, target: &TargetRow, now: i64) -> Result<V
         "signals": signals,
         "probe_window_s": PROBE_WINDOW_MS / 1000,
         "firing_alerts": firing,
+        "live": live::live_json(&ctx.store, target).await?,
     }))
 }
 

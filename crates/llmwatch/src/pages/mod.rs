@@ -12,6 +12,7 @@ pub mod alerts;
 pub mod charts;
 pub mod events;
 pub mod format;
+pub mod live_card;
 pub mod overview;
 pub mod sweep;
 pub mod target;

@@ -48,6 +48,8 @@ pub struct TargetCard {
     pub gpu_mem: Kpi,
     pub gpu_util: Kpi,
     pub gpus: Option<String>,
+    /// The live diagnosis: what limits the target now.
+    pub live: Option<super::live_card::LiveCard>,
 }
 
 impl TargetCard {
@@ -292,6 +294,7 @@ pub async fn target_card(
         gpu_mem: Kpi::new(gpu_mem, format::percent, Level::None),
         gpu_util: Kpi::new(gpu_util, format::percent, Level::None),
         gpus: config.gpus_of(&target.name).map(str::to_string),
+        live: super::live_card::live_card(store, target.id).await?,
     })
 }
 

@@ -1,0 +1,152 @@
+//! Live diagnosis over windows of samples shaped like the simulator's
+//! profiles: each must name its bottleneck (with its numbers), and a light
+//! load must say healthy.
+
+use llmwatch_core::analysis::{
+    band_steps, live_diagnosis, AnalysisConfig, Confidence, LiveKind, LiveSample, Objectives,
+    Verdict, WorkloadHints,
+};
+use llmwatch_core::signals::Signal;
+
+/// One sample: (running, waiting, KV usage, server p95 TTFT, server p95 ITL).
+fn sample(ts_ms: i64, running: f64, waiting: f64, kv: f64, ttft: f64, itl: f64) -> LiveSample {
+    LiveSample {
+        ts_ms,
+        signals: vec![
+            (Signal::RequestsRunning, running),
+            (Signal::RequestsWaiting, waiting),
+            (Signal::KvCacheUsage, kv),
+            (Signal::ServerTtftP95, ttft),
+            (Signal::ServerTtftP50, ttft / 2.0),
+            (Signal::ServerItlP95, itl),
+            (Signal::ServerItlP50, itl / 2.0),
+            (Signal::GenerationTokensRate, running * 20.0),
+        ],
+    }
+}
+
+/// A window alternating a light phase and a busy phase, five samples each.
+fn window(light: [f64; 5], busy: [f64; 5]) -> Vec<LiveSample> {
+    let mut out = Vec::new();
+    for i in 0..5 {
+        let [r, w, kv, t, itl] = light;
+        out.push(sample(i * 5_000, r, w, kv, t, itl));
+        let [r, w, kv, t, itl] = busy;
+        out.push(sample(i * 5_000 + 2_500, r, w, kv, t, itl));
+    }
+    out
+}
+
+fn judge(samples: &[LiveSample]) -> llmwatch_core::analysis::LiveVerdict {
+    live_diagnosis(
+        samples,
+        &Objectives::default(),
+        &WorkloadHints::default(),
+        &AnalysisConfig::default(),
+    )
+}
+
+#[test]
+fn kv_starved_window_is_kv_cache_capacity_with_its_numbers() {
+    let v = judge(&window(
+        [3.0, 0.0, 0.40, 0.20, 0.02],
+        [6.0, 10.0, 0.98, 2.50, 0.03],
+    ));
+    assert_eq!(
+        v.kind,
+        LiveKind::Bottleneck(Verdict::KvCacheCapacity),
+        "{v:?}"
+    );
+    assert_eq!(v.kind.code(), "kv_cache_capacity");
+    assert_eq!(v.confidence, Confidence::High);
+    assert!(
+        v.evidence.contains("98 %") || v.evidence.contains("0.98"),
+        "{}",
+        v.evidence
+    );
+    assert!(v.evidence.contains("waiting = 10"), "{}", v.evidence);
+    assert_eq!(v.bands, 2);
+}
+
+#[test]
+fn capped_running_with_cache_room_is_scheduler_limit() {
+    let v = judge(&window(
+        [4.0, 0.0, 0.30, 0.20, 0.02],
+        [4.0, 12.0, 0.35, 1.60, 0.02],
+    ));
+    assert_eq!(
+        v.kind,
+        LiveKind::Bottleneck(Verdict::SchedulerLimit),
+        "{v:?}"
+    );
+    assert!(
+        v.evidence.contains("running requests stay at 4"),
+        "{}",
+        v.evidence
+    );
+}
+
+#[test]
+fn ttft_rising_without_queue_while_itl_fine_is_prefill_bound() {
+    let v = judge(&window(
+        [2.0, 0.0, 0.20, 0.20, 0.02],
+        [16.0, 0.0, 0.40, 1.20, 0.021],
+    ));
+    assert_eq!(v.kind, LiveKind::Bottleneck(Verdict::PrefillBound), "{v:?}");
+}
+
+#[test]
+fn slow_tokens_at_the_lowest_level_is_decode_bound() {
+    let v = judge(&window(
+        [1.0, 0.0, 0.10, 0.10, 0.120],
+        [2.0, 0.0, 0.15, 0.11, 0.125],
+    ));
+    assert_eq!(v.kind, LiveKind::Bottleneck(Verdict::DecodeBound), "{v:?}");
+    assert!(v.evidence.contains("ITL"), "{}", v.evidence);
+}
+
+#[test]
+fn light_load_is_healthy_with_its_numbers() {
+    let v = judge(&window(
+        [1.0, 0.0, 0.05, 0.10, 0.02],
+        [3.0, 0.0, 0.12, 0.11, 0.021],
+    ));
+    assert_eq!(v.kind, LiveKind::Healthy, "{v:?}");
+    assert_eq!(v.kind.code(), "healthy");
+    assert_eq!(v.confidence, Confidence::High);
+    assert!(v.evidence.contains("p95 TTFT"), "{}", v.evidence);
+    assert!(v.describe().starts_with("healthy"), "{}", v.describe());
+}
+
+#[test]
+fn a_window_without_load_is_idle_not_healthy() {
+    let samples: Vec<LiveSample> = (0..10)
+        .map(|i| sample(i * 1000, 0.0, 0.0, 0.0, f64::NAN, f64::NAN))
+        .collect();
+    let v = judge(&samples);
+    assert_eq!(v.kind, LiveKind::Idle);
+    assert_eq!(v.bands, 0);
+    assert_eq!(judge(&[]).kind, LiveKind::Idle);
+}
+
+#[test]
+fn bands_are_powers_of_two_and_need_two_samples() {
+    let mut samples = window([3.0, 0.0, 0.1, 0.1, 0.02], [6.0, 5.0, 0.2, 0.2, 0.02]);
+    // A lone sample at concurrency 40 is too thin to be a level.
+    samples.push(sample(99_000, 40.0, 0.0, 0.3, 0.3, 0.02));
+    let steps = band_steps(&samples);
+    let loads: Vec<String> = steps.iter().map(|s| s.load.to_string()).collect();
+    assert_eq!(steps.len(), 2, "{loads:?}");
+    assert_eq!(steps[0].server.requests_running_max, Some(3.0));
+    assert_eq!(steps[1].server.requests_waiting_mean, Some(5.0));
+    assert!(steps[0].load.value() < steps[1].load.value());
+}
+
+#[test]
+fn every_code_names_its_kind_and_back() {
+    for code in LiveKind::CODES {
+        let kind = LiveKind::from_code(code).unwrap_or_else(|| panic!("{code} is known"));
+        assert_eq!(kind.code(), code);
+    }
+    assert_eq!(LiveKind::from_code("kv_cache"), None);
+}

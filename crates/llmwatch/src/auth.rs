@@ -249,6 +249,13 @@ pub fn cross_site_reason(headers: &HeaderMap) -> Option<String> {
     }
 }
 
+/// The token a page's forms carry (empty for a bearer-token request, whose
+/// forms nobody submits).
+pub fn form_token(csrf: Option<Extension<CsrfToken>>) -> String {
+    csrf.map(|Extension(CsrfToken(token))| token.to_string())
+        .unwrap_or_default()
+}
+
 /// Whether a form's CSRF field matches the request's token.
 pub fn csrf_ok(expected: Option<&Extension<CsrfToken>>, presented: &str) -> bool {
     match expected {

@@ -977,7 +977,8 @@ impl Config {
     }
 }
 
-fn check_name(name: &str) -> Result<(), String> {
+/// A target or source name: 1-64 letters, digits, `-`, `_` or `.`.
+pub fn check_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name

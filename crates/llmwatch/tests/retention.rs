@@ -11,8 +11,8 @@ use llmwatch::scrape::now_ms;
 use llmwatch_core::alerts::AlertState;
 use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
 use llmwatch_store::{
-    AlertChanges, AlertEventRow, NewSweep, ProbeRow, RetentionCutoffs, ScrapeRecord, Store,
-    SweepEnd, SweepStatus, SweepStepRow, TargetKind,
+    AlertChanges, AlertEventRow, ProbeRow, RetentionCutoffs, ScrapeRecord, Store, SweepEnd,
+    SweepStatus, TargetKind,
 };
 
 const HOUR: i64 = 3_600_000;
@@ -64,29 +64,7 @@ fn probe(target_id: i64, ts_ms: i64) -> ProbeRow {
 }
 
 async fn sweep(store: &Store, started_ms: i64) -> i64 {
-    let id = store
-        .create_sweep(&NewSweep {
-            target_name: Some("live".into()),
-            target_url: "http://127.0.0.1:9".into(),
-            started_ms,
-            settings_json: "{}".into(),
-            card_json: "{}".into(),
-        })
-        .await
-        .unwrap();
-    store
-        .write_sweep_step(&SweepStepRow {
-            sweep_id: id,
-            step_index: 0,
-            load_kind: "concurrency".into(),
-            load_value: 1.0,
-            start_ms: started_ms,
-            end_ms: started_ms + 1000,
-            run_json: "{}".into(),
-            evidence_json: "{}".into(),
-        })
-        .await
-        .unwrap();
+    let id = common::insert_running_sweep(store, "live", started_ms).await;
     store
         .finish_sweep(
             id,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use common::{spawn_daemon, test_config, wait_for};
 use llmwatch::daemon;
 use llmwatch::sim_cmd::{self, SimArgs};
-use llmwatch_store::{NewSweep, Store, SweepStatus, SweepStepRow};
+use llmwatch_store::{Store, SweepStatus};
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -376,29 +376,7 @@ async fn a_sweep_cut_off_by_a_crash_is_marked_interrupted_at_start() {
     let store = Store::open(&dir.path().join("llmwatch.db")).await.unwrap();
     // A minute ago: well inside every retention.
     let started_ms = llmwatch::scrape::now_ms() - 60_000;
-    let id = store
-        .create_sweep(&NewSweep {
-            target_name: Some("sim".into()),
-            target_url: "http://127.0.0.1:1".into(),
-            started_ms,
-            settings_json: "{}".into(),
-            card_json: "{}".into(),
-        })
-        .await
-        .unwrap();
-    store
-        .write_sweep_step(&SweepStepRow {
-            sweep_id: id,
-            step_index: 0,
-            load_kind: "concurrency".into(),
-            load_value: 1.0,
-            start_ms: started_ms,
-            end_ms: started_ms + 1_000,
-            run_json: "{}".into(),
-            evidence_json: "{}".into(),
-        })
-        .await
-        .unwrap();
+    let id = common::insert_running_sweep(&store, "sim", started_ms).await;
     drop(store);
     let running = daemon::start(test_config("", dir.path())).await.unwrap();
     let row = running.store.sweep(id).await.unwrap().unwrap();

@@ -26,6 +26,7 @@ use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
 use llmwatch_core::alerts::AlertState;
 use llmwatch_core::catalog::CatalogMetric;
+use llmwatch_core::redact::redact_url;
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{is_probe_signal, ProbeRow, Range, Store, StoreError, TargetRow};
 use serde_json::{json, Value};
@@ -552,12 +553,6 @@ fn time_fields(out: &mut serde_json::Map<String, Value>, name: &str, ms: Option<
     out.insert(name.to_string(), json!(ms.map(rfc3339_ms)));
 }
 
-/// A URL without user or password.
-/// The URL as it may be shown: see [`llmwatch_core::redact`].
-pub fn without_credentials(url: &str) -> String {
-    llmwatch_core::redact::redact_url(url)
-}
-
 async fn find_target(store: &Store, name: &str) -> Result<TargetRow, ApiError> {
     store
         .target_by_name(name)
@@ -605,7 +600,7 @@ async fn target_json(ctx: &ApiContext, target: &TargetRow, now: i64) -> Result<V
     Ok(json!({
         "name": target.name,
         "kind": target.kind.as_str(),
-        "url": without_credentials(&target.url),
+        "url": redact_url(&target.url),
         "engine": target.engine,
         "status": status,
         "signals": signals,
@@ -849,23 +844,13 @@ async fn list_alerts(State(state): State<AppState>, query: RawQuery) -> ApiResul
     Ok(Json(json!({ "alerts": alerts })))
 }
 
-/// A target name as the config allows it.
-fn is_target_name(name: &str) -> bool {
-    (1..=64).contains(&name.len())
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-}
-
 async fn alert_history(State(state): State<AppState>, query: RawQuery) -> ApiResult {
     let p = params(query, &["rule", "target", "limit", "cursor"])?;
     let limit = p.limit(100, 1000)?;
     let cursor = p.cursor()?;
     let target = p.get("target");
-    if target.is_some_and(|t| !is_target_name(t)) {
-        return Err(ApiError::bad_request(
-            "target: a target name is 1 to 64 letters, digits, '.', '_' or '-'",
-        ));
+    if let Some(Err(why)) = target.map(crate::config::check_name) {
+        return Err(ApiError::bad_request(format!("target: {why}")));
     }
     let mut events = state
         .api

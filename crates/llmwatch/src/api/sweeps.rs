@@ -11,7 +11,9 @@ use llmwatch_probe::Shape;
 use llmwatch_store::SweepRow;
 use serde_json::{json, Value};
 
-use super::{params, time_fields, without_credentials, ApiError, ApiResult, RawQuery};
+use llmwatch_core::redact::redact_url;
+
+use super::{params, time_fields, ApiError, ApiResult, RawQuery};
 use crate::config::SweepLimits;
 use crate::sweep::schedule::{check_limits, settings_for_target};
 use crate::sweep::{run_sweep, Ladder, SweepError};
@@ -28,7 +30,7 @@ fn sweep_summary(row: &SweepRow) -> Value {
     let mut out = serde_json::Map::new();
     out.insert("id".into(), json!(row.id));
     out.insert("target".into(), json!(row.target_name));
-    out.insert("url".into(), json!(without_credentials(&row.target_url)));
+    out.insert("url".into(), json!(redact_url(&row.target_url)));
     time_fields(&mut out, "started", Some(row.started_ms));
     time_fields(&mut out, "ended", row.ended_ms);
     out.insert("status".into(), json!(row.status.as_str()));

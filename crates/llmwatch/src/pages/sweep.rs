@@ -492,9 +492,7 @@ pub async fn handler(
     };
     match sweep_page(&state.store, id).await {
         Ok(Some(mut page)) => {
-            page.csrf = csrf
-                .map(|Extension(CsrfToken(t))| t.to_string())
-                .unwrap_or_default();
+            page.csrf = crate::auth::form_token(csrf);
             page.into_response()
         }
         Ok(None) => error_response(
@@ -600,13 +598,22 @@ pub async fn list_handler(
     let running = state.api.sweeps.is_running();
     match sweep_list_page(&state.store, &state.pages, running, message).await {
         Ok(mut page) => {
-            page.csrf = csrf
-                .map(|Extension(CsrfToken(t))| t.to_string())
-                .unwrap_or_default();
+            page.csrf = crate::auth::form_token(csrf);
             page.into_response()
         }
         Err(err) => store_error(err),
     }
+}
+
+/// The refusal of a form whose CSRF token is missing or wrong, if it is.
+fn expired_form(csrf: Option<&Extension<CsrfToken>>, presented: &str) -> Option<Response> {
+    (!crate::auth::csrf_ok(csrf, presented)).then(|| {
+        error_response(
+            StatusCode::FORBIDDEN,
+            "Form expired",
+            "the form's CSRF token is missing or wrong: reload the page and try again",
+        )
+    })
 }
 
 /// The start form.
@@ -629,12 +636,8 @@ pub async fn start_handler(
     csrf: Option<Extension<CsrfToken>>,
     Form(form): Form<StartForm>,
 ) -> Response {
-    if !crate::auth::csrf_ok(csrf.as_ref(), &form.csrf) {
-        return error_response(
-            StatusCode::FORBIDDEN,
-            "Form expired",
-            "the form's CSRF token is missing or wrong: reload the page and try again",
-        );
+    if let Some(expired) = expired_form(csrf.as_ref(), &form.csrf) {
+        return expired;
     }
     let config = &state.pages;
     if !config.sweeps_enabled {
@@ -732,12 +735,8 @@ pub async fn cancel_handler(
     Path(id): Path<String>,
     Form(form): Form<CancelForm>,
 ) -> Response {
-    if !crate::auth::csrf_ok(csrf.as_ref(), &form.csrf) {
-        return error_response(
-            StatusCode::FORBIDDEN,
-            "Form expired",
-            "the form's CSRF token is missing or wrong: reload the page and try again",
-        );
+    if let Some(expired) = expired_form(csrf.as_ref(), &form.csrf) {
+        return expired;
     }
     let Ok(id) = id.parse::<i64>() else {
         return error_response(

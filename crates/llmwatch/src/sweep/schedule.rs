@@ -169,6 +169,15 @@ impl SweepSlots {
         self.permits.available_permits() == 0
     }
 
+    /// Waits until no sweep holds the slot, at most `limit`; `false` if one
+    /// still does.
+    pub async fn wait_idle(&self, limit: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(limit, self.permits.acquire()).await,
+            Ok(Ok(_))
+        )
+    }
+
     /// Cancels the running sweep, if there is one; `true` if there was.
     pub fn cancel_running(&self) -> bool {
         if !self.is_running() {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use llmwatch::config::Config;
 use llmwatch::daemon::{self, Daemon};
+use llmwatch_store::{NewSweep, Store, SweepStepRow};
 
 /// A daemon started in-process; its database lives in `dir` until the test ends.
 pub struct TestDaemon {
@@ -63,4 +64,33 @@ where
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// A sweep of `target` started at `started_ms` with one measured step, left
+/// `running` (as a crash would leave it); returns its id.
+pub async fn insert_running_sweep(store: &Store, target: &str, started_ms: i64) -> i64 {
+    let id = store
+        .create_sweep(&NewSweep {
+            target_name: Some(target.into()),
+            target_url: "http://127.0.0.1:9".into(),
+            started_ms,
+            settings_json: "{}".into(),
+            card_json: "{}".into(),
+        })
+        .await
+        .expect("sweep row");
+    store
+        .write_sweep_step(&SweepStepRow {
+            sweep_id: id,
+            step_index: 0,
+            load_kind: "concurrency".into(),
+            load_value: 1.0,
+            start_ms: started_ms,
+            end_ms: started_ms + 1_000,
+            run_json: "{}".into(),
+            evidence_json: "{}".into(),
+        })
+        .await
+        .expect("step row");
+    id
 }

@@ -54,7 +54,7 @@ async fn scrape_schedule(
     let mut lateness = Vec::new();
     while !*stop.borrow() {
         let due = ticker.tick().await;
-        let now_ms = llmwatch::scrape::now_ms();
+        let now_ms = llmwatch_engine::now_ms();
         let batch: Vec<ScrapeRecord> = targets.iter().map(|t| scrape(*t, now_ms, 40)).collect();
         store.write_scrapes(&batch).await.expect("write");
         lateness.push(Instant::now().saturating_duration_since(due.into_std()));
@@ -79,7 +79,7 @@ async fn main() {
     let store = Store::open(&dir.path().join("bench.db"))
         .await
         .expect("store");
-    let now = llmwatch::scrape::now_ms();
+    let now = llmwatch_engine::now_ms();
     let old = store
         .upsert_target("history", TargetKind::Engine, "http://127.0.0.1:9", 0)
         .await

@@ -14,19 +14,19 @@ use llmwatch_store::{ScrapeRecord, Store, TargetKind};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
-use crate::canary::{run_canary_loop, CanaryJob};
-use crate::config::{Config, EngineChoice};
-use crate::gpu_nvml::{readings_to_samples, NvmlSource};
-use crate::scrape::{self, now_ms, ScrapeCounters, ScrapeJob};
-use crate::sweep::schedule::{run_schedule, SweepSlots};
-use crate::web;
+use llmwatch_config::{Config, EngineChoice};
+use llmwatch_engine::runners::canary::{run_canary_loop, CanaryJob};
+use llmwatch_engine::runners::sweep::schedule::{run_schedule, SweepSlots};
+use llmwatch_engine::sources::gpu_nvml::{readings_to_samples, NvmlSource};
+use llmwatch_engine::sources::scrape::{self, now_ms, ScrapeCounters, ScrapeJob};
+use llmwatch_web as web;
 
 /// A running daemon.
 pub struct Daemon {
     pub store: Store,
     pub listen_addr: SocketAddr,
     pub counters: Arc<ScrapeCounters>,
-    pub alerts: crate::alerts::AlertsHandle,
+    pub alerts: llmwatch_engine::alerts::AlertsHandle,
     /// The one sweep slot (API, page and scheduled sweeps).
     pub sweeps: SweepSlots,
     shutdown: watch::Sender<bool>,
@@ -203,14 +203,16 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         }
     }
     drop(records_tx);
-    let live_jobs = crate::live_diagnosis::jobs_for(&config, &store).await?;
-    tasks.push(tokio::spawn(crate::live_diagnosis::run_live_diagnosis(
-        store.clone(),
-        live_jobs,
-        config.server.live_interval,
-        config.server.live_window,
-        shutdown_rx.clone(),
-    )));
+    let live_jobs = llmwatch_engine::runners::live_diagnosis::jobs_for(&config, &store).await?;
+    tasks.push(tokio::spawn(
+        llmwatch_engine::runners::live_diagnosis::run_live_diagnosis(
+            store.clone(),
+            live_jobs,
+            config.server.live_interval,
+            config.server.live_window,
+            shutdown_rx.clone(),
+        ),
+    ));
     tasks.push(tokio::spawn(scrape::run_writer(
         store.clone(),
         records_rx,
@@ -251,7 +253,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         .await
         .with_context(|| format!("binding {}", config.server.listen))?;
     let listen_addr = listener.local_addr()?;
-    let alerts = crate::alerts::start(
+    let alerts = llmwatch_engine::alerts::start(
         &config,
         listen_addr,
         store.clone(),
@@ -260,28 +262,32 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     )
     .await
     .context("starting the alert engine")?;
-    let mut api =
-        crate::api::ApiContext::new(&config, store.clone(), counters.clone(), alerts.clone())
-            .await
-            .context("preparing the API")?;
+    let mut api = llmwatch_web::api::ApiContext::new(
+        &config,
+        store.clone(),
+        counters.clone(),
+        alerts.clone(),
+    )
+    .await
+    .context("preparing the API")?;
     api.sweeps = sweep_slots.clone();
     let app = web::router(web::AppState {
         store: store.clone(),
-        auth: Arc::new(crate::auth::Auth::new(token)),
-        pages: Arc::new(crate::pages::PagesConfig {
+        auth: Arc::new(llmwatch_web::auth::Auth::new(token)),
+        pages: Arc::new(llmwatch_web::pages::PagesConfig {
             shutdown: Some(shutdown_rx.clone()),
-            ..crate::pages::PagesConfig::from_config(&config)
+            ..llmwatch_web::pages::PagesConfig::from_config(&config)
         }),
         api: Arc::new(api),
         live: Default::default(),
     });
-    let limits = crate::serve::ServeLimits {
+    let limits = llmwatch_web::serve::ServeLimits {
         header_read_timeout: config.server.http_header_timeout,
         request_timeout: config.server.http_request_timeout,
         max_in_flight: config.server.http_max_in_flight,
-        ..crate::serve::ServeLimits::default()
+        ..llmwatch_web::serve::ServeLimits::default()
     };
-    tasks.push(tokio::spawn(crate::serve::serve(
+    tasks.push(tokio::spawn(llmwatch_web::serve::serve(
         listener,
         app,
         limits,

@@ -9,9 +9,9 @@ use std::time::Duration;
 use anyhow::Context;
 use futures_util::StreamExt;
 
-use crate::config::Config;
+use crate::cli::sim::{self, SimArgs};
 use crate::daemon;
-use crate::sim_cmd::{self, SimArgs};
+use llmwatch_config::Config;
 
 /// One simulated target of the demo.
 struct DemoTarget {
@@ -80,7 +80,7 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
     let mut sweep_target = None;
     for target in TARGETS {
         let (sim, engine, gpu) =
-            sim_cmd::start(&SimArgs::loopback(target.profile, MODEL, 1.0).with_gpu_page()).await?;
+            sim::start(&SimArgs::loopback(target.profile, MODEL, 1.0).with_gpu_page()).await?;
         let url = format!("http://{engine}");
         let gpus_line = match gpu {
             Some(_) => format!("gpus = \"{}-gpus\"\n", target.name),
@@ -172,7 +172,7 @@ async fn demo_sweep(
     url: String,
     gpu_url: Option<String>,
 ) {
-    let mut settings = crate::sweep::SweepSettings::new(url);
+    let mut settings = llmwatch_engine::runners::sweep::SweepSettings::new(url);
     settings.target_name = Some(name.to_string());
     settings.gpu_url = gpu_url;
     settings.model = Some(MODEL.to_string());
@@ -181,7 +181,8 @@ async fn demo_sweep(
         input_tokens: 128,
         output_tokens: 32,
     };
-    settings.ladder = crate::sweep::Ladder::Concurrency(vec![1, 2, 4, 8, 16, 32, 64]);
+    settings.ladder =
+        llmwatch_engine::runners::sweep::Ladder::Concurrency(vec![1, 2, 4, 8, 16, 32, 64]);
     settings.requests_per_step = 12;
     settings.requests_per_slot = 2;
     settings.min_step_duration = Duration::from_secs(2);
@@ -193,7 +194,7 @@ async fn demo_sweep(
         max_scheduler_lag_p99_ms: 1000.0,
         max_dispatch_lag_p99_ms: 1000.0,
     };
-    match crate::sweep::run_sweep(settings, Some(&store), |_| {}).await {
+    match llmwatch_engine::runners::sweep::run_sweep(settings, Some(&store), |_| {}).await {
         Ok(report) => tracing::info!(sweep = ?report.sweep_id, "demo sweep finished"),
         Err(err) => tracing::warn!(error = %err, "demo sweep failed"),
     }

@@ -1,24 +1,13 @@
-//! The llmwatch binary's library half: config, scraping, the daemon, the web
-//! server and the commands. Kept as a library so integration tests drive the
-//! same code the binary runs.
+//! The llmwatch binary's library half: the command line (`cli`), the wiring
+//! of the engine and the web layer into a daemon (`daemon`), the demo, and
+//! logging. Kept as a library so integration tests drive the same code the
+//! binary runs.
+//!
+//! It holds no domain logic (that is `llmwatch-core`), no SQL
+//! (`llmwatch-store`), no scrape, probe or alert loop (`llmwatch-engine`)
+//! and no page or route (`llmwatch-web`): only wiring and commands.
 
-pub mod alerts;
-pub mod api;
-pub mod auth;
-pub mod bench_cmd;
-pub mod canary;
-pub mod config;
+pub mod cli;
 pub mod daemon;
 pub mod demo;
-pub mod gpu_nvml;
-pub mod inspect;
-pub mod live_diagnosis;
 pub mod logging;
-pub mod own_metrics;
-pub mod pages;
-pub mod scrape;
-pub mod serve;
-pub mod sim_cmd;
-pub mod sweep;
-pub mod ticker;
-pub mod web;

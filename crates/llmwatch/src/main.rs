@@ -6,14 +6,15 @@ use std::path::PathBuf;
 
 use clap::{Parser, Subcommand};
 
-use llmwatch::config::Config;
+use llmwatch_config::Config;
 /// A scrape parses and drops megabytes per round; mimalloc keeps that memory
 /// warm instead of trimming it back to the OS each time (glibc's default),
 /// which measured ~1.5x faster parsing here (BENCHMARKS.md).
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use llmwatch::{bench_cmd, daemon, demo, inspect, sim_cmd};
+use llmwatch::cli::{bench as bench_cmd, inspect, sim as sim_cmd};
+use llmwatch::{daemon, demo};
 
 #[derive(Parser)]
 #[command(
@@ -74,7 +75,7 @@ enum Command {
     /// One run against one target, printed like `vllm bench serve`.
     Bench(Box<bench_cmd::BenchArgs>),
     /// One sweep at rising load with verdicts and diagnosis, or `--compare A B`.
-    Sweep(Box<llmwatch::sweep::cli::SweepArgs>),
+    Sweep(Box<llmwatch::cli::sweep::SweepArgs>),
 }
 
 fn main() -> std::process::ExitCode {
@@ -143,7 +144,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             Ok(())
         }
         Command::Bench(args) => bench_cmd::run_cli(*args).await,
-        Command::Sweep(args) => llmwatch::sweep::cli::run(*args).await,
+        Command::Sweep(args) => llmwatch::cli::sweep::run(*args).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file)?;
             println!(

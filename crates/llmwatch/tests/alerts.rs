@@ -11,9 +11,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::routing::post;
-use llmwatch::config::Config;
+use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch::daemon;
-use llmwatch::sim_cmd::{self, SimArgs};
+use llmwatch_config::Config;
 use serde_json::Value;
 
 const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
@@ -140,7 +140,7 @@ async fn start_webhook() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
 }
 
 async fn start_sim() -> (llmwatch_sim::Sim, SocketAddr) {
-    let (sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 1.0))
+    let (sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 1.0))
         .await
         .unwrap();
     (sim, engine)

@@ -10,10 +10,10 @@ use std::time::{Duration, Instant};
 
 use common::wait_for;
 
-use llmwatch::config::Config;
+use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch::daemon;
-use llmwatch::scrape::now_ms;
-use llmwatch::sim_cmd::{self, SimArgs};
+use llmwatch_config::Config;
+use llmwatch_engine::sources::scrape::now_ms;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 
@@ -71,13 +71,13 @@ impl Api {
 }
 
 fn rfc3339(ms: i64) -> String {
-    llmwatch::alerts::notify::rfc3339_ms(ms)
+    llmwatch_engine::sinks::notify::rfc3339_ms(ms)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_api_end_to_end() {
     let started = Instant::now();
-    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -275,8 +275,8 @@ window = "10s"
     let raw = api
         .ok("/api/v1/series?target=sim&metric=kv_cache_usage&from=0")
         .await;
-    let raw_from = llmwatch::api::params::parse_time(raw["from"].as_str().unwrap()).unwrap();
-    let raw_to = llmwatch::api::params::parse_time(raw["to"].as_str().unwrap()).unwrap();
+    let raw_from = llmwatch_web::api::params::parse_time(raw["from"].as_str().unwrap()).unwrap();
+    let raw_to = llmwatch_web::api::params::parse_time(raw["to"].as_str().unwrap()).unwrap();
     assert_eq!(raw_to - raw_from, 24 * 3600 * 1000, "{raw}");
 
     // Probes, paginated with a cursor.
@@ -405,7 +405,7 @@ window = "10s"
     assert!(list["next_cursor"].is_null());
 
     // Every GET route answers what its documentation promises.
-    for (doc, _) in llmwatch::api::routes() {
+    for (doc, _) in llmwatch_web::api::routes() {
         if doc.method != "get" {
             continue;
         }
@@ -416,7 +416,7 @@ window = "10s"
         let required: Vec<String> = doc
             .params
             .iter()
-            .filter(|p| p.required && p.location == llmwatch::api::In::Query)
+            .filter(|p| p.required && p.location == llmwatch_web::api::In::Query)
             .map(|p| match p.name {
                 "target" => "target=sim".to_string(),
                 "metric" => "metric=kv_cache_usage".to_string(),
@@ -436,7 +436,7 @@ window = "10s"
     // The OpenAPI document is served as generated.
     assert_eq!(
         api.ok("/api/v1/openapi.json").await,
-        llmwatch::api::openapi::document(&Default::default())
+        llmwatch_web::api::openapi::document(&Default::default())
     );
 
     // Unknown routes answer JSON too.
@@ -450,7 +450,7 @@ window = "10s"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn openapi_documents_every_route() {
-    let doc = llmwatch::api::openapi::document(&Default::default());
+    let doc = llmwatch_web::api::openapi::document(&Default::default());
     assert_eq!(doc["openapi"], "3.1.0");
     let paths = doc["paths"].as_object().unwrap();
     let mut documented: Vec<String> = Vec::new();
@@ -497,7 +497,7 @@ async fn openapi_documents_every_route() {
     );
     // Every route the router serves is in the document: both come from
     // `api::routes()`.
-    let served: Vec<String> = llmwatch::api::routes()
+    let served: Vec<String> = llmwatch_web::api::routes()
         .iter()
         .map(|(doc, _)| format!("{} {}", doc.method.to_uppercase(), doc.path))
         .collect();

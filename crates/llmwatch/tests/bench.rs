@@ -2,7 +2,7 @@
 //! against a simulated engine on loopback, printed table and JSON checked
 //! for content.
 
-use llmwatch::sim_cmd::{self, SimArgs};
+use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch_sim::Sim;
 
 /// Runs the binary with `args`: (succeeded, stdout, stderr).
@@ -22,7 +22,7 @@ async fn llmwatch(args: &[&str]) -> (bool, String, String) {
 
 /// A balanced simulated engine serving `model`, and its base URL.
 async fn sim(model: &str) -> (Sim, String) {
-    let (sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", model, 8.0))
+    let (sim, engine, _) = sim::start(&SimArgs::loopback("balanced", model, 8.0))
         .await
         .unwrap();
     (sim, format!("http://{engine}"))

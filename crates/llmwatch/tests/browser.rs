@@ -416,7 +416,7 @@ async fn chromium_logs_in_and_gets_live_updates_with_the_session_cookie() {
         "no chromium on PATH: install Debian's `chromium` (.ci/run does) or set \
          LLMWATCH_CHROMIUM=/path/to/browser",
     );
-    let (_sim, engine, _) = llmwatch::sim_cmd::start(&llmwatch::sim_cmd::SimArgs::loopback(
+    let (_sim, engine, _) = llmwatch::cli::sim::start(&llmwatch::cli::sim::SimArgs::loopback(
         "balanced",
         "sim-model",
         10.0,

@@ -7,13 +7,13 @@ mod common;
 use std::time::Duration;
 
 use common::{spawn_daemon, wait_for};
-use llmwatch::scrape::now_ms;
-use llmwatch::sim_cmd::{self, SimArgs};
+use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch_core::signals::Signal;
+use llmwatch_engine::sources::scrape::now_ms;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn canaries_are_stored_and_become_signals() {
-    let (sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+    let (sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
         .await
         .unwrap();
     let toml = format!(
@@ -103,7 +103,7 @@ async fn canaries_are_stored_and_become_signals() {
 /// silence, and no request is sent to the server.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_canary_that_cannot_start_stores_its_reason() {
-    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
         .await
         .unwrap();
     let toml = format!(

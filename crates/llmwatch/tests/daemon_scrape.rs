@@ -16,8 +16,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use common::wait_for;
-use llmwatch::config::Config;
 use llmwatch::daemon;
+use llmwatch_config::Config;
 use llmwatch_core::signals::Signal;
 use llmwatch_store::Store;
 
@@ -239,7 +239,7 @@ async fn retention_and_downsampling_run_at_start() {
 
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("llmwatch.db");
-    let now = llmwatch::scrape::now_ms();
+    let now = llmwatch_engine::sources::scrape::now_ms();
     let hour = 3_600_000;
     {
         let store = Store::open(&db).await.unwrap();

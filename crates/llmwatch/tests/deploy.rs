@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use llmwatch::config::Config;
+use llmwatch_config::Config;
 
 fn repo() -> PathBuf {
     PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))

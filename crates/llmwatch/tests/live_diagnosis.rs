@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use llmwatch::sim_cmd::{start, SimArgs};
+use llmwatch::cli::sim::{start, SimArgs};
 use llmwatch_sim::Sim;
 use serde_json::Value;
 

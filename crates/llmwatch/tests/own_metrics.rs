@@ -11,9 +11,9 @@ use std::time::Duration;
 mod common;
 
 use common::{spawn_daemon, wait_for};
-use llmwatch::scrape::now_ms;
-use llmwatch::sim_cmd::{self, SimArgs};
+use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch_core::exposition::{parse, Format, MetricType, Sample};
+use llmwatch_engine::sources::scrape::now_ms;
 use llmwatch_store::{NewSweep, SweepEnd, SweepStatus};
 
 const PROMTOOL: &str = "/usr/bin/promtool";
@@ -55,7 +55,7 @@ fn has_settled(text: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn own_metrics_pass_promtool_and_parse_back() {
-    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
         .await
         .unwrap();
     let toml = format!(

@@ -7,11 +7,11 @@
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
-use llmwatch::config::Config;
+use llmwatch::cli::sim::{start, SimArgs};
 use llmwatch::daemon::{self, Daemon};
-use llmwatch::sim_cmd::{start, SimArgs};
-use llmwatch::sweep::{run_sweep, Ladder, SweepSettings};
+use llmwatch_config::Config;
 use llmwatch_core::analysis::Objectives;
+use llmwatch_engine::runners::sweep::{run_sweep, Ladder, SweepSettings};
 use llmwatch_probe::{Api, SelfCheckLimits, Shape};
 use llmwatch_store::Store;
 use serde_json::Value;
@@ -146,7 +146,12 @@ async fn fixture(token: Option<&str>) -> Fixture {
         let ready = match (target, gpus) {
             (Some(t), Some(g)) => {
                 let probes = store
-                    .probes(t.id, llmwatch::scrape::now_ms() - 60_000, i64::MAX, 100)
+                    .probes(
+                        t.id,
+                        llmwatch_engine::sources::scrape::now_ms() - 60_000,
+                        i64::MAX,
+                        100,
+                    )
                     .await
                     .expect("probes");
                 let scrapes = store.scrape_health(t.id, 5).await.expect("health");
@@ -156,7 +161,7 @@ async fn fixture(token: Option<&str>) -> Fixture {
                     .await
                     .expect("alerts")
                     .iter()
-                    .any(|a| a.state == llmwatch_core::alerts::AlertState::Firing);
+                    .any(|a| a.alert.state == llmwatch_core::alerts::AlertState::Firing);
                 probes.len() >= 3
                     && scrapes.iter().filter(|h| h.up).count() >= 3
                     && gpu_scrapes.iter().filter(|h| h.up).count() >= 2

@@ -10,8 +10,8 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use common::wait_for;
-use llmwatch::scrape::now_ms;
-use llmwatch::sim_cmd::{self, SimArgs};
+use llmwatch::cli::sim::{self, SimArgs};
+use llmwatch_engine::sources::scrape::now_ms;
 use llmwatch_store::Store;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -41,7 +41,7 @@ async fn get(url: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_keeps_secrets_out_and_stops_cleanly_on_sigterm() {
-    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -192,7 +192,7 @@ interval = "500ms"
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_output_keeps_the_password_out() {
-    let (_sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
         .await
         .unwrap();
     let dir = tempfile::tempdir().unwrap();

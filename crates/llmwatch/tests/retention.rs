@@ -7,9 +7,9 @@ mod common;
 
 use common::test_config;
 use llmwatch::daemon;
-use llmwatch::scrape::now_ms;
 use llmwatch_core::alerts::AlertState;
 use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
+use llmwatch_engine::sources::scrape::now_ms;
 use llmwatch_store::{
     AlertChanges, AlertEventRow, ProbeRow, RetentionCutoffs, ScrapeRecord, Store, SweepEnd,
     SweepStatus, TargetKind,

@@ -10,8 +10,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{spawn_daemon, test_config, wait_for};
+use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch::daemon;
-use llmwatch::sim_cmd::{self, SimArgs};
 use llmwatch_store::{Store, SweepStatus};
 use reqwest::header::{COOKIE, LOCATION, SET_COOKIE};
 use reqwest::StatusCode;
@@ -27,7 +27,7 @@ fn client() -> reqwest::Client {
 }
 
 async fn sim() -> (llmwatch_sim::Sim, std::net::SocketAddr) {
-    let (sim, engine, _) = sim_cmd::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+    let (sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
         .await
         .unwrap();
     (sim, engine)
@@ -49,7 +49,7 @@ async fn a_missing_token_or_an_open_network_listener_refuses_to_start() {
         "{message}"
     );
 
-    let empty = llmwatch::config::Config::parse("[server]\ntoken = \"\"\n", "t.toml".as_ref())
+    let empty = llmwatch_config::Config::parse("[server]\ntoken = \"\"\n", "t.toml".as_ref())
         .expect_err("an empty token is refused")
         .to_string();
     assert!(empty.contains("server.token"), "{empty}");
@@ -375,7 +375,7 @@ async fn a_sweep_cut_off_by_a_crash_is_marked_interrupted_at_start() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::open(&dir.path().join("llmwatch.db")).await.unwrap();
     // A minute ago: well inside every retention.
-    let started_ms = llmwatch::scrape::now_ms() - 60_000;
+    let started_ms = llmwatch_engine::sources::scrape::now_ms() - 60_000;
     let id = common::insert_running_sweep(&store, "sim", started_ms).await;
     drop(store);
     let running = daemon::start(test_config("", dir.path())).await.unwrap();

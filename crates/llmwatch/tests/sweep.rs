@@ -10,13 +10,13 @@
 
 use std::time::{Duration, Instant};
 
-use llmwatch::scrape::now_ms;
-use llmwatch::sim_cmd::{start, SimArgs};
-use llmwatch::sweep::render::{render_comparison, render_report};
-use llmwatch::sweep::{
-    compare_sweeps, load_sweep, run_sweep, EvidenceJson, Ladder, SweepReport, SweepSettings,
-};
+use llmwatch::cli::sim::{start, SimArgs};
+use llmwatch::cli::sweep_render::{render_comparison, render_report};
 use llmwatch_core::analysis::{Confidence, Load, Objectives, Verdict};
+use llmwatch_engine::runners::sweep::{
+    compare_sweeps, load_sweep, run_sweep, Ladder, SweepReport, SweepSettings,
+};
+use llmwatch_engine::sources::scrape::now_ms;
 use llmwatch_probe::{Api, SelfCheckLimits, Shape};
 use llmwatch_sim::{Shape as SimShape, Sim, SimSnapshot};
 use llmwatch_store::{Store, SweepStatus};
@@ -290,17 +290,14 @@ async fn kv_starved_is_diagnosed_as_kv_cache_capacity_from_the_scrapes() {
     assert_eq!(stored.row.status, SweepStatus::Completed);
     // serde_json parses floats to within one ULP; compare as JSON numbers
     // rounded far below any meaningful precision.
-    let rounded = |e: &EvidenceJson| {
+    let rounded = |e: &llmwatch_core::analysis::ServerEvidence| {
         let v = serde_json::to_value(e).expect("serialises");
         let obj = v.as_object().expect("object").clone();
         obj.into_iter()
             .map(|(k, v)| (k, v.as_f64().map(|x| (x * 1e9).round())))
             .collect::<Vec<_>>()
     };
-    assert_eq!(
-        rounded(&EvidenceJson::from(&stored.steps[i].server)),
-        rounded(&EvidenceJson::from(ev))
-    );
+    assert_eq!(rounded(&stored.steps[i].server), rounded(ev));
     assert!(stored
         .row
         .verdict_json

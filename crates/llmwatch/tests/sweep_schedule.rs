@@ -5,15 +5,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use llmwatch::config::Config;
-use llmwatch::sim_cmd::{self, SimArgs};
-use llmwatch::sweep::schedule::{run_schedule, SweepSlots};
+use llmwatch::cli::sim::{self, SimArgs};
+use llmwatch_config::Config;
+use llmwatch_engine::runners::sweep::schedule::{run_schedule, SweepSlots};
 use llmwatch_store::Store;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_schedule_runs_sweeps_and_shares_the_slot() {
     let (_sim, engine, gpu) =
-        sim_cmd::start(&SimArgs::loopback("balanced", "sched-model", 20.0).with_gpu_page())
+        sim::start(&SimArgs::loopback("balanced", "sched-model", 20.0).with_gpu_page())
             .await
             .unwrap();
     let gpu = gpu.unwrap();

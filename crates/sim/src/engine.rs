@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use crate::blocks::{BlockId, BlockPool};
-use crate::stats::FinishReason;
+use crate::stats::{FinishReason, Stats};
 use crate::tokenizer::{generated_word, mix};
 use crate::{Profile, Shared};
 
@@ -191,16 +191,27 @@ impl EngineCore {
 
     fn schedule(&mut self, now: Instant) -> Plan {
         let mut budget = self.profile.max_num_batched_tokens;
-        let chunked = self.profile.enable_chunked_prefill;
         let mut items: Vec<(usize, usize)> = Vec::new();
-        let mut preempted = false;
+        let preempted = self.schedule_running(&mut budget, &mut items);
+        // As vLLM: no new admissions in a step that had to preempt.
+        if !preempted {
+            self.admit_waiting(now, &mut budget, &mut items);
+        }
+        self.plan_of(items)
+    }
 
+    /// Running sequences first, in order, each with the tokens it needs
+    /// (preempting from the back when blocks run out); `true` if any was
+    /// preempted.
+    fn schedule_running(&mut self, budget: &mut usize, items: &mut Vec<(usize, usize)>) -> bool {
+        let chunked = self.profile.enable_chunked_prefill;
+        let mut preempted = false;
         let mut i = 0;
-        while i < self.running.len() && budget > 0 {
+        while i < self.running.len() && *budget > 0 {
             let remaining = self.running[i].num_tokens - self.running[i].num_computed;
             let n = if chunked {
-                remaining.min(budget)
-            } else if remaining > budget && !items.is_empty() {
+                remaining.min(*budget)
+            } else if remaining > *budget && !items.is_empty() {
                 i += 1;
                 continue;
             } else {
@@ -233,71 +244,78 @@ impl EngineCore {
                 }
             }
             items.push((i, n));
-            budget = budget.saturating_sub(n);
+            *budget = budget.saturating_sub(n);
             i += 1;
         }
+        preempted
+    }
 
-        if !preempted {
-            while budget > 0 && self.running.len() < self.profile.max_num_seqs {
-                let Some(seq) = self.waiting.front() else {
-                    break;
-                };
-                // A full hit must still compute one token (vLLM caps hits at
-                // num_tokens - 1).
-                let max_hit_blocks = (seq.num_tokens - 1) / self.profile.block_size;
-                let cap = max_hit_blocks.min(seq.block_hashes.len());
-                let hit = self.pool.lookup_prefix(&seq.block_hashes[..cap]);
-                let hit_tokens = hit.len() * self.profile.block_size;
-                let remaining = seq.num_tokens - hit_tokens;
-                let n = if chunked {
-                    remaining.min(budget)
-                } else if remaining > budget && !items.is_empty() {
-                    break;
-                } else {
-                    remaining
-                };
-                let need_new = self.blocks_for(hit_tokens + n).saturating_sub(hit.len());
-                let free_after_touch = self.pool.num_free() - self.pool.count_free_among(&hit);
-                if free_after_touch < need_new {
-                    break;
-                }
-                let Some(mut seq) = self.waiting.pop_front() else {
-                    break;
-                };
-                for &b in &hit {
-                    self.pool.touch(b);
-                }
-                // Hit blocks are already in the cache; new ones are
-                // published as their prompt tokens get computed.
-                seq.committed_blocks = hit.len();
-                seq.blocks = hit;
-                for _ in 0..need_new {
-                    if let Some(b) = self.pool.allocate() {
-                        seq.blocks.push(b);
-                    }
-                }
-                seq.num_computed = hit_tokens;
-                {
-                    let mut st = self.shared.lock_stats();
-                    st.prefix_queries += seq.num_tokens as u64;
-                    st.prefix_hits += hit_tokens as u64;
-                    if seq.scheduled.is_none() {
-                        st.observe(
-                            "request_queue_time_seconds",
-                            (now - seq.queued).as_secs_f64(),
-                        );
-                    }
-                }
-                if seq.scheduled.is_none() {
-                    seq.scheduled = Some(now);
-                    seq.cached_tokens = Some(hit_tokens);
-                }
-                self.running.push(seq);
-                items.push((self.running.len() - 1, n));
-                budget = budget.saturating_sub(n);
+    /// Then waiting sequences, while the budget, `max_num_seqs` and free
+    /// blocks (after prefix-cache hits) allow.
+    fn admit_waiting(&mut self, now: Instant, budget: &mut usize, items: &mut Vec<(usize, usize)>) {
+        let chunked = self.profile.enable_chunked_prefill;
+        while *budget > 0 && self.running.len() < self.profile.max_num_seqs {
+            let Some(seq) = self.waiting.front() else {
+                break;
+            };
+            // A full hit must still compute one token (vLLM caps hits at
+            // num_tokens - 1).
+            let max_hit_blocks = (seq.num_tokens - 1) / self.profile.block_size;
+            let cap = max_hit_blocks.min(seq.block_hashes.len());
+            let hit = self.pool.lookup_prefix(&seq.block_hashes[..cap]);
+            let hit_tokens = hit.len() * self.profile.block_size;
+            let remaining = seq.num_tokens - hit_tokens;
+            let n = if chunked {
+                remaining.min(*budget)
+            } else if remaining > *budget && !items.is_empty() {
+                break;
+            } else {
+                remaining
+            };
+            let need_new = self.blocks_for(hit_tokens + n).saturating_sub(hit.len());
+            let free_after_touch = self.pool.num_free() - self.pool.count_free_among(&hit);
+            if free_after_touch < need_new {
+                break;
             }
+            let Some(mut seq) = self.waiting.pop_front() else {
+                break;
+            };
+            for &b in &hit {
+                self.pool.touch(b);
+            }
+            // Hit blocks are already in the cache; new ones are
+            // published as their prompt tokens get computed.
+            seq.committed_blocks = hit.len();
+            seq.blocks = hit;
+            for _ in 0..need_new {
+                if let Some(b) = self.pool.allocate() {
+                    seq.blocks.push(b);
+                }
+            }
+            seq.num_computed = hit_tokens;
+            {
+                let mut st = self.shared.lock_stats();
+                st.prefix_queries += seq.num_tokens as u64;
+                st.prefix_hits += hit_tokens as u64;
+                if seq.scheduled.is_none() {
+                    st.observe(
+                        "request_queue_time_seconds",
+                        (now - seq.queued).as_secs_f64(),
+                    );
+                }
+            }
+            if seq.scheduled.is_none() {
+                seq.scheduled = Some(now);
+                seq.cached_tokens = Some(hit_tokens);
+            }
+            self.running.push(seq);
+            items.push((self.running.len() - 1, n));
+            *budget = budget.saturating_sub(n);
         }
+    }
 
+    /// The step's batch: which items decode, how many tokens prefill.
+    fn plan_of(&self, items: Vec<(usize, usize)>) -> Plan {
         let mut decode_seqs = 0;
         let mut prefill_tokens = 0;
         for &(idx, n) in &items {
@@ -354,25 +372,7 @@ impl EngineCore {
             seq.num_tokens += 1;
             st.generation_tokens += 1;
             let cached = seq.cached_tokens.unwrap_or(0);
-            match seq.last_token {
-                None => {
-                    st.observe(
-                        "time_to_first_token_seconds",
-                        (now - seq.arrival).as_secs_f64(),
-                    );
-                    st.prompt_tokens += seq.prompt_len as u64;
-                    st.prompt_tokens_cached += cached as u64;
-                    st.prompt_tokens_computed += (seq.prompt_len - cached) as u64;
-                    st.observe(
-                        "request_prefill_kv_computed_tokens",
-                        (seq.prompt_len - cached) as f64,
-                    );
-                    seq.first_token = Some(now);
-                }
-                Some(prev) => {
-                    st.observe("inter_token_latency_seconds", (now - prev).as_secs_f64());
-                }
-            }
+            observe_token(&mut st, seq, now, cached);
             seq.last_token = Some(now);
             let eos = {
                 let s: &Seq = seq;
@@ -402,30 +402,7 @@ impl EngineCore {
                 cached_tokens: cached,
             });
             if let Some(reason) = finish {
-                st.finished(reason);
-                let e2e = (now - seq.arrival).as_secs_f64();
-                st.observe("e2e_request_latency_seconds", e2e);
-                st.observe("request_prompt_tokens", seq.prompt_len as f64);
-                st.observe("request_generation_tokens", seq.output_len as f64);
-                st.observe("request_num_preemptions", f64::from(seq.num_preemptions));
-                if let (Some(sched), Some(first)) = (seq.scheduled, seq.first_token) {
-                    st.observe(
-                        "request_inference_time_seconds",
-                        (now - sched).as_secs_f64(),
-                    );
-                    st.observe(
-                        "request_prefill_time_seconds",
-                        (first - sched).as_secs_f64(),
-                    );
-                    let decode = (now - first).as_secs_f64();
-                    st.observe("request_decode_time_seconds", decode);
-                    if seq.output_len > 1 {
-                        st.observe(
-                            "request_time_per_output_token_seconds",
-                            decode / (seq.output_len - 1) as f64,
-                        );
-                    }
-                }
+                observe_finished(&mut st, seq, now, reason);
                 finished_idx.push(idx);
             }
         }
@@ -514,6 +491,58 @@ pub(crate) async fn run(
             .record_activity((done - started).as_secs_f64(), cost_s, prefill_share);
         core.complete(plan, done);
         core.publish_gauges();
+    }
+}
+
+/// A sampled token's latency: TTFT and the prompt's token counts for the
+/// first, ITL for the others.
+fn observe_token(st: &mut Stats, seq: &mut Seq, now: Instant, cached: usize) {
+    match seq.last_token {
+        None => {
+            st.observe(
+                "time_to_first_token_seconds",
+                (now - seq.arrival).as_secs_f64(),
+            );
+            st.prompt_tokens += seq.prompt_len as u64;
+            st.prompt_tokens_cached += cached as u64;
+            st.prompt_tokens_computed += (seq.prompt_len - cached) as u64;
+            st.observe(
+                "request_prefill_kv_computed_tokens",
+                (seq.prompt_len - cached) as f64,
+            );
+            seq.first_token = Some(now);
+        }
+        Some(prev) => {
+            st.observe("inter_token_latency_seconds", (now - prev).as_secs_f64());
+        }
+    }
+}
+
+/// A finished request's histograms, as vLLM records them at the end.
+fn observe_finished(st: &mut Stats, seq: &Seq, now: Instant, reason: FinishReason) {
+    st.finished(reason);
+    let e2e = (now - seq.arrival).as_secs_f64();
+    st.observe("e2e_request_latency_seconds", e2e);
+    st.observe("request_prompt_tokens", seq.prompt_len as f64);
+    st.observe("request_generation_tokens", seq.output_len as f64);
+    st.observe("request_num_preemptions", f64::from(seq.num_preemptions));
+    if let (Some(sched), Some(first)) = (seq.scheduled, seq.first_token) {
+        st.observe(
+            "request_inference_time_seconds",
+            (now - sched).as_secs_f64(),
+        );
+        st.observe(
+            "request_prefill_time_seconds",
+            (first - sched).as_secs_f64(),
+        );
+        let decode = (now - first).as_secs_f64();
+        st.observe("request_decode_time_seconds", decode);
+        if seq.output_len > 1 {
+            st.observe(
+                "request_time_per_output_token_seconds",
+                decode / (seq.output_len - 1) as f64,
+            );
+        }
     }
 }
 

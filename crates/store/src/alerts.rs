@@ -1,6 +1,6 @@
 //! Alert state and history.
 
-use llmwatch_core::alerts::AlertState;
+use llmwatch_core::alerts::{Alert, AlertState};
 use sqlx::Row;
 
 use crate::{Store, StoreError};
@@ -10,13 +10,8 @@ use crate::{Store, StoreError};
 pub struct AlertRow {
     pub rule: String,
     pub target: String,
-    pub state: AlertState,
-    pub active_at_ms: Option<i64>,
-    pub fired_at_ms: Option<i64>,
-    pub resolved_at_ms: Option<i64>,
-    pub keep_firing_since_ms: Option<i64>,
-    pub value: Option<f64>,
-    pub last_sent_ms: Option<i64>,
+    /// The state machine's values, as the evaluator holds them.
+    pub alert: Alert,
     pub last_eval_ms: i64,
     /// Rendered labels, as a JSON object.
     pub labels_json: String,
@@ -67,13 +62,15 @@ impl Store {
                 Ok(AlertRow {
                     rule: row.try_get("rule")?,
                     target: row.try_get("target")?,
-                    state: state_of(row.try_get::<&str, _>("state")?)?,
-                    active_at_ms: row.try_get("active_at_ms")?,
-                    fired_at_ms: row.try_get("fired_at_ms")?,
-                    resolved_at_ms: row.try_get("resolved_at_ms")?,
-                    keep_firing_since_ms: row.try_get("keep_firing_since_ms")?,
-                    value: row.try_get("value")?,
-                    last_sent_ms: row.try_get("last_sent_ms")?,
+                    alert: Alert {
+                        state: state_of(row.try_get::<&str, _>("state")?)?,
+                        active_at_ms: row.try_get("active_at_ms")?,
+                        fired_at_ms: row.try_get("fired_at_ms")?,
+                        resolved_at_ms: row.try_get("resolved_at_ms")?,
+                        keep_firing_since_ms: row.try_get("keep_firing_since_ms")?,
+                        value: row.try_get("value")?,
+                        last_sent_ms: row.try_get("last_sent_ms")?,
+                    },
                     last_eval_ms: row.try_get("last_eval_ms")?,
                     labels_json: row.try_get("labels")?,
                     annotations_json: row.try_get("annotations")?,
@@ -88,7 +85,8 @@ impl Store {
             return Ok(());
         }
         let mut tx = self.pool.begin().await?;
-        for alert in &changes.upserts {
+        for row in &changes.upserts {
+            let alert = &row.alert;
             if alert.state == AlertState::Inactive {
                 continue;
             }
@@ -105,8 +103,8 @@ impl Store {
                     last_eval_ms = excluded.last_eval_ms, labels = excluded.labels,
                     annotations = excluded.annotations",
             )
-            .bind(&alert.rule)
-            .bind(&alert.target)
+            .bind(&row.rule)
+            .bind(&row.target)
             .bind(alert.state.as_str())
             .bind(alert.active_at_ms)
             .bind(alert.fired_at_ms)
@@ -114,9 +112,9 @@ impl Store {
             .bind(alert.keep_firing_since_ms)
             .bind(alert.value)
             .bind(alert.last_sent_ms)
-            .bind(alert.last_eval_ms)
-            .bind(&alert.labels_json)
-            .bind(&alert.annotations_json)
+            .bind(row.last_eval_ms)
+            .bind(&row.labels_json)
+            .bind(&row.annotations_json)
             .execute(&mut *tx)
             .await?;
         }
@@ -192,13 +190,15 @@ mod tests {
         AlertRow {
             rule: "ttft".into(),
             target: "a".into(),
-            state,
-            active_at_ms: Some(1),
-            fired_at_ms: Some(2),
-            resolved_at_ms: None,
-            keep_firing_since_ms: None,
-            value: Some(1.5),
-            last_sent_ms: None,
+            alert: Alert {
+                state,
+                active_at_ms: Some(1),
+                fired_at_ms: Some(2),
+                resolved_at_ms: None,
+                keep_firing_since_ms: None,
+                value: Some(1.5),
+                last_sent_ms: None,
+            },
             last_eval_ms: 3,
             labels_json: "{\"alertname\":\"ttft\"}".into(),
             annotations_json: "{}".into(),

@@ -147,8 +147,10 @@ impl Quantiles {
 
 /// What the server and its GPUs reported during one step's window. Every
 /// field is optional: engines expose different metrics, and GPU counters may
-/// be absent (no dcgm-exporter, no NVML).
-#[derive(Debug, Clone, PartialEq, Default)]
+/// be absent (no dcgm-exporter, no NVML). Stored as JSON with each step;
+/// the server quantiles keep the unit in their stored names (`…_s`).
+#[derive(Debug, Clone, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct ServerEvidence {
     /// Mean KV-cache usage over the window, 0..1.
     pub kv_cache_usage_mean: Option<f64>,
@@ -166,9 +168,13 @@ pub struct ServerEvidence {
     /// window, in seconds. These are interpolated inside coarse buckets
     /// (vLLM's TTFT buckets jump 1.0 → 2.5 s), so they are guesses within a
     /// bucket; the client's values in [`StepResult`] are exact.
+    #[serde(rename = "server_ttft_p50_s")]
     pub server_ttft_p50: Option<f64>,
+    #[serde(rename = "server_ttft_p95_s")]
     pub server_ttft_p95: Option<f64>,
+    #[serde(rename = "server_itl_p50_s")]
     pub server_itl_p50: Option<f64>,
+    #[serde(rename = "server_itl_p95_s")]
     pub server_itl_p95: Option<f64>,
     /// GPU memory used / total, averaged over GPUs and the window, 0..1.
     pub gpu_mem_used_ratio_mean: Option<f64>,

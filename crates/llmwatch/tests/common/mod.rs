@@ -8,8 +8,8 @@ use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use llmwatch::config::Config;
 use llmwatch::daemon::{self, Daemon};
+use llmwatch_config::Config;
 use llmwatch_store::{NewSweep, Store, SweepStepRow};
 
 /// A daemon started in-process; its database lives in `dir` until the test ends.

@@ -1,0 +1,394 @@
+//! Validation, one function a section: every error names its field
+//! (`targets[2].url`) and says what would be valid.
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use crate::schema::{Config, MIN_SWEEP_PERIOD};
+
+/// A field and what is wrong with it.
+type Invalid = (String, String);
+
+impl Config {
+    /// Checks what serde cannot: ranges, names, references between sections.
+    pub(crate) fn validate(&self) -> Result<(), Invalid> {
+        // Targets and GPU sources share one namespace (alerts name either).
+        let mut names = HashSet::new();
+        validate_targets(self, &mut names)?;
+        validate_gpus(self, &mut names)?;
+        validate_alerts(self, &names)?;
+        validate_notifiers(self)?;
+        validate_server(self)?;
+        validate_gpu_links(self)?;
+        validate_sweep_limits(self)?;
+        validate_token(self)
+    }
+}
+
+/// `[[targets]]`: names, URLs, intervals, probes and scheduled sweeps.
+fn validate_targets<'a>(config: &'a Config, names: &mut HashSet<&'a str>) -> Result<(), Invalid> {
+    for (i, target) in config.targets.iter().enumerate() {
+        let field = |name: &str| format!("targets[{i}].{name}");
+        check_name(&target.name).map_err(|m| (field("name"), m))?;
+        for (name, objective) in [
+            ("slo_ttft_p95", target.slo_ttft_p95),
+            ("slo_itl_p95", target.slo_itl_p95),
+        ] {
+            if let Some(d) = objective {
+                check_positive(d).map_err(|m| (field(name), m))?;
+            }
+        }
+        if !names.insert(target.name.as_str()) {
+            return Err((
+                field("name"),
+                format!("duplicate name {:?}: names must be unique", target.name),
+            ));
+        }
+        check_http_url(&target.url).map_err(|m| (field("url"), m))?;
+        check_positive(target.scrape_interval).map_err(|m| (field("scrape_interval"), m))?;
+        if let Some(timeout) = target.scrape_timeout {
+            check_positive(timeout).map_err(|m| (field("scrape_timeout"), m))?;
+        }
+        if let Some(path) = &target.metrics_path {
+            if !path.starts_with('/') {
+                return Err((
+                    field("metrics_path"),
+                    format!("must start with '/', found {path:?}"),
+                ));
+            }
+        }
+        if let Some(sweep) = &target.sweep {
+            if sweep.every < MIN_SWEEP_PERIOD {
+                return Err((
+                    field("sweep.every"),
+                    format!(
+                        "{:?} is too often: scheduled sweeps load the server hard; at least {:?}",
+                        sweep.every, MIN_SWEEP_PERIOD
+                    ),
+                ));
+            }
+            check_shape(&sweep.shape).map_err(|m| (field("sweep.shape"), m))?;
+            let cap = sweep.max_concurrency.unwrap_or(64);
+            if let Some(ladder) = &sweep.concurrency {
+                if ladder.is_empty() || ladder.contains(&0) {
+                    return Err((
+                        field("sweep.concurrency"),
+                        "must list concurrency levels of at least 1, e.g. [1, 2, 4, 8]".into(),
+                    ));
+                }
+                if let Some(high) = ladder.iter().find(|c| **c > cap) {
+                    return Err((
+                        field("sweep.concurrency"),
+                        format!(
+                            "{high} is above the sweep cap of {cap}; raise sweep.max_concurrency on purpose"
+                        ),
+                    ));
+                }
+            }
+        }
+        if let Some(probe) = &target.probe {
+            check_positive(probe.interval).map_err(|m| (field("probe.interval"), m))?;
+            check_shape(&probe.shape).map_err(|m| (field("probe.shape"), m))?;
+        }
+    }
+    Ok(())
+}
+
+/// `[[gpus]]`: unique names, exactly one of `dcgm_url` and `nvml`.
+fn validate_gpus<'a>(config: &'a Config, names: &mut HashSet<&'a str>) -> Result<(), Invalid> {
+    for (i, gpu) in config.gpus.iter().enumerate() {
+        let field = |name: &str| format!("gpus[{i}].{name}");
+        check_name(&gpu.name).map_err(|m| (field("name"), m))?;
+        if !names.insert(gpu.name.as_str()) {
+            return Err((
+                field("name"),
+                format!(
+                    "duplicate name {:?}: target and GPU source names must be unique",
+                    gpu.name
+                ),
+            ));
+        }
+        match (&gpu.dcgm_url, gpu.nvml) {
+            (Some(url), false) => check_http_url(url).map_err(|m| (field("dcgm_url"), m))?,
+            (None, true) => {}
+            (Some(_), true) => {
+                return Err((
+                    field("nvml"),
+                    "set either dcgm_url or nvml = true, not both".to_string(),
+                ))
+            }
+            (None, false) => {
+                return Err((
+                    field("dcgm_url"),
+                    "missing: set dcgm_url = \"http://host:9400/metrics\" or nvml = true"
+                        .to_string(),
+                ))
+            }
+        }
+        check_positive(gpu.interval).map_err(|m| (field("interval"), m))?;
+    }
+    Ok(())
+}
+
+/// `[[alerts]]`: unique names, a known signal, op and threshold, an existing target.
+fn validate_alerts(config: &Config, names: &HashSet<&str>) -> Result<(), Invalid> {
+    let mut rule_names = HashSet::new();
+    for (i, rule) in config.alerts.iter().enumerate() {
+        let field = |name: &str| format!("alerts[{i}].{name}");
+        check_name(&rule.name).map_err(|m| (field("name"), m))?;
+        if !rule_names.insert(rule.name.as_str()) {
+            return Err((
+                field("name"),
+                format!("duplicate rule name {:?}: names must be unique", rule.name),
+            ));
+        }
+        rule.rule_signal().map_err(|m| (field("signal"), m))?;
+        rule.op().map_err(|m| (field("op"), m))?;
+        rule.threshold().map_err(|m| (field("threshold"), m))?;
+        check_positive(rule.window).map_err(|m| (field("window"), m))?;
+        if let Some(target) = &rule.target {
+            if !names.contains(target.as_str()) {
+                return Err((
+                    field("target"),
+                    format!("no target or GPU source is named {target:?}"),
+                ));
+            }
+        }
+        for (key, _) in rule.labels.iter() {
+            check_label_name(key).map_err(|m| (field(&format!("labels.{key}")), m))?;
+        }
+        for (key, _) in rule.annotations.iter() {
+            check_label_name(key).map_err(|m| (field(&format!("annotations.{key}")), m))?;
+        }
+    }
+    Ok(())
+}
+
+/// `[[notifiers]]`: one URL (never echoed: it may hold a secret), a timeout.
+fn validate_notifiers(config: &Config) -> Result<(), Invalid> {
+    for (i, notifier) in config.notifiers.iter().enumerate() {
+        let field = |name: &str| format!("notifiers[{i}].{name}");
+        if let Some(name) = &notifier.name {
+            check_name(name).map_err(|m| (field("name"), m))?;
+        }
+        match (&notifier.url, &notifier.url_env) {
+            (Some(url), None) => {
+                check_http_url(url).map_err(|m| (field("url"), redact_urls(&m)))?
+            }
+            (None, Some(_)) => {}
+            (Some(_), Some(_)) => {
+                return Err((
+                    field("url"),
+                    "set either url or url_env, not both".to_string(),
+                ))
+            }
+            (None, None) => {
+                return Err((
+                    field("url"),
+                    "missing: set url = \"http://host:9093\" or url_env = \"VAR\"".to_string(),
+                ))
+            }
+        }
+        check_positive(notifier.timeout).map_err(|m| (field("timeout"), m))?;
+    }
+    Ok(())
+}
+
+/// `[server]`: intervals, downsampling, objectives, retention, HTTP limits.
+fn validate_server(config: &Config) -> Result<(), Invalid> {
+    check_positive(config.server.alert_interval)
+        .map_err(|m| ("server.alert_interval".to_string(), m))?;
+    check_positive(config.server.live_window).map_err(|m| ("server.live_window".to_string(), m))?;
+    check_positive(config.server.live_interval)
+        .map_err(|m| ("server.live_interval".to_string(), m))?;
+    let bucket_ms =
+        i64::try_from(config.server.downsample_interval.as_millis()).unwrap_or(i64::MAX);
+    if bucket_ms > llmwatch_store::MAX_DOWNSAMPLE_BUCKET_MS {
+        return Err((
+            "server.downsample_interval".to_string(),
+            format!(
+                "at most {} s: a signal looks 5 min back for a scrape (\"0s\" turns downsampling off)",
+                llmwatch_store::MAX_DOWNSAMPLE_BUCKET_MS / 1000
+            ),
+        ));
+    }
+    if !config.server.downsample_interval.is_zero()
+        && config.server.downsample_after < Duration::from_secs(3600)
+    {
+        return Err((
+            "server.downsample_after".to_string(),
+            "at least 1h: recent data stays at full resolution".to_string(),
+        ));
+    }
+    check_positive(config.server.slo_ttft_p95)
+        .map_err(|m| ("server.slo_ttft_p95".to_string(), m))?;
+    check_positive(config.server.slo_itl_p95).map_err(|m| ("server.slo_itl_p95".to_string(), m))?;
+    for (name, keep) in [
+        ("retention", config.server.retention),
+        ("probe_retention", config.server.probe_retention),
+        ("sweep_retention", config.server.sweep_retention),
+        (
+            "alert_history_retention",
+            config.server.alert_history_retention,
+        ),
+    ] {
+        check_positive(keep).map_err(|m| (format!("server.{name}"), m))?;
+    }
+    check_positive(config.server.http_header_timeout)
+        .map_err(|m| ("server.http_header_timeout".to_string(), m))?;
+    check_positive(config.server.http_request_timeout)
+        .map_err(|m| ("server.http_request_timeout".to_string(), m))?;
+    if config.server.http_max_in_flight == 0 {
+        return Err((
+            "server.http_max_in_flight".to_string(),
+            "must be at least 1".to_string(),
+        ));
+    }
+    if config.server.max_body_bytes == 0 {
+        return Err((
+            "server.max_body_bytes".to_string(),
+            "must be positive".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// A target's `gpus` names a `[[gpus]]` source.
+fn validate_gpu_links(config: &Config) -> Result<(), Invalid> {
+    for (i, target) in config.targets.iter().enumerate() {
+        if let Some(gpus) = &target.gpus {
+            if !config.gpus.iter().any(|g| &g.name == gpus) {
+                return Err((
+                    format!("targets[{i}].gpus"),
+                    format!("no [[gpus]] source is named {gpus:?}"),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `[server.sweep_limits]`: every bound positive.
+fn validate_sweep_limits(config: &Config) -> Result<(), Invalid> {
+    let limits = &config.server.sweep_limits;
+    if limits.max_steps == 0 || limits.max_requests_per_step == 0 {
+        return Err((
+            "server.sweep_limits".to_string(),
+            "max_steps and max_requests_per_step must be at least 1".to_string(),
+        ));
+    }
+    if !(limits.max_rate.is_finite() && limits.max_rate > 0.0) {
+        return Err((
+            "server.sweep_limits.max_rate".to_string(),
+            "must be a positive number of requests/s".to_string(),
+        ));
+    }
+    check_positive(limits.max_sweep_duration)
+        .map_err(|m| ("server.sweep_limits.max_sweep_duration".to_string(), m))?;
+    Ok(())
+}
+
+/// `[server]` token fields: one of them, never empty.
+fn validate_token(config: &Config) -> Result<(), Invalid> {
+    if config.server.token.is_some() && config.server.token_env.is_some() {
+        return Err((
+            "server.token".to_string(),
+            "set either token or token_env, not both".to_string(),
+        ));
+    }
+    if config
+        .server
+        .token
+        .as_deref()
+        .is_some_and(|t| t.trim().is_empty())
+    {
+        return Err((
+            "server.token".to_string(),
+            "is empty: an empty token would let anyone in; set a token or remove the field"
+                .to_string(),
+        ));
+    }
+    if config
+        .server
+        .token_env
+        .as_deref()
+        .is_some_and(|v| v.trim().is_empty())
+    {
+        return Err((
+            "server.token_env".to_string(),
+            "names no variable".to_string(),
+        ));
+    }
+    Ok(())
+}
+
+/// A target or source name: 1-64 letters, digits, `-`, `_` or `.`.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid name: use 1-64 letters, digits, '-', '_' or '.'"
+        ))
+    }
+}
+
+pub(crate) fn check_http_url(url: &str) -> Result<(), String> {
+    let parsed = url::Url::parse(url).map_err(|err| format!("invalid URL {url:?}: {err}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") {
+        return Err(format!(
+            "URL {url:?} must start with http:// or https://, found scheme {:?}",
+            parsed.scheme()
+        ));
+    }
+    Ok(())
+}
+
+/// Prometheus label names: `[a-zA-Z_][a-zA-Z0-9_]*`.
+fn check_label_name(name: &str) -> Result<(), String> {
+    let mut chars = name.chars();
+    let ok = chars
+        .next()
+        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "{name:?} is not a valid label name: use letters, digits and '_', not starting with a digit"
+        ))
+    }
+}
+
+fn redact_urls(message: &str) -> String {
+    // check_http_url quotes the URL it rejects; drop it.
+    match (message.find('"'), message.rfind('"')) {
+        (Some(a), Some(b)) if b > a => format!("{}(the URL){}", &message[..a], &message[b + 1..]),
+        _ => message.to_string(),
+    }
+}
+
+fn check_positive(duration: Duration) -> Result<(), String> {
+    if duration.is_zero() {
+        Err("must be longer than zero".to_string())
+    } else {
+        Ok(())
+    }
+}
+
+fn check_shape(shape: &str) -> Result<(), String> {
+    let parsed = shape.split_once('x').and_then(|(input, output)| {
+        Some((input.parse::<u32>().ok()?, output.parse::<u32>().ok()?))
+    });
+    match parsed {
+        Some((input, output)) if input > 0 && output > 0 => Ok(()),
+        _ => Err(format!(
+            "invalid shape {shape:?}: expected INPUTxOUTPUT tokens, e.g. \"64x16\""
+        )),
+    }
+}

@@ -1,0 +1,306 @@
+//! Canary probes in the daemon: one small streaming request per target per
+//! interval (deterministic offset plus jitter, never two in flight), each
+//! stored with its full timings. The rolling client-side signals
+//! (`probe_ttft_p95`, …) are computed from these rows.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use llmwatch_probe::record::{Api, ProbeRecord};
+use llmwatch_probe::{
+    Calibrator, Canary, ClientConfig, MeasuringThread, ProbeClient, PromptKind, Secret, Shape,
+};
+use llmwatch_store::{ProbeRow, Store};
+use tokio::sync::watch;
+
+use crate::ticker::JitteredTicker;
+use llmwatch_config::{ProbeApi, ProbeConfig, TargetConfig};
+
+/// Converts a probe record into its stored row. Pure.
+pub fn probe_row(
+    target_id: i64,
+    run_id: Option<i64>,
+    shape: &str,
+    record: &ProbeRecord,
+) -> ProbeRow {
+    let seconds = |ns: u64| ns as f64 / 1e9;
+    ProbeRow {
+        target_id,
+        run_id,
+        ts_ms: i64::try_from(record.wall_sent_unix_ms).unwrap_or(i64::MAX),
+        api: record
+            .request
+            .api
+            .path()
+            .trim_start_matches("/v1/")
+            .to_string(),
+        model: record.request.model.clone(),
+        shape: shape.to_string(),
+        ok: record.is_ok(),
+        error_kind: record.error_kind().map(|kind| kind.as_str().to_string()),
+        error: record.error.as_ref().map(ToString::to_string),
+        http_status: record.http_status,
+        ttfb_s: record.ttfb_ns.map(seconds),
+        ttft_s: record.ttft_ns.map(seconds),
+        tpot_s: record.tpot_ns().map(|ns| ns / 1e9),
+        e2e_s: seconds(record.e2e_ns),
+        itl_s: record
+            .per_token_itl_ns()
+            .iter()
+            .map(|ns| ns / 1e9)
+            .collect(),
+        prompt_tokens: record
+            .usage
+            .as_ref()
+            .and_then(|u| u.prompt_tokens)
+            .and_then(|t| i64::try_from(t).ok()),
+        output_tokens: i64::try_from(record.output_tokens).unwrap_or(i64::MAX),
+        cached_tokens: record
+            .usage
+            .as_ref()
+            .and_then(|u| u.cached_tokens)
+            .and_then(|t| i64::try_from(t).ok()),
+        finish_reason: record.finish_reason.clone(),
+        record_json: serde_json::to_string(record).unwrap_or_else(|_| "{}".to_string()),
+    }
+}
+
+/// Asks `/v1/models` for the first model a server serves.
+pub async fn discover_model(client: &reqwest::Client, base_url: &str) -> Result<String, String> {
+    let url = llmwatch_config::join_url(base_url.trim_end_matches("/v1"), "/v1/models");
+    let json = get_small_json(client, &url).await?;
+    json.pointer("/data/0/id")
+        .and_then(|id| id.as_str())
+        .map(str::to_string)
+        .ok_or_else(|| format!("{url}: no model in `data`"))
+}
+
+/// The model's context in tokens and where it was read: vLLM/SGLang's
+/// `max_model_len` in `/v1/models`, else llama-server's per-slot `n_ctx`
+/// in `/props`. `None` when the target states neither.
+pub async fn context_limit(
+    client: &reqwest::Client,
+    base_url: &str,
+    model: &str,
+) -> Option<(u64, String)> {
+    let root = base_url.trim_end_matches("/v1");
+    let models_url = llmwatch_config::join_url(root, "/v1/models");
+    if let Ok(json) = get_small_json(client, &models_url).await {
+        let entries = json.get("data").and_then(|d| d.as_array());
+        let entry = entries.and_then(|e| {
+            e.iter()
+                .find(|m| m.get("id").and_then(|id| id.as_str()) == Some(model))
+                .or_else(|| e.first())
+        });
+        if let Some(len) = entry
+            .and_then(|m| m.get("max_model_len"))
+            .and_then(|l| l.as_u64())
+        {
+            return Some((len, format!("max_model_len in {models_url}")));
+        }
+    }
+    let props_url = llmwatch_config::join_url(root, "/props");
+    let json = get_small_json(client, &props_url).await.ok()?;
+    json.pointer("/default_generation_settings/n_ctx")
+        .or_else(|| json.get("n_ctx"))
+        .and_then(|n| n.as_u64())
+        .map(|n| (n, format!("n_ctx per slot in {props_url}")))
+}
+
+/// GET `url` as JSON: 5 s timeouts, at most 1 MiB.
+async fn get_small_json(client: &reqwest::Client, url: &str) -> Result<serde_json::Value, String> {
+    let response = tokio::time::timeout(Duration::from_secs(5), client.get(url).send())
+        .await
+        .map_err(|_| format!("{url}: timed out"))?
+        .map_err(|err| format!("{url}: {err}"))?;
+    if !response.status().is_success() {
+        return Err(format!("{url}: HTTP {}", response.status().as_u16()));
+    }
+    let body = tokio::time::timeout(Duration::from_secs(5), response.bytes())
+        .await
+        .map_err(|_| format!("{url}: timed out reading the body"))?
+        .map_err(|err| format!("{url}: {err}"))?;
+    if body.len() > 1 << 20 {
+        return Err(format!("{url}: answer larger than 1 MiB"));
+    }
+    serde_json::from_slice(&body).map_err(|err| format!("{url}: not JSON: {err}"))
+}
+
+/// Everything one target's canary loop needs.
+pub struct CanaryJob {
+    pub target_id: i64,
+    pub name: String,
+    pub base_url: String,
+    pub api_key: Option<Secret>,
+    pub probe: ProbeConfig,
+}
+
+impl CanaryJob {
+    pub fn from_config(target_id: i64, target: &TargetConfig) -> Option<CanaryJob> {
+        let probe = target.probe.clone()?;
+        let api_key = target
+            .api_key_env
+            .as_ref()
+            .and_then(|var| std::env::var(var).ok())
+            .map(Secret::new);
+        Some(CanaryJob {
+            target_id,
+            name: target.name.clone(),
+            base_url: target.url.clone(),
+            api_key,
+            probe,
+        })
+    }
+}
+
+/// Discovers the model, checks the shape fits its context and calibrates
+/// the prompt once against `/tokenize`, so canaries carry exactly the
+/// shape's input tokens where the server can count them. The error is the
+/// reason the canary cannot start.
+async fn prepare_canary(
+    job: &CanaryJob,
+    client: &ProbeClient,
+    probe_client: &ProbeClient,
+    api: Api,
+    shape: Shape,
+) -> Result<Canary, String> {
+    let model = match &job.probe.model {
+        Some(model) => model.clone(),
+        None => discover_model(client.http(), &job.base_url)
+            .await
+            .map_err(|err| format!("no model: {err}"))?,
+    };
+    let needed = u64::from(shape.input_tokens) + u64::from(shape.output_tokens);
+    if let Some((limit, source)) = context_limit(client.http(), &job.base_url, &model).await {
+        if needed > limit {
+            return Err(format!(
+                "canary shape {shape} needs {needed} tokens of context, but {model} has {limit} ({source})"
+            ));
+        }
+    }
+    let calibration = Calibrator::new()
+        .calibrate(client, api, &model, PromptKind::Random, shape.input_tokens)
+        .await;
+    Ok(Canary::new(probe_client.clone(), api, model, shape).with_calibration(&calibration))
+}
+
+/// A failed canary row for a canary that could not start: kind `setup`,
+/// the reason as its error. Pure apart from the clock.
+pub fn setup_error_row(target_id: i64, api: Api, shape: &str, reason: &str) -> ProbeRow {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    ProbeRow {
+        target_id,
+        run_id: None,
+        ts_ms: now_ms,
+        api: api.path().trim_start_matches("/v1/").to_string(),
+        model: String::new(),
+        shape: shape.to_string(),
+        ok: false,
+        error_kind: Some("setup".to_string()),
+        error: Some(reason.to_string()),
+        http_status: None,
+        ttfb_s: None,
+        ttft_s: None,
+        tpot_s: None,
+        e2e_s: 0.0,
+        itl_s: Vec::new(),
+        prompt_tokens: None,
+        output_tokens: 0,
+        cached_tokens: None,
+        finish_reason: None,
+        record_json: "{}".to_string(),
+    }
+}
+
+/// Fires the canary of one target every `probe.interval` until shutdown.
+///
+/// Discovery and calibration run here; the probes themselves run on
+/// `thread`, with a client of their own (connections belong to the runtime
+/// that opened them).
+pub async fn run_canary_loop(
+    job: CanaryJob,
+    thread: Arc<MeasuringThread>,
+    store: Store,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let shape = match Shape::parse(&job.probe.shape) {
+        Ok(shape) => shape,
+        Err(err) => {
+            // check-config refuses this; guard anyway.
+            tracing::error!(target = %job.name, error = %err, "canary disabled");
+            return;
+        }
+    };
+    let mut client_config = ClientConfig::new(job.base_url.clone());
+    client_config.api_key = job.api_key.clone();
+    client_config.timeout = job.probe.timeout;
+    let clients = ProbeClient::new(client_config.clone())
+        .and_then(|setup| Ok((setup, ProbeClient::new(client_config)?)));
+    let (client, probe_client) = match clients {
+        Ok(clients) => clients,
+        Err(err) => {
+            tracing::error!(target = %job.name, error = %err, "canary disabled");
+            return;
+        }
+    };
+    let api = match job.probe.api {
+        ProbeApi::Chat => Api::Chat,
+        ProbeApi::Completions => Api::Completions,
+    };
+    let interval = job.probe.interval;
+    // A different phase from the scrape of the same target; up to 10 % of
+    // the interval (at most 1 s) of jitter.
+    let max_jitter = (interval / 10).min(Duration::from_secs(1));
+    let mut ticker = JitteredTicker::new(&format!("{}/probe", job.name), interval, max_jitter);
+    let mut canary: Option<Arc<Canary>> = None;
+    while ticker.tick(&mut shutdown).await {
+        if canary.is_none() {
+            match prepare_canary(&job, &client, &probe_client, api, shape).await {
+                Ok(ready) => canary = Some(Arc::new(ready)),
+                Err(reason) => {
+                    // Never silence: the reason is stored as a failed probe.
+                    tracing::warn!(target = %job.name, error = %reason, "canary cannot start");
+                    let row = setup_error_row(job.target_id, api, &job.probe.shape, &reason);
+                    if let Err(err) = store.write_probe(&row).await {
+                        tracing::error!(target = %job.name, error = %err, "storing a canary error failed");
+                    }
+                    continue;
+                }
+            }
+        }
+        let Some(current) = canary.clone() else {
+            continue;
+        };
+        // The probe runs in its own task so a slow stream never delays the
+        // next tick's busy check or shutdown.
+        let store = store.clone();
+        let name = job.name.clone();
+        let target_id = job.target_id;
+        let shape_label = job.probe.shape.clone();
+        let probe = thread.spawn(async move { current.probe().await });
+        tokio::spawn(async move {
+            match probe.await {
+                Ok(Ok(record)) => {
+                    if let Some(error) = &record.error {
+                        tracing::warn!(target = %name, error = %error, "canary probe failed");
+                    }
+                    let row = probe_row(target_id, None, &shape_label, &record);
+                    if let Err(err) = store.write_probe(&row).await {
+                        tracing::error!(target = %name, error = %err, "storing a canary probe failed");
+                    }
+                }
+                Ok(Err(busy)) => tracing::debug!(target = %name, "{busy}: tick skipped"),
+                // Cancelled: the daemon is shutting down (its measuring
+                // thread went with the last canary loop).
+                Err(err) if err.is_cancelled() => {
+                    tracing::debug!(target = %name, "canary probe cancelled")
+                }
+                Err(err) => {
+                    tracing::error!(target = %name, error = %err, "canary probe task failed")
+                }
+            }
+        });
+    }
+}

@@ -1,0 +1,150 @@
+//! The live-diagnosis task: every `server.live_interval`, for each target,
+//! reads the last `server.live_window` of its stored engine, probe and GPU
+//! signals, asks [`live_diagnosis`] for the standing verdict, and stores it
+//! (the timeline keeps a row per change of verdict).
+
+use std::time::Duration;
+
+use llmwatch_core::analysis::{
+    live_diagnosis, AnalysisConfig, LiveSample, LiveVerdict, Objectives, WorkloadHints,
+    LIVE_ENGINE_SIGNALS, LIVE_GPU_SIGNALS,
+};
+use llmwatch_core::signals::Signal;
+use llmwatch_store::{LiveVerdictRow, Point, Range, Store, StoreError};
+use tokio::sync::watch;
+
+use crate::sources::scrape::now_ms;
+use crate::ticker::JitteredTicker;
+use llmwatch_config::{Config, TargetConfig};
+
+/// What the task needs of one target.
+#[derive(Debug, Clone)]
+pub struct LiveJob {
+    pub target_id: i64,
+    pub name: String,
+    /// The `[[gpus]]` source's target id, when the target names one.
+    pub gpu_target_id: Option<i64>,
+    /// One sample per scrape: the series step.
+    pub step: Duration,
+    pub objectives: Objectives,
+}
+
+impl LiveJob {
+    pub fn new(target_id: i64, target: &TargetConfig, gpu_target_id: Option<i64>) -> LiveJob {
+        let secs = |d: Option<Duration>| d.map(|d| d.as_secs_f64());
+        LiveJob {
+            target_id,
+            name: target.name.clone(),
+            gpu_target_id,
+            step: target.scrape_interval.max(Duration::from_millis(200)),
+            // Only a target's own objectives: without one, "high" latency
+            // is judged against the window's lowest-load level.
+            objectives: Objectives {
+                ttft_p95: secs(target.slo_ttft_p95),
+                itl_p95: secs(target.slo_itl_p95),
+                ..Objectives::default()
+            },
+        }
+    }
+}
+
+/// Reads the window's samples for one target (engine, probes, GPU merged by
+/// instant).
+pub async fn window_samples(
+    store: &Store,
+    job: &LiveJob,
+    now: i64,
+    window: Duration,
+) -> Result<Vec<LiveSample>, StoreError> {
+    let step_ms = i64::try_from(job.step.as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1);
+    let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
+    let range = Range::checked(now.saturating_sub(window_ms), now, step_ms)?;
+    let mut by_ts: std::collections::BTreeMap<i64, Vec<(Signal, f64)>> = Default::default();
+    let mut add = |series: Vec<(Signal, Vec<Point>)>| {
+        for (signal, points) in series {
+            for p in points {
+                by_ts.entry(p.ts_ms).or_default().push((signal, p.value));
+            }
+        }
+    };
+    add(store
+        .signals_series(job.target_id, &LIVE_ENGINE_SIGNALS, range)
+        .await?);
+    if let Some(gpu) = job.gpu_target_id {
+        add(store.signals_series(gpu, &LIVE_GPU_SIGNALS, range).await?);
+    }
+    Ok(by_ts
+        .into_iter()
+        .map(|(ts_ms, signals)| LiveSample { ts_ms, signals })
+        .collect())
+}
+
+/// Evaluates one target now and stores the verdict.
+pub async fn evaluate(
+    store: &Store,
+    job: &LiveJob,
+    window: Duration,
+) -> Result<LiveVerdict, StoreError> {
+    let now = now_ms();
+    let samples = window_samples(store, job, now, window).await?;
+    let verdict = live_diagnosis(
+        &samples,
+        &job.objectives,
+        &WorkloadHints::default(),
+        &AnalysisConfig::default(),
+    );
+    let row = LiveVerdictRow {
+        ts_ms: now,
+        verdict: verdict.kind.code().to_string(),
+        confidence: verdict.confidence.word().to_string(),
+        evidence: verdict.evidence.clone(),
+        what_to_try: verdict.what_to_try.to_string(),
+        samples: i64::try_from(verdict.samples).unwrap_or(i64::MAX),
+    };
+    if let Some(previous) = store.record_live_verdict(job.target_id, &row).await? {
+        tracing::info!(
+            target = %job.name,
+            verdict = %row.verdict,
+            previous = previous.as_deref().unwrap_or("none"),
+            "live verdict changed"
+        );
+    }
+    Ok(verdict)
+}
+
+/// The task: evaluates every job each `interval` until shutdown.
+pub async fn run_live_diagnosis(
+    store: Store,
+    jobs: Vec<LiveJob>,
+    interval: Duration,
+    window: Duration,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    // One task for every target: a phase of its own, no jitter needed.
+    let mut ticker = JitteredTicker::new("live-diagnosis", interval, Duration::ZERO);
+    while ticker.tick(&mut shutdown).await {
+        for job in &jobs {
+            if let Err(err) = evaluate(&store, job, window).await {
+                tracing::warn!(target = %job.name, error = %err, "live diagnosis failed");
+            }
+        }
+    }
+}
+
+/// The jobs for a config: one per target, with its GPU source's id.
+pub async fn jobs_for(config: &Config, store: &Store) -> Result<Vec<LiveJob>, StoreError> {
+    let mut jobs = Vec::new();
+    for target in &config.targets {
+        let Some(row) = store.target_by_name(&target.name).await? else {
+            continue;
+        };
+        let gpu_id = match &target.gpus {
+            Some(gpu) => store.target_by_name(gpu).await?.map(|r| r.id),
+            None => None,
+        };
+        jobs.push(LiveJob::new(row.id, target, gpu_id));
+    }
+    Ok(jobs)
+}

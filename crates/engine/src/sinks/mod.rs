@@ -1,0 +1,3 @@
+//! Where alert notifications go: webhooks and Alertmanager.
+
+pub mod notify;

@@ -1,0 +1,279 @@
+//! Scraping: one GET of a `/metrics` page with a timeout and a body-size
+//! limit, parsed and normalised into a [`ScrapeRecord`]; and the per-target
+//! loop that does it on schedule. A target that is down, slow or returns
+//! garbage yields a `up = false` record with the reason, never an error that
+//! stops the loop.
+
+use llmwatch_core::redact::{redact_url, redact_urls_in};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use llmwatch_core::catalog::{detect_engine, normalize, Engine};
+use llmwatch_core::exposition::{detect_format, parse_lenient};
+use llmwatch_store::{ScrapeRecord, Store};
+use tokio::sync::{mpsc, watch};
+
+use crate::ticker::JitteredTicker;
+use llmwatch_config::EngineChoice;
+
+/// Why a page could not be had.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("timed out after {0:?}")]
+    Timeout(Duration),
+    #[error("connection failed: {0}")]
+    Connect(String),
+    #[error("HTTP status {0}")]
+    Status(u16),
+    #[error("body larger than the {0}-byte limit")]
+    TooLarge(u64),
+    #[error("reading the body failed: {0}")]
+    Body(String),
+}
+
+/// A fetched page.
+pub struct Page {
+    pub body: Vec<u8>,
+    pub content_type: Option<String>,
+}
+
+/// The HTTP client used for scrapes: no redirects across hosts, rustls,
+/// its own connect timeout.
+pub fn scrape_client() -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .connect_timeout(Duration::from_secs(5))
+        .redirect(reqwest::redirect::Policy::limited(3))
+        .user_agent(concat!("llmwatch/", env!("CARGO_PKG_VERSION")))
+        .build()
+}
+
+/// GETs `url`, giving up after `timeout` (headers and body together) and
+/// refusing bodies over `max_bytes` before reading them whole.
+pub async fn fetch_page(
+    client: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+    max_bytes: u64,
+) -> Result<Page, FetchError> {
+    let fetch = async {
+        let mut response = client
+            .get(url)
+            .header(
+                reqwest::header::ACCEPT,
+                "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1",
+            )
+            .send()
+            .await
+            .map_err(|err| FetchError::Connect(error_chain(&err)))?;
+        let status = response.status();
+        if !status.is_success() {
+            return Err(FetchError::Status(status.as_u16()));
+        }
+        if response.content_length().is_some_and(|len| len > max_bytes) {
+            return Err(FetchError::TooLarge(max_bytes));
+        }
+        let content_type = response
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|err| FetchError::Body(error_chain(&err)))?
+        {
+            if body.len() as u64 + chunk.len() as u64 > max_bytes {
+                return Err(FetchError::TooLarge(max_bytes));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(Page { body, content_type })
+    };
+    match tokio::time::timeout(timeout, fetch).await {
+        Ok(result) => result,
+        Err(_) => Err(FetchError::Timeout(timeout)),
+    }
+}
+
+/// reqwest's top-level message hides the cause ("error sending request");
+/// the chain says "connection refused".
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut message = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        message.push_str(": ");
+        message.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    message
+}
+
+pub use crate::clock::now_ms;
+
+/// What a page means: its engine, its samples, and whether it was readable.
+pub struct Understood {
+    pub engine: Engine,
+    pub samples: Vec<llmwatch_core::catalog::NormalizedSample>,
+    pub families: usize,
+    pub parse_errors: Vec<llmwatch_core::exposition::ParseError>,
+}
+
+/// Parses and normalises a page. Pure apart from allocation.
+pub fn understand(page: &Page, engine: EngineChoice) -> Understood {
+    let format = detect_format(page.content_type.as_deref(), &page.body);
+    let (exposition, parse_errors) = parse_lenient(&page.body, format);
+    let engine = match engine {
+        EngineChoice::Fixed(engine) => engine,
+        EngineChoice::Auto => detect_engine(&exposition),
+    };
+    Understood {
+        engine,
+        samples: normalize(engine, &exposition),
+        families: exposition.families.len(),
+        parse_errors,
+    }
+}
+
+/// One scheduled scrape source.
+#[derive(Debug, Clone)]
+pub struct ScrapeJob {
+    pub target_id: i64,
+    pub name: String,
+    pub url: String,
+    pub engine: EngineChoice,
+    pub interval: Duration,
+    pub timeout: Duration,
+    pub max_body_bytes: u64,
+}
+
+/// Counters of the scrape stage, for logs and llmwatch's own `/metrics`.
+#[derive(Debug, Default)]
+pub struct ScrapeCounters {
+    pub scrapes: AtomicU64,
+    pub failures: AtomicU64,
+    pub samples_written: AtomicU64,
+    pub write_failures: AtomicU64,
+    /// Duration of each batched write.
+    pub write_latency: crate::telemetry::LatencyHistogram,
+    /// (scrapes, failures) per scrape source name.
+    pub per_target: std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64)>>,
+}
+
+impl ScrapeCounters {
+    /// Counts one scrape of `name`.
+    pub fn count(&self, name: &str, up: bool) {
+        self.scrapes.fetch_add(1, Ordering::Relaxed);
+        if !up {
+            self.failures.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(mut map) = self.per_target.lock() {
+            let entry = map.entry(name.to_string()).or_default();
+            entry.0 += 1;
+            entry.1 += u64::from(!up);
+        }
+    }
+}
+
+/// Scrapes `job.url` once and describes the outcome.
+pub async fn scrape_once(client: &reqwest::Client, job: &ScrapeJob) -> ScrapeRecord {
+    let ts_ms = now_ms();
+    let started = Instant::now();
+    let fetched = fetch_page(client, &job.url, job.timeout, job.max_body_bytes).await;
+    let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
+    let mut record = ScrapeRecord {
+        target_id: job.target_id,
+        ts_ms,
+        up: false,
+        duration_ms,
+        body_bytes: 0,
+        error: None,
+        engine: None,
+        samples: Vec::new(),
+    };
+    match fetched {
+        Err(err) => record.error = Some(err.to_string()),
+        Ok(page) => {
+            record.body_bytes = page.body.len() as u64;
+            let understood = understand(&page, job.engine);
+            if understood.families == 0 && !understood.parse_errors.is_empty() {
+                record.error = Some(format!(
+                    "unparseable page: {} ({} errors)",
+                    understood.parse_errors[0],
+                    understood.parse_errors.len()
+                ));
+            } else {
+                record.up = true;
+                record.engine = Some(understood.engine.as_str().to_string());
+                if let Some(first) = understood.parse_errors.first() {
+                    record.error = Some(format!(
+                        "{} lines skipped; first: {first}",
+                        understood.parse_errors.len()
+                    ));
+                }
+                record.samples = understood.samples;
+            }
+        }
+    }
+    record
+}
+
+/// Scrapes `job` every `job.interval` until `shutdown` turns true, sending
+/// each record to the writer. Each scrape is bounded by its timeout, so a
+/// hanging target never delays its own schedule beyond one interval, and
+/// never touches any other target's.
+pub async fn run_scrape_loop(
+    client: reqwest::Client,
+    job: ScrapeJob,
+    records: mpsc::Sender<ScrapeRecord>,
+    counters: Arc<ScrapeCounters>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    // Up to 2 % of the interval (at most 250 ms), fresh each time.
+    let max_jitter = (job.interval / 50).min(Duration::from_millis(250));
+    let mut ticker = JitteredTicker::new(&job.name, job.interval, max_jitter);
+    while ticker.tick(&mut shutdown).await {
+        let record = scrape_once(&client, &job).await;
+        counters.count(&job.name, record.up);
+        if !record.up {
+            tracing::warn!(
+                target = %job.name,
+                url = %redact_url(&job.url),
+                error = %redact_urls_in(record.error.as_deref().unwrap_or("")),
+                "scrape failed"
+            );
+        }
+        if records.send(record).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Writes records as they come, in batches: whatever has queued up since the
+/// last commit goes into one transaction.
+pub async fn run_writer(
+    store: Store,
+    mut records: mpsc::Receiver<ScrapeRecord>,
+    counters: Arc<ScrapeCounters>,
+) {
+    const MAX_BATCH: usize = 256;
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    while records.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let started = Instant::now();
+        let written = store.write_scrapes(&batch).await;
+        counters.write_latency.observe(started.elapsed());
+        match written {
+            Ok(samples) => {
+                counters
+                    .samples_written
+                    .fetch_add(samples, Ordering::Relaxed);
+            }
+            Err(err) => {
+                counters.write_failures.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %err, records = batch.len(), "writing scrapes failed");
+            }
+        }
+        batch.clear();
+    }
+}

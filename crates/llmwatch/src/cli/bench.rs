@@ -1,0 +1,254 @@
+//! `llmwatch bench`: one run against one target, printed in the spirit of
+//! `vllm bench serve` (plus p90/p95, the scheduled-vs-sent view and the
+//! client self-check) and optionally written as JSON.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::Args;
+use llmwatch_probe::record::Api;
+use llmwatch_probe::{
+    Bound, Calibrator, ClientConfig, Load, MeasuringThread, Objectives, ProbeClient, PromptKind,
+    RunConfig, RunResult, Secret, Shape, Spin, Workload,
+};
+
+use llmwatch_config::parse_duration;
+use llmwatch_engine::runners::canary::{context_limit, discover_model};
+
+/// What to send and how to measure it: the flags `llmwatch bench` and
+/// `llmwatch sweep` share.
+#[derive(Debug, Clone, Args)]
+pub struct WorkloadArgs {
+    /// Model to ask for (default: the first of /v1/models).
+    #[arg(long)]
+    pub model: Option<String>,
+    /// chat or completions.
+    #[arg(long, default_value = "chat")]
+    pub api: String,
+    /// INPUTxOUTPUT tokens.
+    #[arg(long, default_value = "512x128")]
+    pub shape: String,
+    /// random | shared-prefix[:RATIO] | rag[:DOCS]
+    #[arg(long, default_value = "random")]
+    pub prompt: String,
+    /// Sampling temperature (recorded on a sweep's card).
+    #[arg(long, default_value_t = 0.0)]
+    pub temperature: f32,
+    /// Environment variable holding the API key (never printed).
+    #[arg(long)]
+    pub api_key_env: Option<String>,
+    /// Seeds arrivals and prompt bodies; nonces stay unique per run.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Send the same prompts as earlier runs with this seed (deliberate
+    /// prefix-cache experiments); by default every run's prompts are new.
+    #[arg(long)]
+    pub reuse_prompts: bool,
+    /// Busy-poll the measuring thread so idle-CPU wake-ups stay out of the
+    /// timings: auto (on with 4+ cores), on, off.
+    #[arg(long, default_value = "auto", value_parser = parse_spin)]
+    pub spin: Spin,
+}
+
+fn parse_spin(text: &str) -> Result<Spin, String> {
+    Spin::parse(text).ok_or_else(|| format!("expected auto, on or off, got {text:?}"))
+}
+
+/// [`WorkloadArgs`] checked and parsed.
+#[derive(Debug, Clone)]
+pub struct ParsedWorkload {
+    pub api: Api,
+    pub shape: Shape,
+    pub prompt: PromptKind,
+    pub api_key: Option<Secret>,
+}
+
+impl WorkloadArgs {
+    /// Parses the flags; errors name the flag.
+    pub fn parse(&self) -> anyhow::Result<ParsedWorkload> {
+        let api = Api::parse(&self.api)
+            .with_context(|| format!("--api: expected chat or completions, got {:?}", self.api))?;
+        let shape = Shape::parse(&self.shape).map_err(|err| anyhow::anyhow!("--shape: {err}"))?;
+        let prompt =
+            PromptKind::parse(&self.prompt).map_err(|err| anyhow::anyhow!("--prompt: {err}"))?;
+        let api_key = match &self.api_key_env {
+            Some(var) => Some(Secret::new(std::env::var(var).with_context(|| {
+                format!("--api-key-env: environment variable {var} is not set")
+            })?)),
+            None => None,
+        };
+        Ok(ParsedWorkload {
+            api,
+            shape,
+            prompt,
+            api_key,
+        })
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct BenchArgs {
+    /// Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000
+    #[arg(long)]
+    pub url: String,
+    #[command(flatten)]
+    pub workload: WorkloadArgs,
+    /// Requests in flight (closed loop); with --rate, the cap on in-flight requests.
+    #[arg(long, default_value_t = 8)]
+    pub concurrency: u32,
+    /// Measured requests (warm-up not counted).
+    #[arg(long, default_value_t = 200)]
+    pub requests: u64,
+    /// Send for this long instead of a request count (e.g. 60s).
+    #[arg(long)]
+    pub duration: Option<String>,
+    /// Open loop: mean requests per second (Poisson, or gamma with --burstiness).
+    #[arg(long)]
+    pub rate: Option<f64>,
+    /// Gamma shape of arrival gaps: 1 = Poisson, < 1 burstier.
+    #[arg(long, default_value_t = 1.0)]
+    pub burstiness: f64,
+    /// Requests sent first and left out of the statistics.
+    #[arg(long, default_value_t = 0)]
+    pub warmup: u64,
+    /// Goodput objectives, e.g. 1s, 50ms.
+    #[arg(long)]
+    pub slo_ttft_p95: Option<String>,
+    #[arg(long)]
+    pub slo_itl_p95: Option<String>,
+    #[arg(long)]
+    pub slo_e2e_p95: Option<String>,
+    /// Deadline for one request.
+    #[arg(long, default_value = "10m")]
+    pub timeout: String,
+    /// Write the full result (every probe's timings) as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+fn optional_duration(flag: &str, value: &Option<String>) -> anyhow::Result<Option<Duration>> {
+    value
+        .as_deref()
+        .map(|v| parse_duration(v).map_err(|err| anyhow::anyhow!("--{flag}: {err}")))
+        .transpose()
+}
+
+/// Turns CLI arguments into a run: client, workload, config.
+pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload, RunConfig)> {
+    let parsed = args.workload.parse()?;
+    let mut client_config = ClientConfig::new(args.url.clone());
+    client_config.timeout =
+        parse_duration(&args.timeout).map_err(|err| anyhow::anyhow!("--timeout: {err}"))?;
+    client_config.api_key = parsed.api_key;
+    let client = ProbeClient::new(client_config)?;
+    let model = match &args.workload.model {
+        Some(model) => model.clone(),
+        None => discover_model(client.http(), &args.url)
+            .await
+            .map_err(|err| anyhow::anyhow!("no --model given and discovery failed: {err}"))?,
+    };
+    refuse_a_shape_past_the_context(&client, &args.url, &model, parsed.shape).await?;
+    let calibrator = Calibrator::new();
+    let mut workload = Workload::prepare(
+        &client,
+        &calibrator,
+        parsed.api,
+        &model,
+        parsed.shape,
+        parsed.prompt,
+        args.workload.seed,
+    )
+    .await;
+    workload.temperature = args.workload.temperature;
+    if args.workload.reuse_prompts {
+        workload.reuse_prompts();
+    }
+    let load = match args.rate {
+        Some(rate) => Load::Rate {
+            per_second: rate,
+            burstiness: args.burstiness,
+            max_concurrency: Some(args.concurrency),
+        },
+        None => Load::Concurrency {
+            concurrency: args.concurrency,
+        },
+    };
+    let bound = match optional_duration("duration", &args.duration)? {
+        Some(duration) => Bound::Duration(duration),
+        None => Bound::Requests(args.requests),
+    };
+    if args.concurrency == 0 {
+        bail!("--concurrency must be at least 1");
+    }
+    let config = RunConfig {
+        load,
+        bound,
+        warmup_requests: args.warmup,
+        objectives: Objectives {
+            ttft_p95: optional_duration("slo-ttft-p95", &args.slo_ttft_p95)?,
+            itl_p95: optional_duration("slo-itl-p95", &args.slo_itl_p95)?,
+            e2e_p95: optional_duration("slo-e2e-p95", &args.slo_e2e_p95)?,
+        },
+        seed: args.workload.seed,
+        ..RunConfig::closed(args.concurrency, args.requests)
+    };
+    Ok((client, workload, config))
+}
+
+/// Refuses, before any request, a shape whose prompt plus output cannot fit
+/// the model's context: every request would fail.
+pub async fn refuse_a_shape_past_the_context(
+    client: &ProbeClient,
+    url: &str,
+    model: &str,
+    shape: Shape,
+) -> anyhow::Result<()> {
+    let needed = u64::from(shape.input_tokens) + u64::from(shape.output_tokens);
+    if let Some((limit, source)) = context_limit(client.http(), url, model).await {
+        if needed > limit {
+            bail!(
+                "--shape {shape}: needs {needed} tokens of context, but {model} has {limit} ({source}); \
+                 no request was sent"
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Runs the bench and returns its result.
+pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
+    let (client, workload, config) = prepare(args).await?;
+    if !workload.calibration.exact {
+        eprintln!(
+            "note: {} has no /tokenize; prompt length is approximate (server-reported tokens are recorded)",
+            llmwatch_core::redact::redact_url(&args.url)
+        );
+    }
+    if workload.reuses_prompts() {
+        eprintln!("note: --reuse-prompts: prompts repeat earlier runs', so prefix-cache hits are expected");
+    }
+    // The run gets a thread of its own (and, with --spin, a busy core);
+    // the client above only calibrated the prompt.
+    let measuring = MeasuringThread::start(args.workload.spin.resolve())?;
+    let run_client = ProbeClient::new(client.config().clone())?;
+    let result = measuring
+        .run(run_client, config, move |i| workload.request(i))
+        .await?;
+    Ok(result)
+}
+
+pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
+    let result = bench(&args).await?;
+    print!(
+        "{}",
+        llmwatch_core::redact::redact_urls_in(&llmwatch_probe::render_table(&result))
+    );
+    if let Some(path) = &args.json {
+        // Error messages in the records may quote the URL: no credential in the file.
+        let json = llmwatch_core::redact::redact_urls_in(&serde_json::to_string_pretty(&result)?);
+        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}

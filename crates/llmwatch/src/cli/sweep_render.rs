@@ -1,0 +1,186 @@
+//! Plain-text rendering of sweeps: the per-step table (client numbers beside
+//! the server evidence of the same window), the verdicts, and a comparison
+//! of two sweeps.
+
+use std::fmt::Write as _;
+
+use llmwatch_core::analysis::{Load, StepResult};
+
+use llmwatch_engine::runners::sweep::{SweepComparison, SweepReport};
+
+/// The table's column headers, fixed-width to line up with [`step_line`].
+pub fn table_header() -> String {
+    format!(
+        "{:>8} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>5} {:>5} {:>6} {:>7}  {}",
+        "load",
+        "req/s",
+        "out tok/s",
+        "TTFT p50",
+        "TTFT p95",
+        "ITL p50",
+        "ITL p95",
+        "errors",
+        "KV",
+        "KVmax",
+        "wait",
+        "GPUmem",
+        "client_bound"
+    )
+}
+
+fn load_cell(load: &Load) -> String {
+    match *load {
+        Load::Concurrency(c) => format!("c={c}"),
+        Load::RequestRate(r) => format!("{r}/s"),
+    }
+}
+
+fn secs(v: Option<f64>) -> String {
+    match v.filter(|v| v.is_finite()) {
+        None => "-".into(),
+        Some(v) if v < 1.0 => format!("{:.1}ms", v * 1000.0),
+        Some(v) => format!("{v:.2}s"),
+    }
+}
+
+fn pct(v: Option<f64>) -> String {
+    match v.filter(|v| v.is_finite()) {
+        None => "-".into(),
+        Some(v) => format!("{:.0}%", v * 100.0),
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    match v.filter(|v| v.is_finite()) {
+        None => "-".into(),
+        Some(v) if v.fract() == 0.0 => format!("{v:.0}"),
+        Some(v) => format!("{v:.1}"),
+    }
+}
+
+/// One row of the table.
+pub fn step_line(s: &StepResult) -> String {
+    let total = s.requests_ok + s.requests_failed;
+    let gpu = s
+        .server
+        .gpu_mem_used_ratio_max
+        .or(s.server.gpu_mem_used_ratio_mean);
+    format!(
+        "{:>8} {:>8.2} {:>10.1} {:>9} {:>9} {:>9} {:>9} {:>7} {:>5} {:>5} {:>6} {:>7}  {}",
+        load_cell(&s.load),
+        s.request_throughput,
+        s.output_token_throughput,
+        secs(s.ttft.p50),
+        secs(s.ttft.p95),
+        secs(s.itl.p50),
+        secs(s.itl.p95),
+        format!("{}/{}", s.requests_failed, total),
+        pct(s.server.kv_cache_usage_mean),
+        pct(s.server.kv_cache_usage_max),
+        num(s.server.requests_waiting_max),
+        pct(gpu),
+        s.client_bound
+            .as_deref()
+            .or(s.cache_contaminated.as_ref().map(|_| "cache-contaminated"))
+            .unwrap_or("no")
+    )
+}
+
+/// The whole report: card, table, verdicts and diagnosis.
+pub fn render_report(r: &SweepReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "{}", table_header());
+    for s in &r.steps {
+        let _ = writeln!(out, "{}", step_line(&s.step));
+    }
+    out.push('\n');
+    out.push_str(&render_verdict(r));
+    out
+}
+
+/// What follows the table: the sweep's identity and card, then the
+/// verdicts and the diagnosis with their evidence.
+pub fn render_verdict(r: &SweepReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "Sweep{} of {} ({}), {} step(s), {}",
+        r.sweep_id.map(|id| format!(" #{id}")).unwrap_or_default(),
+        llmwatch_core::redact::redact_url(&r.url),
+        r.model,
+        r.steps.len(),
+        r.status.as_str()
+    );
+    let card: Vec<String> = r
+        .card
+        .fields()
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| format!("{k}={v}")))
+        .collect();
+    let _ = writeln!(out, "Card: {}", card.join(", "));
+    for line in &r.summary {
+        let _ = writeln!(out, "{line}");
+    }
+    out
+}
+
+/// Two sweeps side by side, load by load, then the card differences.
+pub fn render_comparison(c: &SweepComparison) -> String {
+    let mut out = String::new();
+    let (a, b) = (&c.a, &c.b);
+    let _ = writeln!(
+        out,
+        "Sweep #{} ({}) vs sweep #{} ({})",
+        a.row.id, a.row.target_url, b.row.id, b.row.target_url
+    );
+    let _ = writeln!(
+        out,
+        "{:>8} {:>11} {:>11} {:>10} {:>10} {:>10} {:>10}",
+        "load", "A tok/s", "B tok/s", "A TTFT95", "B TTFT95", "A ITL95", "B ITL95"
+    );
+    let mut loads: Vec<Load> = Vec::new();
+    for s in a.steps.iter().chain(b.steps.iter()) {
+        if !loads.contains(&s.load) {
+            loads.push(s.load);
+        }
+    }
+    loads.sort_by(|x, y| x.value().total_cmp(&y.value()));
+    let find = |steps: &[StepResult], load: &Load| steps.iter().find(|s| s.load == *load).cloned();
+    for load in &loads {
+        let sa = find(&a.steps, load);
+        let sb = find(&b.steps, load);
+        let tok = |s: &Option<StepResult>| {
+            s.as_ref()
+                .map(|s| format!("{:.1}", s.output_token_throughput))
+                .unwrap_or_else(|| "-".into())
+        };
+        let _ = writeln!(
+            out,
+            "{:>8} {:>11} {:>11} {:>10} {:>10} {:>10} {:>10}",
+            load_cell(load),
+            tok(&sa),
+            tok(&sb),
+            secs(sa.as_ref().and_then(|s| s.ttft.p95)),
+            secs(sb.as_ref().and_then(|s| s.ttft.p95)),
+            secs(sa.as_ref().and_then(|s| s.itl.p95)),
+            secs(sb.as_ref().and_then(|s| s.itl.p95)),
+        );
+    }
+    if c.diff.differing.is_empty() {
+        let _ = writeln!(out, "\nThe cards are identical.");
+    } else {
+        let _ = writeln!(out, "\nCard fields that differ:");
+        for (field, va, vb) in &c.diff.differing {
+            let _ = writeln!(
+                out,
+                "  {field}: {} → {}",
+                va.as_deref().unwrap_or("(unknown)"),
+                vb.as_deref().unwrap_or("(unknown)")
+            );
+        }
+    }
+    if let Some(w) = &c.diff.warning {
+        let _ = writeln!(out, "Warning: {w}.");
+    }
+    out
+}

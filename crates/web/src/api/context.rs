@@ -1,0 +1,45 @@
+//! Everything the API reads: the store, the engine's shared state, the
+//! config.
+
+use std::sync::Arc;
+
+use llmwatch_config::{Config, TargetConfig};
+use llmwatch_engine::alerts::AlertsHandle;
+use llmwatch_engine::runners::sweep::schedule::SweepSlots;
+use llmwatch_engine::sources::scrape::ScrapeCounters;
+use llmwatch_store::{Store, StoreError};
+
+use crate::own_metrics::OwnMetrics;
+
+/// Everything the API reads.
+pub struct ApiContext {
+    pub store: Store,
+    pub counters: Arc<ScrapeCounters>,
+    pub alerts: AlertsHandle,
+    pub own_metrics: OwnMetrics,
+    /// The configured targets (for sweeps started through the API).
+    pub targets: Vec<TargetConfig>,
+    /// The whole config, for sweep settings (GPU pages of targets).
+    pub config: Arc<Config>,
+    /// Shared with the sweep schedule: one sweep at a time.
+    pub sweeps: SweepSlots,
+}
+
+impl ApiContext {
+    pub async fn new(
+        config: &Config,
+        store: Store,
+        counters: Arc<ScrapeCounters>,
+        alerts: AlertsHandle,
+    ) -> Result<ApiContext, StoreError> {
+        Ok(ApiContext {
+            own_metrics: OwnMetrics::new(&store).await?,
+            store,
+            counters,
+            alerts,
+            targets: config.targets.clone(),
+            config: Arc::new(config.clone()),
+            sweeps: SweepSlots::default(),
+        })
+    }
+}

@@ -1,0 +1,383 @@
+//! Sweeps and their runs through the API: list, detail, start.
+
+use std::time::Duration;
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use llmwatch_probe::Shape;
+use llmwatch_store::SweepRow;
+use serde_json::{json, Value};
+
+use llmwatch_core::redact::redact_url;
+
+use super::{params, time_fields, ApiError, ApiResult, RawQuery};
+use crate::AppState;
+use llmwatch_config::SweepLimits;
+use llmwatch_engine::runners::sweep::schedule::{check_limits, settings_for_target};
+use llmwatch_engine::runners::sweep::{run_sweep, Ladder, SweepError, SweepSettings};
+
+fn parse_json(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or(Value::Null)
+}
+
+fn sweep_summary(row: &SweepRow) -> Value {
+    let verdict = row.verdict_json.as_deref().map(parse_json);
+    let mut out = serde_json::Map::new();
+    out.insert("id".into(), json!(row.id));
+    out.insert("target".into(), json!(row.target_name));
+    out.insert("url".into(), json!(redact_url(&row.target_url)));
+    time_fields(&mut out, "started", Some(row.started_ms));
+    time_fields(&mut out, "ended", row.ended_ms);
+    out.insert("status".into(), json!(row.status.as_str()));
+    out.insert("stop_reason".into(), json!(row.stop_reason));
+    out.insert(
+        "saturation".into(),
+        verdict
+            .as_ref()
+            .map(|v| v["saturation"].clone())
+            .unwrap_or(Value::Null),
+    );
+    out.insert(
+        "sustainable".into(),
+        verdict
+            .as_ref()
+            .map(|v| v["sustainable"].clone())
+            .unwrap_or(Value::Null),
+    );
+    Value::Object(out)
+}
+
+fn parse_id(text: &str, what: &str) -> Result<i64, ApiError> {
+    text.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "{what}: expected a sweep id (a positive whole number), found {text:?}"
+            ))
+        })
+}
+
+pub(super) async fn list_sweeps(State(state): State<AppState>, query: RawQuery) -> ApiResult {
+    let p = params(query, &["limit", "cursor"])?;
+    let limit = p.limit(100, 1000)?;
+    let offset = p.cursor()?.unwrap_or(0);
+    // An offset past any plausible number of sweeps is simply an empty page.
+    let wanted = u32::try_from(offset)
+        .ok()
+        .and_then(|o| o.checked_add(limit + 1))
+        .unwrap_or(u32::MAX);
+    let rows = state.api.store.sweeps(wanted).await?;
+    let start = usize::try_from(offset)
+        .unwrap_or(usize::MAX)
+        .min(rows.len());
+    let page: Vec<&SweepRow> = rows[start..].iter().take(limit as usize).collect();
+    let more = rows.len() > start + page.len();
+    let next = more.then(|| (offset + i64::from(limit)).to_string());
+    Ok(Json(json!({
+        "sweeps": page.iter().map(|r| sweep_summary(r)).collect::<Vec<_>>(),
+        "next_cursor": next,
+    })))
+}
+
+pub(super) async fn get_sweep(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    query: RawQuery,
+) -> ApiResult {
+    params(query, &[])?;
+    let id = parse_id(&id, "id")?;
+    let store = &state.api.store;
+    let row = store
+        .sweep(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no sweep with id {id}")))?;
+    let mut out = sweep_summary(&row);
+    out["settings"] = parse_json(&row.settings_json);
+    out["card"] = parse_json(&row.card_json);
+    out["verdict"] = row
+        .verdict_json
+        .as_deref()
+        .map(parse_json)
+        .unwrap_or(Value::Null);
+    out["steps"] = Value::Array(run_list(&state, id).await?);
+    Ok(Json(out))
+}
+
+async fn run_list(state: &AppState, sweep_id: i64) -> Result<Vec<Value>, ApiError> {
+    Ok(state
+        .api
+        .store
+        .sweep_steps(sweep_id)
+        .await?
+        .iter()
+        .map(|s| {
+            let mut out = serde_json::Map::new();
+            out.insert("sweep_id".into(), json!(s.sweep_id));
+            out.insert("index".into(), json!(s.step_index));
+            out.insert(
+                "load".into(),
+                json!({ "kind": s.load_kind, "value": s.load_value }),
+            );
+            time_fields(&mut out, "start", Some(s.start_ms));
+            time_fields(&mut out, "end", Some(s.end_ms));
+            out.insert("run".into(), parse_json(&s.run_json));
+            out.insert("evidence".into(), parse_json(&s.evidence_json));
+            Value::Object(out)
+        })
+        .collect())
+}
+
+pub(super) async fn list_runs(State(state): State<AppState>, query: RawQuery) -> ApiResult {
+    let p = params(query, &["sweep"])?;
+    let id = parse_id(p.required("sweep")?, "sweep")?;
+    if state.api.store.sweep(id).await?.is_none() {
+        return Err(ApiError::not_found(format!("no sweep with id {id}")));
+    }
+    Ok(Json(
+        json!({ "sweep_id": id, "runs": run_list(&state, id).await? }),
+    ))
+}
+
+/// `POST /api/v1/sweeps` body.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+struct StartSweep {
+    target: String,
+    #[serde(default)]
+    shape: Option<String>,
+    /// Numbers, not `u32`s: JSON Schema's integers include `37.0`.
+    #[serde(default)]
+    concurrency: Option<Vec<f64>>,
+    #[serde(default)]
+    rate: Option<Vec<f64>>,
+    #[serde(default)]
+    requests_per_step: Option<f64>,
+    #[serde(default)]
+    min_step_duration: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
+    /// Repeat earlier sweeps' prompts (deliberate cache experiments).
+    #[serde(default)]
+    reuse_prompts: Option<bool>,
+}
+
+/// The body of `POST /api/v1/sweeps` as the OpenAPI document states it,
+/// within this daemon's `[server.sweep_limits]`: every request the schema
+/// allows is one the daemon accepts (shapes stay within a 2 048-token
+/// context). `model` is accepted too (the first served model by default)
+/// but left out: a model the server does not serve fails the sweep at start.
+pub fn start_sweep_schema(limits: &SweepLimits) -> Value {
+    let steps = limits.max_steps;
+    // Every step may last its minimum duration without passing the sweep's.
+    let step_cap_s = (limits.max_sweep_duration.as_secs_f64() / steps.max(1) as f64)
+        .min(limits.max_step_duration.as_secs_f64())
+        .floor()
+        .max(1.0);
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": ["target"],
+        "not": { "required": ["concurrency", "rate"] },
+        "properties": {
+            "target": { "type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$" },
+            "shape": { "type": "string", "pattern": "^[1-9][0-9]{0,2}x[1-9][0-9]{0,2}$",
+                       "description": "INPUTxOUTPUT tokens; at most the model's context in all." },
+            "concurrency": { "type": "array", "minItems": 1, "maxItems": steps,
+                             "items": { "type": "integer", "minimum": 1,
+                                        "maximum": llmwatch_engine::runners::sweep::DEFAULT_MAX_CONCURRENCY } },
+            "rate": { "type": "array", "minItems": 1, "maxItems": steps,
+                      "items": { "type": "number", "exclusiveMinimum": 0, "maximum": limits.max_rate } },
+            "requests_per_step": { "type": "integer", "minimum": 1,
+                                   "maximum": limits.max_requests_per_step },
+            "min_step_duration": { "type": "string", "pattern": whole_seconds_pattern(step_cap_s as u64),
+                                   "description": format!("Under a second in ms, or 1 to {step_cap_s} whole seconds.") },
+        }
+    })
+}
+
+/// `NNNms` under a second, or `Ns` for 1..=`max` seconds, exactly.
+fn whole_seconds_pattern(max: u64) -> String {
+    let seconds: Vec<String> = (1..=max.max(1)).map(|s| s.to_string()).collect();
+    format!("^([1-9][0-9]{{0,2}}ms|({})s)$", seconds.join("|"))
+}
+
+/// `n` as a whole number, if it is one (`37` and `37.0` alike).
+fn whole_number(n: f64) -> Option<u64> {
+    (n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= u64::MAX as f64).then_some(n as u64)
+}
+
+/// The request's overrides of the target's sweep settings.
+fn apply_request(settings: &mut SweepSettings, request: StartSweep) -> Result<(), ApiError> {
+    if request.model.is_some() {
+        settings.model = request.model;
+    }
+    if let Some(shape) = &request.shape {
+        settings.shape =
+            Shape::parse(shape).map_err(|err| ApiError::bad_request(format!("shape: {err}")))?;
+    }
+    let concurrency = request
+        .concurrency
+        .map(|levels| {
+            levels
+                .iter()
+                .map(|&c| whole_number(c).and_then(|c| u32::try_from(c).ok()))
+                .collect::<Option<Vec<u32>>>()
+                .ok_or_else(|| ApiError::bad_request("concurrency: expected whole numbers"))
+        })
+        .transpose()?;
+    match (concurrency, request.rate) {
+        (Some(c), None) => settings.ladder = Ladder::Concurrency(c),
+        (None, Some(r)) => settings.ladder = Ladder::Rate(r),
+        (None, None) => {}
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "give either concurrency or rate, not both",
+            ))
+        }
+    }
+    if let Some(reuse) = request.reuse_prompts {
+        settings.reuse_prompts = reuse;
+    }
+    if let Some(n) = request.requests_per_step {
+        settings.requests_per_step = whole_number(n)
+            .ok_or_else(|| ApiError::bad_request("requests_per_step: expected a whole number"))?;
+    }
+    if let Some(text) = &request.min_step_duration {
+        settings.min_step_duration = llmwatch_config::parse_duration(text)
+            .map_err(|err| ApiError::bad_request(format!("min_step_duration: {err}")))?;
+    }
+    Ok(())
+}
+
+/// How long the answer waits for the sweep row to exist.
+const START_WAIT: Duration = Duration::from_secs(30);
+
+pub(super) async fn start_sweep(
+    State(state): State<AppState>,
+    body: Result<Json<Value>, JsonRejection>,
+) -> Result<Response, ApiError> {
+    // 400 for JSON that does not parse, 413 for a body over the limit, 415
+    // for another content type: the rejection knows which.
+    let Json(body) = body.map_err(|err| ApiError {
+        status: err.status(),
+        message: format!("body: {}", err.body_text()),
+    })?;
+    let request: StartSweep = serde_json::from_value(body)
+        .map_err(|err| ApiError::bad_request(format!("body: {err}")))?;
+    let target = state
+        .api
+        .targets
+        .iter()
+        .find(|t| t.name == request.target)
+        .ok_or_else(|| {
+            ApiError::not_found(format!("no configured target named {:?}", request.target))
+        })?;
+    let mut settings = settings_for_target(&state.api.config, target);
+    apply_request(&mut settings, request)?;
+    settings
+        .validate()
+        .map_err(|err| ApiError::bad_request(err.to_string()))?;
+    check_limits(&settings, &state.api.config.server.sweep_limits)
+        .map_err(ApiError::bad_request)?;
+    let permit = state.api.sweeps.try_acquire().ok_or_else(|| ApiError {
+        status: StatusCode::CONFLICT,
+        message:
+            "another sweep (from the API or the schedule) is still running; try again when it ends"
+                .into(),
+    })?;
+    let store = state.api.store.clone();
+    let before = store.sweeps(1).await?.first().map(|s| s.id).unwrap_or(0);
+    let name = target.name.clone();
+    settings.cancel = permit.cancel.clone();
+    let mut task = tokio::spawn(async move {
+        let _permit = permit;
+        let result = run_sweep(settings, Some(&store), |_| {}).await;
+        match &result {
+            Ok(report) => {
+                tracing::info!(target = %name, sweep = ?report.sweep_id, status = report.status.as_str(), "API sweep ended")
+            }
+            Err(err) => tracing::warn!(target = %name, error = %err, "API sweep failed"),
+        }
+        result.map(|report| report.sweep_id)
+    });
+    let deadline = tokio::time::Instant::now() + START_WAIT;
+    loop {
+        tokio::select! {
+            done = &mut task => {
+                return match done {
+                    Ok(Ok(id)) => Ok(accepted(id)),
+                    Ok(Err(err)) => Err(start_error(err)),
+                    Err(err) => Err(ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("the sweep task failed: {err}") }),
+                };
+            }
+            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+        }
+        if let Some(row) = state.api.store.sweeps(1).await?.first() {
+            if row.id > before {
+                return Ok(accepted(Some(row.id)));
+            }
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(accepted(None));
+        }
+    }
+}
+
+fn accepted(id: Option<i64>) -> Response {
+    (
+        StatusCode::ACCEPTED,
+        Json(json!({
+            "id": id,
+            "status": "running",
+            "href": id.map(|id| format!("/api/v1/sweeps/{id}")),
+        })),
+    )
+        .into_response()
+}
+
+fn start_error(err: SweepError) -> ApiError {
+    let status = match err {
+        SweepError::Ladder(_)
+        | SweepError::AboveCap { .. }
+        | SweepError::Settings(_)
+        | SweepError::Card(_) => StatusCode::BAD_REQUEST,
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    ApiError {
+        status,
+        message: format!("the sweep could not start: {err}"),
+    }
+}
+
+/// `POST /api/v1/sweeps/{id}/cancel`: stops the running sweep `id`; its
+/// requests in flight are aborted, the steps measured so far are kept, and
+/// it ends `cancelled`.
+pub(super) async fn cancel_sweep(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+    query: RawQuery,
+) -> Result<Response, ApiError> {
+    params(query, &[])?;
+    let id = parse_id(&id, "id")?;
+    let row = state
+        .api
+        .store
+        .sweep(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no sweep with id {id}")))?;
+    if row.status != llmwatch_store::SweepStatus::Running || !state.api.sweeps.cancel_running() {
+        return Err(ApiError {
+            status: StatusCode::CONFLICT,
+            message: format!("sweep {id} is not running (status {})", row.status.as_str()),
+        });
+    }
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(json!({"id": id, "status": "cancelling", "href": format!("/api/v1/sweeps/{id}")})),
+    )
+        .into_response())
+}

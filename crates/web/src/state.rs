@@ -1,0 +1,27 @@
+//! What every handler shares: the store, the login guard, the pages'
+//! config and the API context.
+
+use std::sync::Arc;
+
+use llmwatch_store::Store;
+
+use crate::api::ApiContext;
+use crate::auth::Auth;
+use crate::pages::live_cache::LiveCache;
+use crate::pages::PagesConfig;
+
+/// The window of the rolling probe signals shown on pages.
+pub const PROBE_WINDOW_MS: i64 = 5 * 60 * 1000;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Store,
+    /// Who may use the HTTP surface: token, browser sessions, CSRF.
+    pub auth: Arc<Auth>,
+    /// What the pages need from the config (objectives, GPU links, …).
+    pub pages: Arc<PagesConfig>,
+    /// The REST API, `/metrics` and the alert engine's view.
+    pub api: Arc<ApiContext>,
+    /// The live overview every `/events` client shares.
+    pub live: LiveCache,
+}

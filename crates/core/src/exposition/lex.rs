@@ -499,55 +499,15 @@ fn lex_labels<'a>(cur: &mut Cur<'a>, syn: Syntax, out: &mut Vec<Label<'a>>) -> R
     let b = cur.b;
     let s = cur.s;
     let mut i = cur.i;
-    #[inline(always)]
-    fn skip(b: &[u8], i: &mut usize) {
-        while let Some(&c) = b.get(*i) {
-            if !is_blank(c) {
-                break;
-            }
-            *i += 1;
-        }
-    }
     if loose {
-        skip(b, &mut i);
+        skip_blanks_at(b, &mut i);
     }
     if b.get(i) == Some(&b'}') {
         cur.i = i + 1;
         return Ok(());
     }
     loop {
-        let start = i;
-        match b.get(i) {
-            Some(&c) if class(c, LABEL_START) => i += 1,
-            _ => return Err(format!("expected label name, found {}", found(s, i))),
-        }
-        i += run_len(b.get(i..).unwrap_or_default(), LABEL_CONT);
-        let name = s.get(start..i).unwrap_or_default();
-        if loose {
-            skip(b, &mut i);
-        }
-        if b.get(i) != Some(&b'=') {
-            return Err(format!(
-                "expected '=' after label name, found {}",
-                found(s, i)
-            ));
-        }
-        i += 1;
-        if loose {
-            skip(b, &mut i);
-        }
-        if b.get(i) != Some(&b'"') {
-            return Err(format!(
-                "expected '\"' to open the value of label {name:?}, found {}",
-                found(s, i)
-            ));
-        }
-        i += 1;
-        if name.starts_with("__") && (name == "__name__" || syn.om_strict()) {
-            return Err(format!(
-                "label name {name:?} is reserved (starts with \"__\")"
-            ));
-        }
+        let name = lex_label_name(b, s, &mut i, syn)?;
         // Fast path, no escape: push the borrowed value directly (going
         // through `lex_quoted`'s returned `Cow` costs a store-forwarding
         // stall per label, measured).
@@ -570,13 +530,13 @@ fn lex_labels<'a>(cur: &mut Cur<'a>, syn: Syntax, out: &mut Vec<Label<'a>>) -> R
         }
         let before = i;
         if loose {
-            skip(b, &mut i);
+            skip_blanks_at(b, &mut i);
         }
         match b.get(i) {
             Some(b',') => {
                 i += 1;
                 if loose {
-                    skip(b, &mut i);
+                    skip_blanks_at(b, &mut i);
                     if b.get(i) == Some(&b'}') {
                         // Trailing comma: fine in 0.0.4.
                         cur.i = i + 1;
@@ -598,6 +558,57 @@ fn lex_labels<'a>(cur: &mut Cur<'a>, syn: Syntax, out: &mut Vec<Label<'a>>) -> R
                 ))
             }
         }
+    }
+}
+
+/// `name="` of one label, blanks allowed around `=` in the loose formats;
+/// `i` ends just past the opening quote. Inlined: it is the label loop's
+/// hot path.
+#[inline(always)]
+fn lex_label_name<'a>(b: &[u8], s: &'a str, i: &mut usize, syn: Syntax) -> Result<&'a str, String> {
+    let loose = syn.loose();
+    let start = *i;
+    match b.get(*i) {
+        Some(&c) if class(c, LABEL_START) => *i += 1,
+        _ => return Err(format!("expected label name, found {}", found(s, *i))),
+    }
+    *i += run_len(b.get(*i..).unwrap_or_default(), LABEL_CONT);
+    let name = s.get(start..*i).unwrap_or_default();
+    if loose {
+        skip_blanks_at(b, i);
+    }
+    if b.get(*i) != Some(&b'=') {
+        return Err(format!(
+            "expected '=' after label name, found {}",
+            found(s, *i)
+        ));
+    }
+    *i += 1;
+    if loose {
+        skip_blanks_at(b, i);
+    }
+    if b.get(*i) != Some(&b'"') {
+        return Err(format!(
+            "expected '\"' to open the value of label {name:?}, found {}",
+            found(s, *i)
+        ));
+    }
+    *i += 1;
+    if name.starts_with("__") && (name == "__name__" || syn.om_strict()) {
+        return Err(format!(
+            "label name {name:?} is reserved (starts with \"__\")"
+        ));
+    }
+    Ok(name)
+}
+
+#[inline(always)]
+fn skip_blanks_at(b: &[u8], i: &mut usize) {
+    while let Some(&c) = b.get(*i) {
+        if !is_blank(c) {
+            break;
+        }
+        *i += 1;
     }
 }
 
@@ -809,7 +820,37 @@ fn lex_sample<'a>(
     cur.i += run_len(cur.b.get(cur.i..).unwrap_or_default(), NAME_CONT);
     let name = cur.slice(start, cur.i);
 
-    // Labels.
+    let labels = lex_sample_labels(&mut cur, syn, hint, name)?;
+
+    // Value.
+    let tok = cur.token(loose);
+    if tok.is_empty() {
+        return Err(format!("expected value, found {}", cur.found()));
+    }
+    let Some(value) = parse_value(tok) else {
+        return Err(format!("invalid value {tok:?}"));
+    };
+
+    let mut sample = Sample {
+        name: Cow::Borrowed(name),
+        labels,
+        value,
+        timestamp: None,
+        exemplar: None,
+    };
+    lex_sample_tail(cur, syn, &mut sample)?;
+    Ok((name, sample))
+}
+
+/// A sample's `{labels}` and the blank after them (or the blank after a
+/// bare name); `cur` is just past the name.
+fn lex_sample_labels<'a>(
+    cur: &mut Cur<'a>,
+    syn: Syntax,
+    hint: &mut usize,
+    name: &str,
+) -> Result<Vec<Label<'a>>, String> {
+    let loose = syn.loose();
     let mut had_blank = false;
     if loose {
         let before = cur.i;
@@ -822,7 +863,7 @@ fn lex_sample<'a>(
         // histogram's `_count` does not shrink the next series' buckets):
         // one allocation, no copy, in the common case.
         let mut labels: Vec<Label<'a>> = Vec::with_capacity((*hint).max(4));
-        lex_labels(&mut cur, syn, &mut labels)?;
+        lex_labels(cur, syn, &mut labels)?;
         if syn.strict {
             check_duplicate_labels(&labels)?;
         }
@@ -856,38 +897,31 @@ fn lex_sample<'a>(
         }
         Vec::new()
     };
+    Ok(labels)
+}
 
-    // Value.
-    let tok = cur.token(loose);
-    if tok.is_empty() {
-        return Err(format!("expected value, found {}", cur.found()));
-    }
-    let Some(value) = parse_value(tok) else {
-        return Err(format!("invalid value {tok:?}"));
-    };
-
-    let mut sample = Sample {
-        name: Cow::Borrowed(name),
-        labels,
-        value,
-        timestamp: None,
-        exemplar: None,
-    };
+/// What may follow a sample's value: a timestamp, an exemplar, or both.
+fn lex_sample_tail<'a>(
+    mut cur: Cur<'a>,
+    syn: Syntax,
+    sample: &mut Sample<'a>,
+) -> Result<(), String> {
+    let loose = syn.loose();
     if cur.at_end() {
-        return Ok((name, sample));
+        return Ok(());
     }
 
     if loose {
         cur.skip_blanks();
         if cur.at_end() {
-            return Ok((name, sample));
+            return Ok(());
         }
         if cur.peek() != Some(b'#') {
             let tok = cur.token(true);
             sample.timestamp = Some(parse_timestamp(tok, syn.om)?);
             cur.skip_blanks();
             if cur.at_end() {
-                return Ok((name, sample));
+                return Ok(());
             }
             if cur.peek() != Some(b'#') {
                 return Err(format!(
@@ -914,7 +948,7 @@ fn lex_sample<'a>(
             }
             sample.timestamp = Some(parse_timestamp(tok, true)?);
             if cur.at_end() {
-                return Ok((name, sample));
+                return Ok(());
             }
             cur.i += 1;
             if cur.peek() != Some(b'#') {
@@ -931,7 +965,7 @@ fn lex_sample<'a>(
         cur.i += 1;
     }
     sample.exemplar = Some(lex_exemplar(cur, syn)?);
-    Ok((name, sample))
+    Ok(())
 }
 
 /// `{labels} value [timestamp]`; `cur` is at `{`.

@@ -222,136 +222,179 @@ impl<'a> Checker<'a> {
         let ty = fam.ty;
         let fname = fam.name;
         let suffix = name.get(fname.len()..).unwrap_or_default();
-        let label = |key: &str| {
-            sample
-                .labels
-                .iter()
-                .find(|l| l.name == key)
-                .map(|l| l.value.as_ref())
-        };
-
-        if ty == Some(MetricType::StateSet) && label(fname).is_none() {
-            return err(
-                line,
-                format!("stateset sample is missing its label {fname:?}"),
-            );
-        }
-        if suffix == "_bucket" {
-            match label("le") {
-                None => return err(line, format!("{name}: bucket without an \"le\" label")),
-                Some(le) => match parse_value(le) {
-                    Some(b) if b.is_nan() || (b.is_infinite() && le != "+Inf" && le != "-Inf") => {
-                        return err(line, format!("{name}: invalid \"le\" label {le:?}"))
-                    }
-                    None => return err(line, format!("{name}: invalid \"le\" label {le:?}")),
-                    Some(_) => {}
-                },
-            }
-            if !is_integer(sample.value) {
-                return err(
-                    line,
-                    format!(
-                        "{name}: bucket value must be an integer, found {}",
-                        sample.value
-                    ),
-                );
-            }
-        }
-        if (suffix == "_count" || suffix == "_gcount") && !is_integer(sample.value) {
-            return err(
-                line,
-                format!("{name}: count must be an integer, found {}", sample.value),
-            );
-        }
-        let is_quantile = ty == Some(MetricType::Summary) && suffix.is_empty();
-        if is_quantile {
-            let q = label("quantile");
-            let ok = q
-                .and_then(parse_value)
-                .is_some_and(|q| (0.0..=1.0).contains(&q));
-            if !ok {
-                return err(
-                    line,
-                    format!("{name}: summary quantile needs a \"quantile\" label in [0, 1], found {q:?}"),
-                );
-            }
-        }
-
-        // Metric grouping and timestamps.
-        let g = fam.group_for(name, &sample.labels);
-        if let Some(group) = &fam.group {
-            if *group != g && fam.seen_groups.contains(&g) {
-                return err(
-                    line,
-                    format!("{name}: samples of one metric must be contiguous"),
-                );
-            }
-            if *group == g {
-                if sample.timestamp.is_none() != fam.group_ts.is_none() {
-                    return err(
-                        line,
-                        format!("{name}: mix of samples with and without timestamps in one metric"),
-                    );
-                }
-                if let (Some(prev), Some(ts)) = (fam.group_ts, sample.timestamp) {
-                    if prev > ts && ty != Some(MetricType::Info) {
-                        return err(
-                            line,
-                            format!("{name}: timestamp {ts} goes back in time (after {prev})"),
-                        );
-                    }
-                }
-            }
-        }
-        fam.group_ts = sample.timestamp;
-        if fam.group.as_ref() != Some(&g) {
-            fam.seen_groups.insert(g.clone());
-            fam.group = Some(g);
-        }
-
-        let v = sample.value;
-        if ty == Some(MetricType::StateSet) && v != 0.0 && v != 1.0 {
-            return err(
-                line,
-                format!("{name}: stateset values must be 0 or 1, found {v}"),
-            );
-        }
-        if ty == Some(MetricType::Info) && v != 1.0 {
-            return err(line, format!("{name}: info values must be 1, found {v}"));
-        }
-        if is_quantile && v < 0.0 {
-            return err(
-                line,
-                format!("{name}: quantile values cannot be negative, found {v}"),
-            );
-        }
-        let counter_like = matches!(
-            suffix,
-            "_total" | "_sum" | "_count" | "_bucket" | "_gcount" | "_gsum"
-        );
-        if counter_like && v.is_nan() {
-            return err(line, format!("{name}: counter-like samples cannot be NaN"));
-        }
-        if counter_like && suffix != "_gsum" && v < 0.0 {
-            return err(
-                line,
-                format!("{name}: counter-like samples cannot be negative, found {v}"),
-            );
-        }
-        if sample.exemplar.is_some() {
-            let allowed = (matches!(ty, Some(MetricType::Histogram | MetricType::GaugeHistogram))
-                && name.ends_with("_bucket"))
-                || (ty == Some(MetricType::Counter) && name.ends_with("_total"));
-            if !allowed {
-                return err(
-                    line,
-                    format!("{name}: exemplars are only allowed on histogram buckets and counter totals"),
-                );
-            }
-        }
+        let is_quantile = check_sample_labels(line, name, ty, fname, suffix, &sample)?;
+        check_grouping(fam, line, name, &sample)?;
+        check_sample_value(line, name, ty, suffix, is_quantile, &sample)?;
         fam.samples.push(sample);
         Ok(())
     }
+}
+
+/// A sample's labels as its family's type needs them (`le`, `quantile`,
+/// the stateset's own label) and integer counts; `true` for a summary
+/// quantile.
+fn check_sample_labels(
+    line: usize,
+    name: &str,
+    ty: Option<MetricType>,
+    fname: &str,
+    suffix: &str,
+    sample: &Sample<'_>,
+) -> Result<bool, ParseError> {
+    let label = |key: &str| {
+        sample
+            .labels
+            .iter()
+            .find(|l| l.name == key)
+            .map(|l| l.value.as_ref())
+    };
+    if ty == Some(MetricType::StateSet) && label(fname).is_none() {
+        return err(
+            line,
+            format!("stateset sample is missing its label {fname:?}"),
+        );
+    }
+    if suffix == "_bucket" {
+        match label("le") {
+            None => return err(line, format!("{name}: bucket without an \"le\" label")),
+            Some(le) => match parse_value(le) {
+                Some(b) if b.is_nan() || (b.is_infinite() && le != "+Inf" && le != "-Inf") => {
+                    return err(line, format!("{name}: invalid \"le\" label {le:?}"))
+                }
+                None => return err(line, format!("{name}: invalid \"le\" label {le:?}")),
+                Some(_) => {}
+            },
+        }
+        if !is_integer(sample.value) {
+            return err(
+                line,
+                format!(
+                    "{name}: bucket value must be an integer, found {}",
+                    sample.value
+                ),
+            );
+        }
+    }
+    if (suffix == "_count" || suffix == "_gcount") && !is_integer(sample.value) {
+        return err(
+            line,
+            format!("{name}: count must be an integer, found {}", sample.value),
+        );
+    }
+    let is_quantile = ty == Some(MetricType::Summary) && suffix.is_empty();
+    if is_quantile {
+        let q = label("quantile");
+        let ok = q
+            .and_then(parse_value)
+            .is_some_and(|q| (0.0..=1.0).contains(&q));
+        if !ok {
+            return err(
+                line,
+                format!(
+                    "{name}: summary quantile needs a \"quantile\" label in [0, 1], found {q:?}"
+                ),
+            );
+        }
+    }
+    Ok(is_quantile)
+}
+
+/// One metric's samples are contiguous, and all or none carry
+/// timestamps, which never go back in time (info metrics aside).
+fn check_grouping(
+    fam: &mut Family<'_>,
+    line: usize,
+    name: &str,
+    sample: &Sample<'_>,
+) -> Result<(), ParseError> {
+    let ty = fam.ty;
+    // Metric grouping and timestamps.
+    let g = fam.group_for(name, &sample.labels);
+    if let Some(group) = &fam.group {
+        if *group != g && fam.seen_groups.contains(&g) {
+            return err(
+                line,
+                format!("{name}: samples of one metric must be contiguous"),
+            );
+        }
+        if *group == g {
+            if sample.timestamp.is_none() != fam.group_ts.is_none() {
+                return err(
+                    line,
+                    format!("{name}: mix of samples with and without timestamps in one metric"),
+                );
+            }
+            if let (Some(prev), Some(ts)) = (fam.group_ts, sample.timestamp) {
+                if prev > ts && ty != Some(MetricType::Info) {
+                    return err(
+                        line,
+                        format!("{name}: timestamp {ts} goes back in time (after {prev})"),
+                    );
+                }
+            }
+        }
+    }
+    fam.group_ts = sample.timestamp;
+    if fam.group.as_ref() != Some(&g) {
+        fam.seen_groups.insert(g.clone());
+        fam.group = Some(g);
+    }
+    Ok(())
+}
+
+/// Values each type allows: stateset 0/1, info 1, no negative quantile or
+/// counter-like value, exemplars only where OpenMetrics puts them.
+fn check_sample_value(
+    line: usize,
+    name: &str,
+    ty: Option<MetricType>,
+    suffix: &str,
+    is_quantile: bool,
+    sample: &Sample<'_>,
+) -> Result<(), ParseError> {
+    let v = sample.value;
+    if ty == Some(MetricType::StateSet) && v != 0.0 && v != 1.0 {
+        return err(
+            line,
+            format!("{name}: stateset values must be 0 or 1, found {v}"),
+        );
+    }
+    if ty == Some(MetricType::Info) && v != 1.0 {
+        return err(line, format!("{name}: info values must be 1, found {v}"));
+    }
+    if is_quantile && v < 0.0 {
+        return err(
+            line,
+            format!("{name}: quantile values cannot be negative, found {v}"),
+        );
+    }
+    let counter_like = matches!(
+        suffix,
+        "_total" | "_sum" | "_count" | "_bucket" | "_gcount" | "_gsum"
+    );
+    if counter_like && v.is_nan() {
+        return err(line, format!("{name}: counter-like samples cannot be NaN"));
+    }
+    if counter_like && suffix != "_gsum" && v < 0.0 {
+        return err(
+            line,
+            format!("{name}: counter-like samples cannot be negative, found {v}"),
+        );
+    }
+    if sample.exemplar.is_some() {
+        let allowed = (matches!(ty, Some(MetricType::Histogram | MetricType::GaugeHistogram))
+            && name.ends_with("_bucket"))
+            || (ty == Some(MetricType::Counter) && name.ends_with("_total"));
+        if !allowed {
+            return err(
+                line,
+                format!(
+                    "{name}: exemplars are only allowed on histogram buckets and counter totals"
+                ),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Histogram and gauge-histogram invariants, per metric (label set and
@@ -359,69 +402,9 @@ impl<'a> Checker<'a> {
 /// `_count` == `+Inf` bucket, `_sum` and `_count` together, no `_sum` with
 /// negative buckets, no negative `_gsum` without them.
 fn check_histogram(fam: &Family<'_>) -> Result<(), ParseError> {
-    struct State {
-        bucket: Option<f64>,
-        value: f64,
-        count: Option<f64>,
-        negative_buckets: bool,
-        sum: bool,
-        gsum: bool,
-        negative_gsum: bool,
-    }
-    let fresh = || State {
-        bucket: None,
-        value: 0.0,
-        count: None,
-        negative_buckets: false,
-        sum: false,
-        gsum: false,
-        negative_gsum: false,
-    };
     let line = fam.last_line;
     let name = fam.name;
-    let done = |s: &State| -> Result<(), ParseError> {
-        if s.bucket != Some(f64::INFINITY) {
-            return err(line, format!("histogram {name:?}: +Inf bucket missing"));
-        }
-        if s.count.is_some_and(|c| c != s.value) {
-            return err(
-                line,
-                format!("histogram {name:?}: _count does not match the +Inf bucket"),
-            );
-        }
-        if s.sum && s.count.is_none() {
-            return err(
-                line,
-                format!("histogram {name:?}: _count must be present if _sum is"),
-            );
-        }
-        if s.gsum && s.count.is_none() {
-            return err(
-                line,
-                format!("histogram {name:?}: _gcount must be present if _gsum is"),
-            );
-        }
-        if !(s.sum || s.gsum) && s.count.is_some() {
-            return err(
-                line,
-                format!("histogram {name:?}: _sum/_gsum must be present if _count is"),
-            );
-        }
-        if s.negative_buckets && s.sum {
-            return err(
-                line,
-                format!("histogram {name:?}: _sum is not allowed with negative buckets"),
-            );
-        }
-        if !s.negative_buckets && s.negative_gsum {
-            return err(
-                line,
-                format!("histogram {name:?}: negative _gsum without negative buckets"),
-            );
-        }
-        Ok(())
-    };
-    let mut state: Option<State> = None;
+    let mut state: Option<HistogramMetric> = None;
     let mut group: Option<GroupKey> = None;
     let mut timestamp: Option<f64> = None;
     for s in &fam.samples {
@@ -435,48 +418,117 @@ fn check_histogram(fam: &Family<'_>) -> Result<(), ParseError> {
             && timestamp.map(f64::to_bits) == s.timestamp.map(f64::to_bits);
         if !same {
             if let Some(st) = &state {
-                done(st)?;
+                st.finish(line, name)?;
             }
-            state = Some(fresh());
+            state = Some(HistogramMetric::default());
         }
         group = Some(g);
         timestamp = s.timestamp;
-        let Some(st) = state.as_mut() else {
-            continue;
-        };
+        if let Some(st) = state.as_mut() {
+            st.observe(suffix, s, line, name)?;
+        }
+    }
+    if let Some(st) = &state {
+        st.finish(line, name)?;
+    }
+    Ok(())
+}
+
+/// One histogram metric (label set and timestamp) as its samples go by.
+#[derive(Default)]
+struct HistogramMetric {
+    /// The last bucket's `le`, and its (cumulative) value.
+    bucket: Option<f64>,
+    value: f64,
+    count: Option<f64>,
+    negative_buckets: bool,
+    sum: bool,
+    gsum: bool,
+    negative_gsum: bool,
+}
+
+impl HistogramMetric {
+    fn observe(
+        &mut self,
+        suffix: &str,
+        s: &Sample<'_>,
+        line: usize,
+        name: &str,
+    ) -> Result<(), ParseError> {
         match suffix {
             "_bucket" => {
                 let b = s.label("le").and_then(parse_value).unwrap_or(f64::NAN);
                 if b < 0.0 {
-                    st.negative_buckets = true;
+                    self.negative_buckets = true;
                 }
-                if st.bucket.is_some_and(|prev| b <= prev) {
+                if self.bucket.is_some_and(|prev| b <= prev) {
                     return err(line, format!("histogram {name:?}: buckets out of order"));
                 }
-                if s.value < st.value {
+                if s.value < self.value {
                     return err(
                         line,
                         format!("histogram {name:?}: bucket values are not cumulative"),
                     );
                 }
-                st.bucket = Some(b);
-                st.value = s.value;
+                self.bucket = Some(b);
+                self.value = s.value;
             }
-            "_count" | "_gcount" => st.count = Some(s.value),
-            "_sum" => st.sum = true,
+            "_count" | "_gcount" => self.count = Some(s.value),
+            "_sum" => self.sum = true,
             "_gsum" => {
-                st.gsum = true;
+                self.gsum = true;
                 if s.value < 0.0 {
-                    st.negative_gsum = true;
+                    self.negative_gsum = true;
                 }
             }
             _ => {}
         }
+        Ok(())
     }
-    if let Some(st) = &state {
-        done(st)?;
+
+    /// The invariants that hold only once every sample is seen.
+    fn finish(&self, line: usize, name: &str) -> Result<(), ParseError> {
+        if self.bucket != Some(f64::INFINITY) {
+            return err(line, format!("histogram {name:?}: +Inf bucket missing"));
+        }
+        if self.count.is_some_and(|c| c != self.value) {
+            return err(
+                line,
+                format!("histogram {name:?}: _count does not match the +Inf bucket"),
+            );
+        }
+        if self.sum && self.count.is_none() {
+            return err(
+                line,
+                format!("histogram {name:?}: _count must be present if _sum is"),
+            );
+        }
+        if self.gsum && self.count.is_none() {
+            return err(
+                line,
+                format!("histogram {name:?}: _gcount must be present if _gsum is"),
+            );
+        }
+        if !(self.sum || self.gsum) && self.count.is_some() {
+            return err(
+                line,
+                format!("histogram {name:?}: _sum/_gsum must be present if _count is"),
+            );
+        }
+        if self.negative_buckets && self.sum {
+            return err(
+                line,
+                format!("histogram {name:?}: _sum is not allowed with negative buckets"),
+            );
+        }
+        if !self.negative_buckets && self.negative_gsum {
+            return err(
+                line,
+                format!("histogram {name:?}: negative _gsum without negative buckets"),
+            );
+        }
+        Ok(())
     }
-    Ok(())
 }
 
 /// Parse a page as strict OpenMetrics 1.0.

@@ -14,7 +14,6 @@ use llmwatch_store::{LiveVerdictRow, Point, Range, Store, StoreError};
 use tokio::sync::watch;
 
 use crate::sources::scrape::now_ms;
-use crate::ticker::JitteredTicker;
 use llmwatch_config::{Config, TargetConfig};
 
 /// What the task needs of one target.
@@ -122,9 +121,15 @@ pub async fn run_live_diagnosis(
     window: Duration,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    // One task for every target: a phase of its own, no jitter needed.
-    let mut ticker = JitteredTicker::new("live-diagnosis", interval, Duration::ZERO);
-    while ticker.tick(&mut shutdown).await {
+    // One task for every target, so no phase to spread; the first round
+    // runs at once, giving each target a verdict from the start.
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.changed() => return,
+        }
         for job in &jobs {
             if let Err(err) = evaluate(&store, job, window).await {
                 tracing::warn!(target = %job.name, error = %err, "live diagnosis failed");

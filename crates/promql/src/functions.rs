@@ -194,11 +194,14 @@ fn range_function(
     let mut out = Vec::with_capacity(windows.len());
     for w in &windows {
         if let Some(v) = over_window(name, w, window, param) {
-            // Prometheus 2.x drops the metric name from every range function.
-            out.push(Sample {
-                labels: Arc::new(w.labels.without_name()),
-                v,
-            });
+            // Prometheus 2.x drops the metric name from every range
+            // function but last_over_time.
+            let labels = if name == "last_over_time" {
+                w.labels.clone()
+            } else {
+                Arc::new(w.labels.without_name())
+            };
+            out.push(Sample { labels, v });
         }
     }
     Ok(Some(out))

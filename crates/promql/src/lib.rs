@@ -185,13 +185,15 @@ pub fn range_query<S: SeriesSource>(
                         .push(Point { t_ms: t, v: s.v });
                 }
             }
-            other => return Err(QueryError::BadParam(format!(
+            other => {
+                return Err(QueryError::BadParam(format!(
                 "invalid expression type \"{}\" for range query, must be Scalar or instant Vector",
                 match other {
                     Value::Matrix(_) => "range vector",
                     _ => "string",
                 }
-            ))),
+            )))
+            }
         }
         t += step_ms;
     }

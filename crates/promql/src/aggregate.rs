@@ -51,6 +51,9 @@ pub(crate) fn eval_aggregate<'e>(
     t: i64,
 ) -> Result<Value<'e>, QueryError> {
     let op = a.op.id();
+    if matches!(op, token::T_LIMITK | token::T_LIMIT_RATIO) {
+        return Err(unsupported(format!("aggregation `{}`", a.op)));
+    }
     let samples = ev.eval_vector(&a.expr, t)?;
     let out = match op {
         token::T_TOPK | token::T_BOTTOMK => {

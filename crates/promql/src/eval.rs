@@ -65,6 +65,9 @@ struct Fetched {
 
 type SelectorKey = *const VectorSelector;
 
+/// Most instants one subquery evaluation may visit.
+const MAX_SUBQUERY_STEPS: i64 = 1_000_000;
+
 pub(crate) struct Evaluator<'o> {
     fetched: HashMap<SelectorKey, Vec<Fetched>>,
     pub(crate) opts: &'o QueryOptions,
@@ -81,7 +84,7 @@ pub(crate) fn offset_ms(o: &Option<Offset>) -> i64 {
     match o {
         None => 0,
         Some(Offset::Pos(d)) => duration_ms(d),
-        Some(Offset::Neg(d)) => -duration_ms(d),
+        Some(Offset::Neg(d)) => duration_ms(d).saturating_neg(),
     }
 }
 
@@ -137,7 +140,7 @@ fn at_ms(at: &Option<AtModifier>, query: (i64, i64)) -> Option<i64> {
         Some(AtModifier::End) => Some(query.1),
         Some(AtModifier::At(t)) => Some(match t.duration_since(UNIX_EPOCH) {
             Ok(d) => duration_ms(&d),
-            Err(e) => -duration_ms(&e.duration()),
+            Err(e) => duration_ms(&e.duration()).saturating_neg(),
         }),
     }
 }
@@ -145,12 +148,12 @@ fn at_ms(at: &Option<AtModifier>, query: (i64, i64)) -> Option<i64> {
 fn shifted(span: Span, at: Option<i64>, offset: i64) -> Span {
     match at {
         Some(t) => Span {
-            start: t - offset,
-            end: t - offset,
+            start: t.saturating_sub(offset),
+            end: t.saturating_sub(offset),
         },
         None => Span {
-            start: span.start - offset,
-            end: span.end - offset,
+            start: span.start.saturating_sub(offset),
+            end: span.end.saturating_sub(offset),
         },
     }
 }
@@ -165,22 +168,35 @@ fn plan_node(
     match expr {
         Expr::VectorSelector(vs) => {
             let s = shifted(span, at_ms(&vs.at, query), offset_ms(&vs.offset));
-            push_selection(vs, s.start - opts.lookback_delta_ms, s.end, out)?;
+            push_selection(
+                vs,
+                s.start.saturating_sub(opts.lookback_delta_ms),
+                s.end,
+                out,
+            )?;
         }
         Expr::MatrixSelector(ms) => {
             let vs = &ms.vs;
             let s = shifted(span, at_ms(&vs.at, query), offset_ms(&vs.offset));
-            push_selection(vs, s.start - duration_ms(&ms.range), s.end, out)?;
+            push_selection(
+                vs,
+                s.start.saturating_sub(duration_ms(&ms.range)),
+                s.end,
+                out,
+            )?;
         }
         Expr::Subquery(sq) => {
             let s = shifted(span, at_ms(&sq.at, query), offset_ms(&sq.offset));
             let inner = Span {
-                start: s.start - duration_ms(&sq.range),
+                start: s.start.saturating_sub(duration_ms(&sq.range)),
                 end: s.end,
             };
             plan_node(&sq.expr, inner, query, opts, out)?;
         }
         Expr::Aggregate(a) => {
+            if matches!(a.op.id(), token::T_LIMITK | token::T_LIMIT_RATIO) {
+                return Err(unsupported(format!("aggregation `{}`", a.op)));
+            }
             if let Some(p) = &a.param {
                 plan_node(p, span, query, opts, out)?;
             }
@@ -193,6 +209,7 @@ fn plan_node(
         }
         Expr::Paren(p) => plan_node(&p.expr, span, query, opts, out)?,
         Expr::Call(c) => {
+            crate::functions::check_supported(c.func.name)?;
             for a in &c.args.args {
                 plan_node(a, span, query, opts, out)?;
             }
@@ -276,10 +293,13 @@ impl<'o> Evaluator<'o> {
             Expr::VectorSelector(vs) => Ok(Value::Vector(self.instant_selector(vs, t))),
             Expr::MatrixSelector(ms) => {
                 let vs = &ms.vs;
-                let ts = self.at(&vs.at).unwrap_or(t) - offset_ms(&vs.offset);
+                let ts = self
+                    .at(&vs.at)
+                    .unwrap_or(t)
+                    .saturating_sub(offset_ms(&vs.offset));
                 Ok(Value::Matrix(self.range_selector(
                     vs,
-                    ts - duration_ms(&ms.range),
+                    ts.saturating_sub(duration_ms(&ms.range)),
                     ts,
                 )))
             }
@@ -330,8 +350,11 @@ impl<'o> Evaluator<'o> {
     }
 
     fn instant_selector(&self, vs: &VectorSelector, t: i64) -> Vec<Sample> {
-        let ts = self.at(&vs.at).unwrap_or(t) - offset_ms(&vs.offset);
-        let oldest = ts - self.opts.lookback_delta_ms;
+        let ts = self
+            .at(&vs.at)
+            .unwrap_or(t)
+            .saturating_sub(offset_ms(&vs.offset));
+        let oldest = ts.saturating_sub(self.opts.lookback_delta_ms);
         let mut out = Vec::new();
         for s in self.series_of(vs) {
             let idx = s.samples.partition_point(|&(st, _)| st <= ts);
@@ -355,7 +378,10 @@ impl<'o> Evaluator<'o> {
     /// The timestamp of the sample an instant selector picks at `t` for the
     /// series with `labels` (for `timestamp()`).
     pub(crate) fn sample_time(&self, vs: &VectorSelector, t: i64, labels: &Labels) -> Option<i64> {
-        let ts = self.at(&vs.at).unwrap_or(t) - offset_ms(&vs.offset);
+        let ts = self
+            .at(&vs.at)
+            .unwrap_or(t)
+            .saturating_sub(offset_ms(&vs.offset));
         let s = self.series_of(vs).iter().find(|s| *s.labels == *labels)?;
         let idx = s.samples.partition_point(|&(st, _)| st <= ts);
         (idx > 0).then(|| s.samples[idx - 1].0)
@@ -400,12 +426,20 @@ impl<'o> Evaluator<'o> {
             .map(duration_ms)
             .unwrap_or(self.opts.default_subquery_step_ms)
             .max(1);
-        let ts = self.at(&sq.at).unwrap_or(t) - offset_ms(&sq.offset);
-        let mint = ts - duration_ms(&sq.range);
+        let ts = self
+            .at(&sq.at)
+            .unwrap_or(t)
+            .saturating_sub(offset_ms(&sq.offset));
+        let mint = ts.saturating_sub(duration_ms(&sq.range));
+        if ts.saturating_sub(mint) / step > MAX_SUBQUERY_STEPS {
+            return Err(QueryError::BadParam(format!(
+                "subquery would evaluate more than {MAX_SUBQUERY_STEPS} steps; use a larger step"
+            )));
+        }
         // The first instant aligned to the step at or after `mint`.
         let mut at = mint.div_euclid(step) * step;
         if at < mint {
-            at += step;
+            at = at.saturating_add(step);
         }
         let mut by_labels: HashMap<Arc<Labels>, Vec<(i64, f64)>> = HashMap::new();
         let mut order: Vec<Arc<Labels>> = Vec::new();
@@ -430,7 +464,10 @@ impl<'o> Evaluator<'o> {
                 });
                 entry.push((at, s.v));
             }
-            at += step;
+            at = match at.checked_add(step) {
+                Some(next) => next,
+                None => break,
+            };
         }
         let windows = order
             .into_iter()

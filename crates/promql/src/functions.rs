@@ -16,6 +16,86 @@ use crate::eval::{
 use crate::histogram::histogram_quantile;
 use crate::source::{Labels, MatchKind, METRIC_NAME};
 
+/// Every function [`eval_call`] evaluates.
+const SUPPORTED: &[&str] = &[
+    "rate",
+    "increase",
+    "delta",
+    "irate",
+    "idelta",
+    "deriv",
+    "predict_linear",
+    "changes",
+    "resets",
+    "avg_over_time",
+    "min_over_time",
+    "max_over_time",
+    "sum_over_time",
+    "count_over_time",
+    "last_over_time",
+    "stddev_over_time",
+    "stdvar_over_time",
+    "present_over_time",
+    "absent_over_time",
+    "quantile_over_time",
+    "abs",
+    "ceil",
+    "floor",
+    "exp",
+    "sqrt",
+    "ln",
+    "log2",
+    "log10",
+    "sin",
+    "cos",
+    "tan",
+    "asin",
+    "acos",
+    "atan",
+    "sinh",
+    "cosh",
+    "tanh",
+    "asinh",
+    "acosh",
+    "atanh",
+    "deg",
+    "rad",
+    "sgn",
+    "time",
+    "pi",
+    "scalar",
+    "vector",
+    "round",
+    "clamp",
+    "clamp_min",
+    "clamp_max",
+    "histogram_quantile",
+    "label_replace",
+    "label_join",
+    "absent",
+    "timestamp",
+    "sort",
+    "sort_desc",
+    "minute",
+    "hour",
+    "day_of_week",
+    "day_of_month",
+    "day_of_year",
+    "days_in_month",
+    "month",
+    "year",
+];
+
+/// `Err` naming the function when this engine does not evaluate it, so a
+/// query fails the same way whatever data it meets.
+pub(crate) fn check_supported(name: &str) -> Result<(), QueryError> {
+    if SUPPORTED.contains(&name) {
+        Ok(())
+    } else {
+        Err(unsupported(format!("function `{name}`")))
+    }
+}
+
 pub(crate) fn eval_call<'e>(
     ev: &'e Evaluator<'_>,
     call: &'e Call,
@@ -62,7 +142,7 @@ pub(crate) fn eval_call<'e>(
         "label_join" => label_join(ev, &args, t)?,
         "absent" => {
             let v = arg_vector(ev, &args, 0, t)?;
-            absent_result(v.is_empty(), args[0])
+            absent_result(v.is_empty(), arg(&args, 0)?)
         }
         "timestamp" => timestamps(ev, &args, t)?,
         "sort" | "sort_desc" => {
@@ -215,8 +295,8 @@ fn window_of(ev: &Evaluator<'_>, e: &Expr, t: i64) -> (i64, i64) {
         Expr::Paren(p) => return window_of(ev, &p.expr, t),
         _ => return (t, t),
     };
-    let end = ev.at(at).unwrap_or(t) - offset_ms(offset);
-    (end - duration_ms(range), end)
+    let end = ev.at(at).unwrap_or(t).saturating_sub(offset_ms(offset));
+    (end.saturating_sub(duration_ms(range)), end)
 }
 
 fn over_window(name: &str, w: &Window<'_>, window: (i64, i64), param: f64) -> Option<f64> {
@@ -309,9 +389,10 @@ pub(crate) fn extrapolated_rate(
             prev = v;
         }
     }
-    let mut to_start = (first.0 - range_start) as f64 / 1000.0;
-    let to_end = (range_end - last.0) as f64 / 1000.0;
-    let sampled = (last.0 - first.0) as f64 / 1000.0;
+    // In f64: a saturated window edge must not overflow the subtraction.
+    let mut to_start = (first.0 as f64 - range_start as f64) / 1000.0;
+    let to_end = (range_end as f64 - last.0 as f64) / 1000.0;
+    let sampled = (last.0 as f64 - first.0 as f64) / 1000.0;
     let avg_between = sampled / (p.len() - 1) as f64;
     if is_counter && result > 0.0 && first.1 >= 0.0 {
         let to_zero = sampled * (first.1 / result);
@@ -333,7 +414,7 @@ pub(crate) fn extrapolated_rate(
     };
     result *= interval / sampled;
     if is_rate {
-        result /= (range_end - range_start) as f64 / 1000.0;
+        result /= (range_end as f64 - range_start as f64) / 1000.0;
     }
     Some(result)
 }

@@ -161,7 +161,7 @@ pub fn range_query<S: SeriesSource>(
             "end timestamp must not be before start time".into(),
         ));
     }
-    if (end_ms - start_ms) / step_ms >= opts.max_points_per_series {
+    if end_ms.saturating_sub(start_ms) / step_ms >= opts.max_points_per_series {
         return Err(QueryError::BadParam(format!(
             "exceeded maximum resolution of {} points per timeseries. Try decreasing the query resolution (?step=XX)",
             opts.max_points_per_series
@@ -195,7 +195,10 @@ pub fn range_query<S: SeriesSource>(
             )))
             }
         }
-        t += step_ms;
+        t = match t.checked_add(step_ms) {
+            Some(next) => next,
+            None => break,
+        };
     }
     let mut out: Vec<RangeSeries> = series
         .into_iter()

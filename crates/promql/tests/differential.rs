@@ -7,11 +7,8 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+
+use common::prometheus::{create_blocks, prom_query, secs, start_prometheus, url_encode};
 
 use llmwatch_promql::{instant_query, range_query, MemorySource, QueryOptions};
 use serde_json::Value as Json;
@@ -19,7 +16,6 @@ use serde_json::Value as Json;
 const START_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z
 const MIN_MS: i64 = 60_000;
 const HOUR_MS: i64 = 60 * MIN_MS;
-const MAX_BODY: usize = 64 << 20;
 
 /// Edge cases beyond the dashboards: every function and operator the engine
 /// evaluates, counter resets, the target that disappears, offsets, `@`.
@@ -143,114 +139,6 @@ const EDGE_CASES: &[&str] = &[
     "vllm:num_requests_running / on (job) vllm:num_requests_waiting",
     "rate({__name__=~\"vllm:(prompt|generation)_tokens_total\"}[5m])",
 ];
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
-    l.local_addr().expect("local address").port()
-}
-
-/// A Prometheus server over a TSDB directory, killed on drop.
-struct Prometheus {
-    child: Child,
-    addr: SocketAddr,
-}
-
-impl Drop for Prometheus {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_prometheus(dir: &Path) -> Prometheus {
-    let config = dir.join("prometheus.yml");
-    std::fs::write(
-        &config,
-        "global:\n  scrape_interval: 15s\nscrape_configs: []\n",
-    )
-    .expect("write config");
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}")
-        .parse()
-        .expect("loopback address");
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg("--storage.tsdb.retention.time=100y")
-        .arg(format!("--web.listen-address={addr}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus is installed (Debian package `prometheus`); this test must not skip");
-    let prom = Prometheus { child, addr };
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok((200, _)) = http_get(addr, "/-/ready") {
-            return prom;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "prometheus not ready within 60 s"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-/// A loopback HTTP/1.0 GET with timeouts and a size limit; (status, body).
-fn http_get(addr: SocketAddr, path_and_query: &str) -> std::io::Result<(u16, Vec<u8>)> {
-    let mut stream = TcpStream::connect_timeout(&addr, Duration::from_secs(5))?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
-    write!(
-        stream,
-        "GET {path_and_query} HTTP/1.0\r\nHost: {addr}\r\n\r\n"
-    )?;
-    let mut raw = Vec::new();
-    stream.take(MAX_BODY as u64 + 1).read_to_end(&mut raw)?;
-    if raw.len() > MAX_BODY {
-        return Err(std::io::Error::other("answer over the size limit"));
-    }
-    let split = raw
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .ok_or_else(|| std::io::Error::other("no end of headers"))?;
-    let head = String::from_utf8_lossy(&raw[..split]);
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| std::io::Error::other("no status"))?;
-    Ok((status, raw[split + 4..].to_vec()))
-}
-
-fn url_encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
-}
-
-fn secs(ms: i64) -> String {
-    format!("{}.{:03}", ms / 1000, ms % 1000)
-}
-
-/// Prometheus' answer: `Ok(data)` or `Err(error message)`.
-fn prom_query(addr: SocketAddr, path: &str) -> Result<Json, String> {
-    let (_, body) = http_get(addr, path).expect("prometheus answers");
-    let v: Json = serde_json::from_slice(&body).expect("prometheus answers JSON");
-    if v["status"] == "success" {
-        Ok(v["data"].clone())
-    } else {
-        Err(v["error"].as_str().unwrap_or("?").to_string())
-    }
-}
 
 fn value_of(v: &Json) -> f64 {
     match v.as_str() {
@@ -377,13 +265,7 @@ fn answers_match_prometheus() {
     let series = common::generate(START_MS, HOUR_MS, 15_000);
     let om = dir.path().join("samples.om");
     std::fs::write(&om, common::to_openmetrics(&series)).expect("write openmetrics");
-    let status = Command::new("promtool")
-        .args(["tsdb", "create-blocks-from", "openmetrics", "--quiet"])
-        .arg(&om)
-        .arg(dir.path().join("data"))
-        .status()
-        .expect("promtool is installed (Debian package `prometheus`); this test must not skip");
-    assert!(status.success(), "promtool failed to create blocks");
+    create_blocks(&om, &dir.path().join("data"));
     std::fs::remove_file(&om).expect("remove openmetrics");
     let prom = start_prometheus(dir.path());
 

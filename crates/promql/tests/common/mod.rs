@@ -3,6 +3,8 @@
 //! from the repository's captured exposition pages.
 #![allow(dead_code)]
 
+pub mod prometheus;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::f64::consts::PI;
 use std::path::PathBuf;
@@ -573,9 +575,30 @@ fn synthetic_series(
 /// swinging load, gauges varying, vllm-1 restarting at 35 min, sglang-1
 /// gone at 40 min), plus the dashboard metrics no page has.
 pub fn generate(start_ms: i64, duration_ms: i64, interval_ms: i64) -> Vec<Series> {
+    generate_for(
+        &["vllm", "sglang", "tgi", "dcgm"],
+        start_ms,
+        duration_ms,
+        interval_ms,
+    )
+}
+
+/// As [`generate`], with only the page instances of `jobs` (and only the
+/// first instance of each page when `jobs` is given as `first:JOB`).
+pub fn generate_for(
+    jobs: &[&str],
+    start_ms: i64,
+    duration_ms: i64,
+    interval_ms: i64,
+) -> Vec<Series> {
     let mut out = Vec::new();
     for (path, instances) in PAGES {
-        for inst in instances.iter() {
+        for (i, inst) in instances.iter().enumerate() {
+            let wanted = jobs.contains(&inst.job)
+                || (i == 0 && jobs.contains(&format!("first:{}", inst.job).as_str()));
+            if !wanted {
+                continue;
+            }
             let times = scrape_times(inst, start_ms, duration_ms, interval_ms);
             page_series(path, inst, &times, start_ms, &mut out);
         }

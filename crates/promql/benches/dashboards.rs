@@ -5,7 +5,7 @@
 //!
 //! Data: the vLLM page's first instance, the DCGM page and the synthetic
 //! llm-d target (every dashboard metric no page has), one sample every 5 s
-//! for 24 h. Prometheus gets it as TSDB blocks built by promtool in 2 h
+//! for 24 h. Prometheus gets it as TSDB blocks built by promtool in 1 h
 //! pieces, so no more than one piece of OpenMetrics text is on disk.
 
 #[path = "../tests/common/mod.rs"]
@@ -17,7 +17,7 @@ use common::prometheus::{create_blocks, http_get, secs, start_prometheus, url_en
 use llmwatch_promql::{instant_query, range_query, MemorySource, QueryOptions, Series};
 
 const START_MS: i64 = 1_767_225_600_000; // 2026-01-01T00:00:00Z, 2 h aligned
-const PIECE_MS: i64 = 2 * 3_600_000;
+const PIECE_MS: i64 = 3_600_000;
 const DAY_MS: i64 = 24 * 3_600_000;
 const STEP_MS: i64 = 60_000;
 

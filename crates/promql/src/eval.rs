@@ -25,6 +25,9 @@ pub(crate) struct Sample {
 #[derive(Clone, Debug)]
 pub(crate) struct Window<'a> {
     pub labels: Arc<Labels>,
+    /// `labels` without `__name__`, what range functions answer with;
+    /// computed once per series and query, not once per step.
+    pub labels_without_name: Arc<Labels>,
     pub points: Cow<'a, [(i64, f64)]>,
 }
 
@@ -60,6 +63,7 @@ pub struct Selection {
 
 struct Fetched {
     labels: Arc<Labels>,
+    labels_without_name: Arc<Labels>,
     samples: Vec<(i64, f64)>,
 }
 
@@ -259,6 +263,7 @@ impl<'o> Evaluator<'o> {
             let list = series
                 .into_iter()
                 .map(|s| Fetched {
+                    labels_without_name: Arc::new(s.labels.without_name()),
                     labels: Arc::new(s.labels),
                     samples: s.samples,
                 })
@@ -412,6 +417,7 @@ impl<'o> Evaluator<'o> {
             if !points.is_empty() {
                 out.push(Window {
                     labels: s.labels.clone(),
+                    labels_without_name: s.labels_without_name.clone(),
                     points,
                 });
             }
@@ -474,6 +480,7 @@ impl<'o> Evaluator<'o> {
             .filter_map(|labels| {
                 let points = by_labels.remove(&labels)?;
                 Some(Window {
+                    labels_without_name: Arc::new(labels.without_name()),
                     labels,
                     points: Cow::Owned(points),
                 })

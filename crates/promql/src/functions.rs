@@ -279,7 +279,7 @@ fn range_function(
             let labels = if name == "last_over_time" {
                 w.labels.clone()
             } else {
-                Arc::new(w.labels.without_name())
+                w.labels_without_name.clone()
             };
             out.push(Sample { labels, v });
         }

@@ -20,6 +20,7 @@ mod error;
 mod eval;
 mod functions;
 mod histogram;
+mod params;
 mod source;
 mod value;
 
@@ -31,6 +32,7 @@ use promql_parser::parser::Expr;
 pub use error::QueryError;
 pub use eval::Selection;
 pub use histogram::bucket_quantile;
+pub use params::{parse_selector, parse_step, parse_time};
 pub use source::{
     is_stale_marker, matches_all, stale_marker, Infallible, LabelMatcher, Labels, MatchKind,
     MemorySource, Series, SeriesSource, METRIC_NAME, STALE_NAN_BITS,

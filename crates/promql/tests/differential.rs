@@ -134,6 +134,9 @@ const EDGE_CASES: &[&str] = &[
     "sglang:num_running_reqs",
     "rate(sglang:prompt_tokens_total[5m])",
     "DCGM_FI_DEV_GPU_UTIL",
+    // A range vector: raw samples as an instant query, an error as a range query.
+    "vllm:num_requests_running[2m]",
+    "rate(vllm:prompt_tokens_total[5m])[10m:2m]",
     "avg by (gpu) (DCGM_FI_DEV_GPU_UTIL)",
     // Errors in both: many-to-many matching and duplicate label sets.
     "vllm:num_requests_running / on (job) vllm:num_requests_waiting",

@@ -75,8 +75,10 @@ pub(crate) fn eval_binary<'e>(
             Ok(Value::Vector(out))
         }
         (l, r) => Err(exec(format!(
-            "binary operator `{}` between {l:?} and {r:?} is not allowed",
-            b.op
+            "binary operator `{}` between {} and {} is not allowed",
+            b.op,
+            l.type_name(),
+            r.type_name()
         ))),
     }
 }

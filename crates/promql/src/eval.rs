@@ -41,7 +41,7 @@ pub(crate) enum Value<'a> {
 }
 
 impl Value<'_> {
-    fn type_name(&self) -> &'static str {
+    pub(crate) fn type_name(&self) -> &'static str {
         match self {
             Value::Scalar(_) => "scalar",
             Value::Str(_) => "string",

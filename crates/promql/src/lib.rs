@@ -13,6 +13,25 @@
 //! store can fetch [`selections`] first, fill a [`MemorySource`], and then
 //! evaluate. Evaluation never panics on any input; a feature it does not
 //! evaluate answers [`QueryError::Unsupported`] naming the feature.
+//!
+//! Wiring it to an HTTP handler: the result is Prometheus' `data`, an error
+//! carries Prometheus' `errorType` and status code.
+//!
+//! ```
+//! use llmwatch_promql::{instant_query, parse_time, Labels, MemorySource, QueryOptions, METRIC_NAME};
+//!
+//! let mut source = MemorySource::new();
+//! let up = Labels::new([(METRIC_NAME, "up"), ("job", "vllm")]);
+//! source.push(&up, 1_000, 1.0);
+//! let time_ms = parse_time("2").unwrap();
+//! let body = match instant_query(&source, "sum by (job) (up)", time_ms, &QueryOptions::default()) {
+//!     Ok(data) => serde_json::json!({"status": "success", "data": data}),
+//!     Err(e) => serde_json::json!({
+//!         "status": "error", "errorType": e.error_type(), "error": e.to_string()
+//!     }),
+//! };
+//! assert_eq!(body["data"]["result"][0]["value"][1], "1");
+//! ```
 
 mod aggregate;
 mod binary;
@@ -119,8 +138,8 @@ pub fn instant_query<S: SeriesSource>(
             }
             QueryData::Vector(out)
         }
-        Value::Matrix(windows) => QueryData::Matrix(
-            windows
+        Value::Matrix(windows) => {
+            let mut out: Vec<RangeSeries> = windows
                 .into_iter()
                 .map(|w| RangeSeries {
                     metric: Arc::unwrap_or_clone(w.labels),
@@ -130,8 +149,10 @@ pub fn instant_query<S: SeriesSource>(
                         .map(|&(t_ms, v)| Point { t_ms, v })
                         .collect(),
                 })
-                .collect(),
-        ),
+                .collect();
+            out.sort_by(|a, b| a.metric.cmp(&b.metric));
+            QueryData::Matrix(out)
+        }
     })
 }
 

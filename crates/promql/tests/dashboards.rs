@@ -59,3 +59,31 @@ fn every_dashboard_expression_evaluates() {
     );
     println!("{non_empty} of {} expressions returned data", exprs.len());
 }
+
+/// Every prefix of every dashboard expression (cut every few characters)
+/// either fails to parse or evaluates; nothing panics.
+#[test]
+fn truncated_expressions_never_panic() {
+    let mut source = MemorySource::new();
+    for s in common::generate_for(&["first:vllm"], START_MS, 10 * 60_000, 15_000) {
+        source.add_series(s);
+    }
+    let opts = QueryOptions::default();
+    let (mut evaluated, mut rejected) = (0, 0);
+    for e in common::dashboard_exprs() {
+        let q = common::substitute(&e.raw);
+        let cuts: Vec<usize> = q.char_indices().map(|(i, _)| i).step_by(5).collect();
+        for cut in cuts {
+            let prefix = &q[..cut];
+            match instant_query(&source, prefix, START_MS + 5 * 60_000, &opts) {
+                Ok(_) => evaluated += 1,
+                Err(_) => rejected += 1,
+            }
+        }
+    }
+    // Some prefixes are valid PromQL (a bare metric name), most are not.
+    assert!(
+        evaluated > 100 && rejected > 1000,
+        "{evaluated} evaluated, {rejected} rejected"
+    );
+}

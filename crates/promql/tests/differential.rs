@@ -7,6 +7,7 @@
 mod common;
 
 use std::collections::BTreeMap;
+use std::net::SocketAddr;
 
 use common::prometheus::{create_blocks, prom_query, secs, start_prometheus, url_encode};
 
@@ -262,6 +263,57 @@ fn check(tally: &mut Tally, what: &str, ours: Result<Json, String>, theirs: Resu
     }
 }
 
+/// Runs `q` against both as instant queries at three times and as a range
+/// query, and tallies the comparison.
+fn compare_query(tally: &mut Tally, source: &MemorySource, prom: SocketAddr, label: &str, q: &str) {
+    let opts = QueryOptions::default();
+    // After vllm-1's restart (35 min); sglang-1 gone (40 min) but in
+    // lookback; and past its lookback.
+    let instants = [
+        START_MS + 37 * MIN_MS + 7_500,
+        START_MS + 43 * MIN_MS,
+        START_MS + 50 * MIN_MS,
+    ];
+    // From before the data's 10th minute to 10 minutes past its end.
+    let (range_start, range_end, step) = (
+        START_MS + 5 * MIN_MS,
+        START_MS + HOUR_MS + 10 * MIN_MS,
+        MIN_MS,
+    );
+    for &t in &instants {
+        let ours =
+            instant_query(source, q, t, &opts).map(|d| serde_json::to_value(d).expect("serialise"));
+        let theirs = prom_query(
+            prom,
+            &format!("/api/v1/query?query={}&time={}", url_encode(q), secs(t)),
+        );
+        check(
+            tally,
+            &format!("{label} instant@{}: {q}", secs(t)),
+            ours.map_err(|e| e.to_string()),
+            theirs,
+        );
+    }
+    let ours = range_query(source, q, range_start, range_end, step, &opts)
+        .map(|d| serde_json::to_value(d).expect("serialise"));
+    let theirs = prom_query(
+        prom,
+        &format!(
+            "/api/v1/query_range?query={}&start={}&end={}&step={}",
+            url_encode(q),
+            secs(range_start),
+            secs(range_end),
+            step / 1000
+        ),
+    );
+    check(
+        tally,
+        &format!("{label} range: {q}"),
+        ours.map_err(|e| e.to_string()),
+        theirs,
+    );
+}
+
 #[test]
 fn answers_match_prometheus() {
     let dir = tempfile::tempdir().expect("temp dir");
@@ -275,7 +327,6 @@ fn answers_match_prometheus() {
     let mut source = MemorySource::new();
     let n_series = series.len();
     series.into_iter().for_each(|s| source.add_series(s));
-    let opts = QueryOptions::default();
 
     let mut queries: Vec<String> = common::dashboard_exprs()
         .iter()
@@ -283,18 +334,6 @@ fn answers_match_prometheus() {
         .collect();
     let n_dash = queries.len();
     queries.extend(EDGE_CASES.iter().map(|s| s.to_string()));
-    // After vllm-1's restart (35 min), sglang-1 gone (40 min) but in lookback,
-    // and past its lookback.
-    let instants = [
-        START_MS + 37 * MIN_MS + 7_500,
-        START_MS + 43 * MIN_MS,
-        START_MS + 50 * MIN_MS,
-    ];
-    let (range_start, range_end, step) = (
-        START_MS + 5 * MIN_MS,
-        START_MS + HOUR_MS + 10 * MIN_MS,
-        MIN_MS,
-    );
 
     let mut tally = Tally {
         compared: 0,
@@ -309,38 +348,7 @@ fn answers_match_prometheus() {
         } else {
             "edge case".to_string()
         };
-        for &t in &instants {
-            let ours = instant_query(&source, q, t, &opts)
-                .map(|d| serde_json::to_value(d).expect("serialise"));
-            let theirs = prom_query(
-                prom.addr,
-                &format!("/api/v1/query?query={}&time={}", url_encode(q), secs(t)),
-            );
-            check(
-                &mut tally,
-                &format!("{label} instant@{}: {q}", secs(t)),
-                ours.map_err(|e| e.to_string()),
-                theirs,
-            );
-        }
-        let ours = range_query(&source, q, range_start, range_end, step, &opts)
-            .map(|d| serde_json::to_value(d).expect("serialise"));
-        let theirs = prom_query(
-            prom.addr,
-            &format!(
-                "/api/v1/query_range?query={}&start={}&end={}&step={}",
-                url_encode(q),
-                secs(range_start),
-                secs(range_end),
-                step / 1000
-            ),
-        );
-        check(
-            &mut tally,
-            &format!("{label} range: {q}"),
-            ours.map_err(|e| e.to_string()),
-            theirs,
-        );
+        compare_query(&mut tally, &source, prom.addr, &label, q);
     }
     println!(
         "{n_series} series; {} queries ({} expressions: {n_dash} dashboard + {} edge cases) compared: {} matched with data, {} matched empty, {} failed in both, {} mismatches; largest relative difference {:e}",
@@ -373,9 +381,10 @@ fn answers_match_prometheus() {
         tally.non_empty,
         tally.compared
     );
-    // The two error cases fail in both, for each of the four queries.
+    // The two error cases fail in both, for each of the four queries, and
+    // the two range vectors as range queries.
     assert!(
-        tally.both_error.len() >= 8,
+        tally.both_error.len() >= 10,
         "expected the many-to-many and duplicate-labelset cases to fail in both"
     );
 }

@@ -159,13 +159,14 @@ async fn step(
     (thread, client): &(MeasuringThread, ProbeClient),
     stamps: &Stamps,
     streams: u32,
+    requests: u64,
     events: u64,
     interval_us: u64,
 ) -> Step {
     stamps.lock().unwrap().clear();
     // Warm-up: one 1-event request per stream, so the measured streams run
     // on pooled connections (as a benchmark's steady state does).
-    let mut cfg = RunConfig::closed(streams, u64::from(streams));
+    let mut cfg = RunConfig::closed(streams, requests);
     cfg.warmup_requests = u64::from(streams);
     let warm = cfg.warmup_requests;
     let started = Instant::now();
@@ -294,6 +295,7 @@ fn raise_fd_limit() {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    let profile = std::env::args().any(|a| a == "--profile");
     raise_fd_limit();
     let stamps: Stamps = Arc::default();
     let addr = spawn_server(stamps.clone());
@@ -314,6 +316,14 @@ fn main() {
             MeasuringThread::start(true).unwrap(),
             ProbeClient::new(cfg).unwrap(),
         );
+        if profile {
+            // A fixed workload for `valgrind --tool=callgrind
+            // --separate-threads=yes`: instructions per event on the
+            // measuring thread are repeatable where wall time is not.
+            let s = step(&sleeping, &stamps, 16, 400, 64, 0).await;
+            println!("profile: {} events, {} failed", s.events, s.result.failed);
+            return;
+        }
         println!("client: MeasuringThread (one current_thread runtime, one core); server: own thread, 1 worker");
         println!("{}", box_state());
         println!("\nPhase A: zero-delay streams, events/s the client parses (sleeping thread)");
@@ -330,7 +340,7 @@ fn main() {
         };
         for &c in sizes {
             let per = if c == 1 { 20_000 } else { (200_000 / u64::from(c)).max(50) };
-            let s = step(&sleeping, &stamps, c, per, 0).await;
+            let s = step(&sleeping, &stamps, c, u64::from(c), per, 0).await;
             println!(
                 "{:>8} {:>8} {:>8.2} {:>10.0} {:>12.2} {:>12.2} {:>7.1} {:>7}",
                 c,
@@ -363,7 +373,7 @@ fn main() {
         for &c in &sizes {
             for (mode, client) in &modes {
                 let events = if quick { 20 } else { 40 };
-                let s = step(client, &stamps, c, events, 50_000).await;
+                let s = step(client, &stamps, c, u64::from(c), events, 50_000).await;
                 let p99 = pct(&s.errors_us, 0.99);
                 let within = s.errors_us.iter().filter(|e| e.abs() < 1000.0).count() as f64
                     / s.errors_us.len().max(1) as f64;

@@ -379,7 +379,7 @@ fn drain_events(
     state: &mut StreamState,
     sent: Instant,
 ) -> Result<Option<Instant>, ProbeError> {
-    while let Some(ev) = reader.next_event() {
+    while let Some(ev) = reader.next_borrowed() {
         let at = Instant::now();
         let ev = ev.map_err(|e| ProbeError::InvalidSse {
             message: e.to_string(),
@@ -393,7 +393,7 @@ fn drain_events(
             continue;
         }
         rec.total_events += 1;
-        if ev.event.as_deref() == Some("error") {
+        if ev.event == Some("error") {
             let message = serde_json::from_str::<serde_json::Value>(data)
                 .map(|v| error_message(&v))
                 .unwrap_or_else(|_| truncate(data, 300));

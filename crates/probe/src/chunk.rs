@@ -709,7 +709,7 @@ mod tests {
         let leaf = prop_oneof![
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
-            any::<u32>().prop_map(|n| Value::from(n)),
+            any::<u32>().prop_map(Value::from),
             any::<i64>().prop_map(Value::from),
             (-1e6f64..1e6).prop_map(Value::from),
             "[a-z\\\"\u{e9}\u{1f600}\n]{0,6}".prop_map(Value::String),

@@ -278,6 +278,15 @@ impl MeasuringPool {
         let make_request = Arc::new(make_request);
         let config = Arc::new(config);
         let shares = split_slots(&config.load, self.workers.len());
+        // The exact samples are shared out too: N workers hold no more than
+        // one thread would. (A worker past its share falls back to its
+        // histogram a little before the whole run would have.)
+        let active = shares.iter().filter(|s| **s != Some(0)).count().max(1);
+        let full_cap = options.exact_samples;
+        let options = RunOptions {
+            exact_samples: (full_cap / active).max(1),
+            ..options
+        };
         let mut tasks = Vec::new();
         for ((thread, client), share) in self.workers.iter().zip(shares) {
             if share == Some(0) {
@@ -301,7 +310,12 @@ impl MeasuringPool {
                 Err(_) => return Err(RunError::MeasuringThreadGone),
             }
         }
-        Ok(merge_outcomes(&config, schedule.measured_start(), outcomes))
+        Ok(merge_outcomes(
+            &config,
+            full_cap,
+            schedule.measured_start(),
+            outcomes,
+        ))
     }
 }
 
@@ -323,17 +337,19 @@ fn split_slots(load: &Load, workers: usize) -> Vec<Option<u32>> {
 /// records in request order, the self-check judged per worker and over all.
 pub(crate) fn merge_outcomes(
     config: &RunConfig,
+    exact_samples: usize,
     measured_start: Option<Instant>,
     outcomes: Vec<WorkerOutcome>,
 ) -> RunResult {
     let start = measured_start.unwrap_or_else(Instant::now);
+    let mut stats = crate::RunStats::new(config.objectives, exact_samples);
     let mut iter = outcomes.into_iter();
     let Some(first) = iter.next() else {
-        let stats = crate::RunStats::new(config.objectives, 0);
         return stats.finish(config, 0, Vec::new(), Duration::ZERO, &Monitored::default());
     };
     let mut checks = vec![worker_check(config, &first)];
-    let (mut stats, mut records, mut warmups) = (first.stats, first.records, first.warmups);
+    stats.merge(&first.stats);
+    let (mut records, mut warmups) = (first.records, first.warmups);
     let mut last_end = first.last_end;
     let mut worst = first.monitored;
     for o in iter {

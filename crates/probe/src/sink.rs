@@ -90,7 +90,8 @@ fn write_all(
 /// Writes `result` as one JSON document at `out` with its `records` read
 /// back, line by line, from the JSON Lines file `records` (as a
 /// [`RecordWriter`] wrote it): the document a run that kept its records
-/// would have written, assembled without holding them. URLs in the
+/// would have written (records in the order they ended, not by number),
+/// assembled without holding them. URLs in the
 /// summary are redacted (the lines already are).
 pub fn write_result_json(
     result: &crate::RunResult,

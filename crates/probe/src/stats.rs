@@ -148,9 +148,9 @@ impl Distribution {
         self.hist.is_empty()
     }
 
-    /// Adds another distribution's values (the smaller cap wins).
+    /// Adds another distribution's values. This one's cap applies to the
+    /// sum; samples `other` already dropped stay dropped.
     pub fn merge(&mut self, other: &Distribution) {
-        self.cap = self.cap.min(other.cap);
         let _ = self.hist.add(&other.hist);
         self.missing += other.missing;
         self.exact = match (self.exact.take(), &other.exact) {

@@ -53,9 +53,9 @@ pub const AUTO_SPIN_MIN_CORES: usize = 4;
 pub enum SpinMode {
     /// Sleeps in the kernel until a packet or timer wakes it.
     Off,
-    /// Busy-polls while there is work — after each wake-up, until
-    /// [`ADAPTIVE_IDLE`] passes with nothing to do — then sleeps until the
-    /// next packet. Under paced load (events every few hundred µs) it never
+    /// Busy-polls while there is network activity — after each wake-up,
+    /// until [`ADAPTIVE_IDLE`] passes without a byte read or a request
+    /// sent — then sleeps until the next packet. Under paced load (events every few hundred µs) it never
     /// sleeps, so events are stamped as a spinning thread stamps them; idle
     /// it costs what a sleeping thread costs. Only the first event after a
     /// quiet spell pays the wake-up.
@@ -536,29 +536,44 @@ impl SpinMeter {
     }
 }
 
-/// Yields in a loop, recording the gap between turns. Adaptive: a turn
-/// much longer than an empty one means other tasks ran (work); after
-/// [`ADAPTIVE_IDLE`] without any, it waits for the runtime's next wake-up
-/// (which lets the thread sleep) and spins again from there. The span it
-/// waited is not a turn: nothing was pending.
+thread_local! {
+    /// Network activity on this thread (bytes read, requests sent): what
+    /// an adaptive spinner takes as work. A turn's length would not do: on
+    /// a busy machine the OS preempts the spinner, and a preempted turn is
+    /// as long as a busy one.
+    static ACTIVITY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Notes network activity on the calling thread (see [`ACTIVITY`]).
+pub(crate) fn note_activity() {
+    ACTIVITY.with(|a| a.set(a.get().wrapping_add(1)));
+}
+
+/// Yields in a loop, recording the gap between turns. Adaptive: after
+/// [`ADAPTIVE_IDLE`] without network activity on the thread, it waits for
+/// the runtime's next wake-up (which lets the thread sleep) and spins again
+/// from there. The span it waited is not a turn: nothing was pending.
 async fn spin_loop(stats: Arc<Mutex<SpinStats>>, woke: Option<Arc<Notify>>) {
     let mut last = Instant::now();
     let mut last_work = last;
+    let mut seen = ACTIVITY.with(|a| a.get());
     loop {
         tokio::task::yield_now().await;
         let now = Instant::now();
         let gap = u64::try_from((now - last).as_nanos()).unwrap_or(u64::MAX);
         last = now;
-        let empty_ns = match stats.lock() {
+        let calibrated = match stats.lock() {
             Ok(mut s) => {
                 s.gaps_ns.saturating_record(gap.max(1));
-                s.empty_turn_ns
+                s.empty_turn_ns.is_some()
             }
-            Err(_) => None,
+            Err(_) => false,
         };
         let Some(woke) = &woke else { continue };
+        let activity = ACTIVITY.with(|a| a.get());
         // Before calibration every turn counts as work (never park then).
-        let work = empty_ns.is_none_or(|e| gap as f64 > 4.0 * e.max(250.0));
+        let work = !calibrated || activity != seen;
+        seen = activity;
         if work {
             last_work = now;
         } else if now - last_work > ADAPTIVE_IDLE {
@@ -609,6 +624,42 @@ mod tests {
         drop(thread);
         let closed = tokio::time::timeout(Duration::from_secs(5), gone).await;
         assert!(matches!(closed, Ok(Err(_))), "{closed:?}");
+    }
+
+    /// Adaptive: idle, the spinner stops and the thread sleeps (little CPU
+    /// over a quiet spell); the runtime's next wake-up restarts it.
+    #[tokio::test]
+    async fn adaptive_spinner_sleeps_when_idle_and_wakes_with_the_runtime() {
+        let thread = MeasuringThread::start_mode(SpinMode::Adaptive).unwrap();
+        let woke = thread.woke.clone();
+        let (idle_cpu, resumed) = thread
+            .spawn(async move {
+                let meter = spin_meter(SpinMode::Adaptive, woke).await.unwrap();
+                let turns = || meter.stats.lock().unwrap().gaps_ns.len();
+                // Let it go quiet, then measure a quiet spell.
+                tokio::time::sleep(ADAPTIVE_IDLE * 5).await;
+                let cpu0 = crate::selfcheck::thread_cpu_time().unwrap();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let idle_cpu = crate::selfcheck::thread_cpu_time().unwrap() - cpu0;
+                // The timer's wake-up restarts the spinner: its turns grow
+                // again (polled with a deadline).
+                let before = turns();
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let mut resumed = false;
+                while Instant::now() < deadline {
+                    tokio::task::yield_now().await;
+                    if turns() > before + 10 {
+                        resumed = true;
+                        break;
+                    }
+                }
+                (idle_cpu, resumed)
+            })
+            .await
+            .unwrap();
+        // Spinning through it would burn most of the 300 ms.
+        assert!(idle_cpu < Duration::from_millis(60), "{idle_cpu:?}");
+        assert!(resumed);
     }
 
     #[test]

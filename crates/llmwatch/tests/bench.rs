@@ -84,16 +84,16 @@ async fn bench_against_the_sim(extra: &[&str]) -> (serde_json::Value, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bench_prints_the_table_and_writes_json() {
     let (result, stdout) = bench_against_the_sim(&[]).await;
-    // `--spin auto`: the measuring thread sleeps below 4 cores.
-    let spins = llmwatch_probe::Spin::Auto.resolve();
-    let measure = if spins {
-        "spin_busy"
-    } else {
-        "measuring_thread"
+    // `--spin auto`: the measuring thread spins only while streams are
+    // active below 4 cores.
+    let measure = match llmwatch_probe::Spin::Auto.mode() {
+        llmwatch_probe::SpinMode::On => "spin_busy",
+        llmwatch_probe::SpinMode::Adaptive => "adaptive_busy",
+        llmwatch_probe::SpinMode::Off => "measuring_thread",
     };
     assert_eq!(result["self_check"]["cpu_measure"], measure);
     let cores = result["self_check"]["cpu_cores"].as_f64().unwrap();
-    assert!(cores > 0.0 && cores <= 1.0, "one thread: {cores}");
+    assert!((0.0..=1.0).contains(&cores), "one thread: {cores}");
     assert!(stdout.contains("(measuring thread"), "{stdout}");
 }
 
@@ -104,6 +104,41 @@ async fn bench_with_spin_busy_polls_and_says_so() {
     let busy = result["self_check"]["cpu_cores"].as_f64().unwrap();
     assert!((0.0..=1.0).contains(&busy), "{busy}");
     assert!(stdout.contains("busy-polling"), "{stdout}");
+}
+
+/// Issue 16: two measuring workers share the run; every record streams to
+/// `--records` (one JSON line each) and the `--json` document still holds
+/// them all (in the order the requests ended).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_with_two_workers_streams_its_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let records = dir.path().join("records.jsonl");
+    let arg = records.display().to_string();
+    let (result, stdout) = bench_against_the_sim(&["--workers", "2", "--records", &arg]).await;
+    assert_eq!(
+        result["self_check"]["workers"].as_array().map(Vec::len),
+        Some(2)
+    );
+    assert!(stdout.contains("Measuring workers:"), "{stdout}");
+    let text = std::fs::read_to_string(&records).unwrap();
+    let mut seqs: Vec<u64> = text
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l).unwrap()["seq"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    seqs.sort_unstable();
+    // 2 warm-ups, then 24 measured requests, each written once.
+    assert_eq!(seqs, (2..26).collect::<Vec<u64>>());
+    let in_json: Vec<u64> = result["records"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(in_json.len(), 24);
 }
 
 /// One `bench` run against `url`: its JSON result and stderr.

@@ -10,15 +10,22 @@
 //! difference is the client's timing error (plus loopback and the server's
 //! own scheduling, so it is an upper bound).
 //!
-//! Phase A (capacity): streams with zero delay between events — the most
-//! events/s the client parses, and its CPU per event (sleeping thread).
+//! Phase A (capacity): requests of 64 chat chunks (plus the usage chunk)
+//! with zero delay between them — requests/s and events/s the client
+//! sustains, its CPU per event (sleeping threads), and whether its
+//! self-check called it the bottleneck.
 //! Phase B (accuracy under load): paced streams (one event per stream every
 //! 50 ms, phases spread) at rising concurrency, sleeping and spinning,
 //! reporting the timing error p50/p99/max and the client self-check.
 //!
 //! Run: `cargo bench -p llmwatch-probe --bench client_capacity`
-//! (`-- --quick` for a short pass). Knobs: `BENCH_STREAMS=100,1000` (phase
-//! B steps), `BENCH_SKIP_A=1`, `BENCH_MODES=spin` (or `sleep`),
+//! (`-- --quick` for a short pass; `-- --profile` runs one fixed workload
+//! for callgrind). Every phase runs on a [`MeasuringPool`] of 1 worker and,
+//! where the machine spares more cores, of N (`BENCH_WORKERS`, default
+//! [`default_workers`]). Knobs: `BENCH_STREAMS=100,1000` (phase
+//! B steps), `BENCH_SKIP_A=1`, `BENCH_MODES=spin` (or `sleep`, `default`:
+//! what `--spin auto` resolves to here — adaptive below 4 cores),
+//! `BENCH_SERVER_THREADS` (default: half the cores),
 //! `BENCH_DEBUG=1` (error per event index). Each section prints the box's
 //! load and CPU pressure, and each step the hypervisor's steal (the self-check's `host_steal_pct`): on a shared
 //! machine the timing error measures the neighbours as much as the client.
@@ -34,7 +41,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use llmwatch_probe::{
-    Api, ClientConfig, MeasuringThread, ProbeClient, ProbeRequest, RunConfig, RunResult,
+    default_workers, Api, ClientConfig, MeasuringPool, ProbeRequest, RunConfig, RunOptions,
+    RunResult, Spin, SpinMode,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -125,8 +133,16 @@ async fn serve_conn(mut sock: TcpStream, stamps: Stamps) {
 fn spawn_server(stamps: Stamps) -> std::net::SocketAddr {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        // One server thread per two cores (`BENCH_SERVER_THREADS`): on a
+        // big machine one thread would bound N client workers.
+        let threads = std::env::var("BENCH_SERVER_THREADS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| {
+                (std::thread::available_parallelism().map_or(2, |n| n.get()) / 2).max(1)
+            });
         let rt = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
+            .worker_threads(threads)
             .enable_all()
             .build()
             .unwrap();
@@ -156,21 +172,22 @@ struct Step {
 }
 
 async fn step(
-    (thread, client): &(MeasuringThread, ProbeClient),
+    pool: &MeasuringPool,
     stamps: &Stamps,
     streams: u32,
+    requests: u64,
     events: u64,
     interval_us: u64,
 ) -> Step {
     stamps.lock().unwrap().clear();
     // Warm-up: one 1-event request per stream, so the measured streams run
     // on pooled connections (as a benchmark's steady state does).
-    let mut cfg = RunConfig::closed(streams, u64::from(streams));
+    let mut cfg = RunConfig::closed(streams, requests);
     cfg.warmup_requests = u64::from(streams);
     let warm = cfg.warmup_requests;
     let started = Instant::now();
-    let result = thread
-        .run(client.clone(), cfg, move |i| {
+    let result = pool
+        .run(cfg, RunOptions::default(), move |i| {
             let (events, interval_us) = if i < warm {
                 (1, 0)
             } else {
@@ -195,7 +212,14 @@ async fn step(
         .await
         .expect("valid config");
     let steal_pct = result.self_check.host_steal_pct.unwrap_or(f64::NAN);
-    let client_cpu_s = result.self_check.cpu_cores.unwrap_or(f64::NAN) * result.duration_s;
+    // Every worker's CPU (each checked on its own thread).
+    let client_cpu_s = result
+        .self_check
+        .workers
+        .iter()
+        .map(|w| w.cpu_cores.unwrap_or(f64::NAN))
+        .sum::<f64>()
+        * result.duration_s;
     let wall = started
         .elapsed()
         .as_secs_f64()
@@ -294,6 +318,7 @@ fn raise_fd_limit() {
 
 fn main() {
     let quick = std::env::args().any(|a| a == "--quick");
+    let profile = std::env::args().any(|a| a == "--profile");
     raise_fd_limit();
     let stamps: Stamps = Arc::default();
     let addr = spawn_server(stamps.clone());
@@ -304,73 +329,105 @@ fn main() {
     rt.block_on(async move {
         let mut cfg = ClientConfig::new(format!("http://{addr}"));
         cfg.timeout = Duration::from_secs(60);
-        // A client per thread: connections belong to the runtime that
-        // opened them.
-        let sleeping = (
-            MeasuringThread::start(false).unwrap(),
-            ProbeClient::new(cfg.clone()).unwrap(),
-        );
-        let spinning = (
-            MeasuringThread::start(true).unwrap(),
-            ProbeClient::new(cfg).unwrap(),
-        );
-        println!("client: MeasuringThread (one current_thread runtime, one core); server: own thread, 1 worker");
+        // Each pool's threads get clients of their own: connections belong
+        // to the runtime that opened them.
+        let n = std::env::var("BENCH_WORKERS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(default_workers);
+        let pool = |n, mode| MeasuringPool::start_mode(n, mode, &cfg).unwrap();
+        let sleeping = pool(1, SpinMode::Off);
+        let spinning = pool(1, SpinMode::On);
+        // What `--spin auto` gives on this machine (adaptive below 4 cores).
+        let default_mode = Spin::Auto.mode();
+        let defaulted = pool(1, default_mode);
+        let wide = (n > 1).then(|| (pool(n, SpinMode::Off), pool(n, SpinMode::On)));
+        if profile {
+            // A fixed workload for `valgrind --tool=callgrind
+            // --separate-threads=yes`: instructions per event on the
+            // measuring thread are repeatable where wall time is not.
+            let s = step(&sleeping, &stamps, 16, 400, 64, 0).await;
+            println!("profile: {} events, {} failed", s.events, s.result.failed);
+            return;
+        }
+        println!("client: MeasuringPool of 1 and {n} workers (one current_thread runtime per thread); server: own thread, 1 worker");
         println!("{}", box_state());
-        println!("\nPhase A: zero-delay streams, events/s the client parses (sleeping thread)");
+        println!("\nPhase A: zero-delay streams, 64 chat chunks + usage each: what the client sustains (sleeping threads)");
         println!(
-            "{:>8} {:>8} {:>8} {:>10} {:>12} {:>12} {:>7} {:>7}",
-            "streams", "events", "wall s", "events/s", "client cpu s", "client us/ev", "steal %", "failed"
+            "{:>8} {:>7} {:>9} {:>8} {:>10} {:>10} {:>12} {:>12} {:>7} {:>6} {:>7}",
+            "streams", "workers", "requests", "wall s", "req/s", "events/s", "client cpu s", "client us/ev", "steal %", "bound", "failed"
         );
         let sizes: &[u32] = if std::env::var("BENCH_SKIP_A").is_ok() {
             &[]
         } else if quick {
-            &[1, 100, 1000]
+            &[16, 256]
         } else {
-            &[1, 10, 100, 500, 1000, 2000]
+            &[16, 64, 256, 1000]
         };
+        let mut a_pools: Vec<(usize, &MeasuringPool)> = vec![(1, &sleeping)];
+        if let Some((w, _)) = &wide {
+            a_pools.push((n, w));
+        }
         for &c in sizes {
-            let per = if c == 1 { 20_000 } else { (200_000 / u64::from(c)).max(50) };
-            let s = step(&sleeping, &stamps, c, per, 0).await;
-            println!(
-                "{:>8} {:>8} {:>8.2} {:>10.0} {:>12.2} {:>12.2} {:>7.1} {:>7}",
-                c,
-                s.events,
-                s.wall,
-                s.events as f64 / s.wall,
-                s.client_cpu_s,
-                s.client_cpu_s * 1e6 / s.events.max(1) as f64,
-                s.steal_pct,
-                s.result.failed
-            );
+            for &(workers, pool) in &a_pools {
+                let requests = if quick { 1_000 } else { 4_000 }.max(u64::from(c) * 2);
+                let s = step(pool, &stamps, c, requests, 64, 0).await;
+                println!(
+                    "{:>8} {:>7} {:>9} {:>8.2} {:>10.0} {:>10.0} {:>12.2} {:>12.2} {:>7.1} {:>6} {:>7}",
+                    c,
+                    workers,
+                    s.result.requests,
+                    s.wall,
+                    s.result.requests as f64 / s.wall,
+                    s.events as f64 / s.wall,
+                    s.client_cpu_s,
+                    s.client_cpu_s * 1e6 / s.events.max(1) as f64,
+                    s.steal_pct,
+                    if s.result.self_check.client_bound { "yes" } else { "no" },
+                    s.result.failed
+                );
+            }
         }
         println!("{}", box_state());
         println!("\nPhase B: paced streams (1 event / 50 ms each); timing error (us) = client parse − server write");
         println!(
-            "{:>8} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9} {:>7} {:>6}",
-            "streams", "mode", "events/s", "err p50", "err p99", "err max", "<1ms %", "client us/ev", "sched p99", "steal %", "failed"
+            "{:>8} {:>7} {:>6} {:>9} {:>9} {:>9} {:>9} {:>9} {:>12} {:>9} {:>7} {:>6}",
+            "streams", "workers", "mode", "events/s", "err p50", "err p99", "err max", "<1ms %", "client us/ev", "sched p99", "steal %", "failed"
         );
         let sizes: Vec<u32> = match std::env::var("BENCH_STREAMS") {
             Ok(v) => v.split(',').filter_map(|x| x.trim().parse().ok()).collect(),
-            Err(_) if quick => vec![100, 1000],
-            Err(_) => vec![100, 250, 500, 1000, 1500, 2000, 3000],
+            Err(_) if quick => vec![256, 1000],
+            Err(_) => vec![64, 256, 1000, 2000],
         };
-        let modes: Vec<(&str, &(MeasuringThread, ProbeClient))> = match std::env::var("BENCH_MODES").as_deref() {
-            Ok("spin") => vec![("spin", &spinning)],
-            Ok("sleep") => vec![("sleep", &sleeping)],
-            _ => vec![("sleep", &sleeping), ("spin", &spinning)],
+        let default_name = match default_mode {
+            SpinMode::Adaptive => "adapt",
+            SpinMode::On => "spin",
+            SpinMode::Off => "sleep",
         };
-        let mut best: Vec<(&str, u32)> = Vec::new();
+        let mut modes: Vec<(&str, usize, &MeasuringPool)> = match std::env::var("BENCH_MODES").as_deref() {
+            Ok("spin") => vec![("spin", 1, &spinning)],
+            Ok("sleep") => vec![("sleep", 1, &sleeping)],
+            Ok("default") => vec![(default_name, 1, &defaulted)],
+            _ => vec![("sleep", 1, &sleeping), (default_name, 1, &defaulted), ("spin", 1, &spinning)],
+        };
+        println!("default mode (--spin auto) here: {default_name}");
+        if let Some((w_sleep, w_spin)) = &wide {
+            modes.push(("sleep", n, w_sleep));
+            modes.push(("spin", n, w_spin));
+        }
+        let mut best: Vec<(&str, usize, u32)> = Vec::new();
         for &c in &sizes {
-            for (mode, client) in &modes {
+            for &(mode, workers, pool) in &modes {
                 let events = if quick { 20 } else { 40 };
-                let s = step(client, &stamps, c, events, 50_000).await;
+                let s = step(pool, &stamps, c, u64::from(c), events, 50_000).await;
                 let p99 = pct(&s.errors_us, 0.99);
                 let within = s.errors_us.iter().filter(|e| e.abs() < 1000.0).count() as f64
                     / s.errors_us.len().max(1) as f64;
                 let sc = &s.result.self_check;
                 println!(
-                    "{:>8} {:>6} {:>9.0} {:>9.1} {:>9.1} {:>9.1} {:>8.2}% {:>12.2} {:>9.2} {:>7.1} {:>6}",
+                    "{:>8} {:>7} {:>6} {:>9.0} {:>9.1} {:>9.1} {:>9.1} {:>8.2}% {:>12.2} {:>9.2} {:>7.1} {:>6}",
                     c,
+                    workers,
                     mode,
                     f64::from(c) * 1e6 / 50_000.0,
                     pct(&s.errors_us, 0.5),
@@ -383,16 +440,16 @@ fn main() {
                     s.result.failed
                 );
                 if p99 < 1000.0 && s.result.failed == 0 {
-                    best.retain(|(m, _)| m != mode);
-                    best.push((mode, c));
+                    best.retain(|(m, w, _)| !(*m == mode && *w == workers));
+                    best.push((mode, workers, c));
                 }
             }
         }
         println!("{}", box_state());
-        for (mode, _) in &modes {
-            match best.iter().find(|(m, _)| m == mode) {
-                Some((_, c)) => println!("{mode}: most concurrent streams with p99 timing error < 1 ms: {c}"),
-                None => println!("{mode}: no step reached p99 timing error < 1 ms"),
+        for &(mode, workers, _) in &modes {
+            match best.iter().find(|(m, w, _)| *m == mode && *w == workers) {
+                Some((_, _, c)) => println!("{mode} x{workers}: most concurrent streams with p99 timing error < 1 ms: {c}"),
+                None => println!("{mode} x{workers}: no step reached p99 timing error < 1 ms"),
             }
         }
     });

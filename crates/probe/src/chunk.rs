@@ -1,9 +1,17 @@
 //! What one OpenAI-compatible stream chunk (`data:` JSON) means for timing.
 //!
-//! Only the fields the measurements need are read, borrowed where possible
-//! so a chunk costs no allocation in the common case; everything else is
+//! Only the fields the measurements need are read; everything else is
 //! ignored, since every engine adds its own extras (`timings`,
 //! `prompt_token_ids`, `system_fingerprint`, …).
+//!
+//! Two readers, one meaning: [`parse_chunk`] first tries a validating scan
+//! (`scan`) that walks the JSON once without building anything — serde
+//! into borrowed structs cost ~5 000 instructions per chunk, a fifth of the
+//! client's work per event (BENCHMARKS.md, "Probe client capacity"). The
+//! scan answers only when the chunk is plain (no escaped keys, no
+//! surrogate escapes, no duplicate fields, no in-stream error object, only
+//! the types the fields expect); anything else goes to serde, which also
+//! words the errors. A property test holds the two equal.
 
 use std::borrow::Cow;
 
@@ -107,6 +115,14 @@ fn non_empty(s: &Option<Cow<'_, str>>) -> bool {
 
 /// Reads one chunk's JSON. Errors are the caller's `InvalidJson`.
 pub fn parse_chunk(data: &str) -> Result<ChunkInfo, serde_json::Error> {
+    match scan(data) {
+        Some(info) => Ok(info),
+        None => parse_chunk_serde(data),
+    }
+}
+
+/// [`parse_chunk`] through serde alone (the reference the scan is held to).
+pub fn parse_chunk_serde(data: &str) -> Result<ChunkInfo, serde_json::Error> {
     let chunk: Chunk<'_> = serde_json::from_str(data)?;
     let mut info = ChunkInfo {
         usage: chunk.usage.map(Usage::from),
@@ -141,6 +157,393 @@ pub fn parse_chunk(data: &str) -> Result<ChunkInfo, serde_json::Error> {
         }
     }
     Ok(info)
+}
+
+/// The fast reader: `Some` only where its answer is certainly serde's.
+fn scan(data: &str) -> Option<ChunkInfo> {
+    let mut s = Scan {
+        b: data.as_bytes(),
+        i: 0,
+    };
+    let mut info = ChunkInfo::default();
+    let mut seen = [false; 3];
+    s.object(|s, key| {
+        let slot = match key {
+            b"choices" => 0,
+            b"usage" => 1,
+            b"error" => 2,
+            _ => return s.skip(0),
+        };
+        if std::mem::replace(&mut seen[slot], true) {
+            return None;
+        }
+        match slot {
+            0 => s.nullable(|s| s.array(|s| s.choice(&mut info))),
+            1 => {
+                info.usage = s.usage()?;
+                Some(())
+            }
+            // A real error object is rare: serde reads it.
+            _ => s.literal(b"null"),
+        }
+    })?;
+    s.ws();
+    (s.i == s.b.len()).then_some(info)
+}
+
+/// A cursor over JSON text that validates what it skips (so it never
+/// accepts what serde would reject) and gives up (`None`) on anything
+/// it does not handle.
+struct Scan<'a> {
+    b: &'a [u8],
+    i: usize,
+}
+
+/// Bytes that end a run of plain string content: quote, backslash and
+/// the control characters JSON forbids inside a string.
+const STRING_STOP: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        t[c] = true;
+        c += 1;
+    }
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t
+};
+
+/// Deeper nesting goes to serde (its own limit is 128).
+const MAX_DEPTH: u32 = 64;
+
+impl<'a> Scan<'a> {
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.b.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn peek(&mut self) -> Option<u8> {
+        self.ws();
+        self.b.get(self.i).copied()
+    }
+
+    fn eat(&mut self, c: u8) -> bool {
+        let hit = self.peek() == Some(c);
+        self.i += usize::from(hit);
+        hit
+    }
+
+    fn literal(&mut self, word: &[u8]) -> Option<()> {
+        self.ws();
+        let hit = self.b.get(self.i..self.i + word.len()) == Some(word);
+        self.i += word.len() * usize::from(hit);
+        hit.then_some(())
+    }
+
+    /// A string's raw contents (between the quotes), with whether it holds
+    /// an escape. Rejects control characters, bad escapes and surrogate
+    /// `\u` escapes (serde's treatment of those is left to serde).
+    fn string(&mut self) -> Option<(&'a [u8], bool)> {
+        if !self.eat(b'"') {
+            return None;
+        }
+        let start = self.i;
+        let mut escaped = false;
+        loop {
+            // Most strings are short: a table lookup per byte beats a
+            // vectorized search's setup.
+            while let Some(&c) = self.b.get(self.i) {
+                if STRING_STOP[usize::from(c)] {
+                    break;
+                }
+                self.i += 1;
+            }
+            match *self.b.get(self.i)? {
+                b'"' => {
+                    self.i += 1;
+                    return Some((&self.b[start..self.i - 1], escaped));
+                }
+                b'\\' => {
+                    escaped = true;
+                    match *self.b.get(self.i + 1)? {
+                        b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => self.i += 2,
+                        b'u' => {
+                            let hex = self.b.get(self.i + 2..self.i + 6)?;
+                            let hex = std::str::from_utf8(hex).ok()?;
+                            let code = u16::from_str_radix(hex, 16).ok()?;
+                            if hex.starts_with('+') || (0xD800..0xE000).contains(&code) {
+                                return None;
+                            }
+                            self.i += 6;
+                        }
+                        _ => return None,
+                    }
+                }
+                c if c < 0x20 => return None,
+                _ => self.i += 1,
+            }
+        }
+    }
+
+    /// A string or `null` into `Option<Cow<str>>`: whether it is non-empty.
+    fn text(&mut self) -> Option<bool> {
+        if self.peek() == Some(b'n') {
+            self.literal(b"null")?;
+            return Some(false);
+        }
+        self.string().map(|(raw, _)| !raw.is_empty())
+    }
+
+    /// An unsigned integer or `null` into `Option<u64>`.
+    fn count(&mut self) -> Option<Option<u64>> {
+        if self.peek() == Some(b'n') {
+            self.literal(b"null")?;
+            return Some(None);
+        }
+        let start = self.i;
+        while self.b.get(self.i).is_some_and(u8::is_ascii_digit) {
+            self.i += 1;
+        }
+        let digits = &self.b[start..self.i];
+        // A fraction, exponent, sign or leading zero: serde decides.
+        if digits.is_empty()
+            || (digits.len() > 1 && digits[0] == b'0')
+            || matches!(self.b.get(self.i), Some(b'.' | b'e' | b'E'))
+        {
+            return None;
+        }
+        std::str::from_utf8(digits).ok()?.parse().ok().map(Some)
+    }
+
+    fn number(&mut self) -> Option<()> {
+        self.ws();
+        let digits = |s: &mut Scan<'_>| {
+            let start = s.i;
+            while s.b.get(s.i).is_some_and(u8::is_ascii_digit) {
+                s.i += 1;
+            }
+            s.i - start
+        };
+        self.i += usize::from(self.b.get(self.i) == Some(&b'-'));
+        let int_start = self.i;
+        let n = digits(self);
+        if n == 0 || (n > 1 && self.b[int_start] == b'0') {
+            return None;
+        }
+        if self.b.get(self.i) == Some(&b'.') {
+            self.i += 1;
+            if digits(self) == 0 {
+                return None;
+            }
+        }
+        if let Some(b'e' | b'E') = self.b.get(self.i) {
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.b.get(self.i) {
+                self.i += 1;
+            }
+            if digits(self) == 0 {
+                return None;
+            }
+        }
+        Some(())
+    }
+
+    /// Any value, validated and dropped.
+    fn skip(&mut self, depth: u32) -> Option<()> {
+        if depth > MAX_DEPTH {
+            return None;
+        }
+        match self.peek()? {
+            b'{' => self.object(|s, _| s.skip(depth + 1)),
+            b'[' => self.array(|s| s.skip(depth + 1)),
+            b'"' => self.string().map(|_| ()),
+            b't' => self.literal(b"true"),
+            b'f' => self.literal(b"false"),
+            b'n' => self.literal(b"null"),
+            _ => self.number(),
+        }
+    }
+
+    /// An object, calling `field` at each value with its (unescaped) key.
+    fn object(&mut self, mut field: impl FnMut(&mut Self, &[u8]) -> Option<()>) -> Option<()> {
+        if !self.eat(b'{') {
+            return None;
+        }
+        if self.eat(b'}') {
+            return Some(());
+        }
+        loop {
+            let (key, escaped) = self.string()?;
+            if escaped || !self.eat(b':') {
+                return None;
+            }
+            field(self, key)?;
+            if self.eat(b',') {
+                continue;
+            }
+            return self.eat(b'}').then_some(());
+        }
+    }
+
+    fn array(&mut self, mut item: impl FnMut(&mut Self) -> Option<()>) -> Option<()> {
+        if !self.eat(b'[') {
+            return None;
+        }
+        if self.eat(b']') {
+            return Some(());
+        }
+        loop {
+            item(self)?;
+            if self.eat(b',') {
+                continue;
+            }
+            return self.eat(b']').then_some(());
+        }
+    }
+
+    /// `null` or what `inner` reads.
+    fn nullable(&mut self, inner: impl FnOnce(&mut Self) -> Option<()>) -> Option<()> {
+        if self.peek() == Some(b'n') {
+            return self.literal(b"null");
+        }
+        inner(self)
+    }
+
+    fn choice(&mut self, info: &mut ChunkInfo) -> Option<()> {
+        let mut seen = [false; 3];
+        self.object(|s, key| {
+            let slot = match key {
+                b"text" => 0,
+                b"delta" => 1,
+                b"finish_reason" => 2,
+                _ => return s.skip(0),
+            };
+            if std::mem::replace(&mut seen[slot], true) {
+                return None;
+            }
+            match slot {
+                0 => {
+                    if s.text()? {
+                        info.output = true;
+                        info.visible = true;
+                    }
+                }
+                1 => s.nullable(|s| s.delta(info))?,
+                _ => {
+                    if s.peek() == Some(b'n') {
+                        return s.literal(b"null");
+                    }
+                    let (raw, escaped) = s.string()?;
+                    if escaped {
+                        return None;
+                    }
+                    info.finish_reason = Some(std::str::from_utf8(raw).ok()?.to_string());
+                }
+            }
+            Some(())
+        })
+    }
+
+    fn delta(&mut self, info: &mut ChunkInfo) -> Option<()> {
+        let mut seen = [false; 4];
+        self.object(|s, key| {
+            let slot = match key {
+                b"content" => 0,
+                b"reasoning_content" => 1,
+                b"reasoning" => 2,
+                b"tool_calls" => 3,
+                _ => return s.skip(0),
+            };
+            if std::mem::replace(&mut seen[slot], true) {
+                return None;
+            }
+            let (output, visible) = match slot {
+                0 => (s.text()?, true),
+                1 | 2 => (s.text()?, false),
+                _ => {
+                    let mut any = false;
+                    s.nullable(|s| s.array(|s| s.tool_call(&mut any)))?;
+                    (any, true)
+                }
+            };
+            if output {
+                info.output = true;
+                info.visible |= visible;
+            }
+            Some(())
+        })
+    }
+
+    fn tool_call(&mut self, any: &mut bool) -> Option<()> {
+        let mut seen = false;
+        self.object(|s, key| {
+            if key != b"function" {
+                return s.skip(0);
+            }
+            if std::mem::replace(&mut seen, true) {
+                return None;
+            }
+            s.nullable(|s| {
+                let mut seen = [false; 2];
+                s.object(|s, key| {
+                    let slot = match key {
+                        b"name" => 0,
+                        b"arguments" => 1,
+                        _ => return s.skip(0),
+                    };
+                    if std::mem::replace(&mut seen[slot], true) {
+                        return None;
+                    }
+                    *any |= s.text()?;
+                    Some(())
+                })
+            })
+        })
+    }
+
+    fn usage(&mut self) -> Option<Option<Usage>> {
+        if self.peek() == Some(b'n') {
+            self.literal(b"null")?;
+            return Some(None);
+        }
+        let mut u = Usage::default();
+        let mut seen = [false; 4];
+        self.object(|s, key| {
+            let slot = match key {
+                b"prompt_tokens" => 0,
+                b"completion_tokens" => 1,
+                b"total_tokens" => 2,
+                b"prompt_tokens_details" => 3,
+                _ => return s.skip(0),
+            };
+            if std::mem::replace(&mut seen[slot], true) {
+                return None;
+            }
+            match slot {
+                0 => u.prompt_tokens = s.count()?,
+                1 => u.completion_tokens = s.count()?,
+                2 => u.total_tokens = s.count()?,
+                _ => {
+                    let mut seen = false;
+                    s.nullable(|s| {
+                        s.object(|s, key| {
+                            if key != b"cached_tokens" {
+                                return s.skip(0);
+                            }
+                            if std::mem::replace(&mut seen, true) {
+                                return None;
+                            }
+                            u.cached_tokens = s.count()?;
+                            Some(())
+                        })
+                    })?;
+                }
+            }
+            Some(())
+        })?;
+        Some(Some(u))
+    }
 }
 
 /// The human message inside an error JSON, whatever the engine's shape:
@@ -220,6 +623,130 @@ mod tests {
         assert_eq!(c.finish_reason.as_deref(), Some("length"));
         let c = parse_chunk(r#"{"choices":[{"delta":{"content":"a\"b\u00e9"}}]}"#).unwrap();
         assert!(c.output);
+    }
+
+    /// Every data event of every engine's captured stream: the scan reads
+    /// each one itself (no serde fallback) and agrees with serde.
+    #[test]
+    fn scan_reads_every_fixture_chunk_as_serde_does() {
+        let root = concat!(env!("CARGO_MANIFEST_DIR"), "/../../fixtures");
+        let mut chunks = 0;
+        for dir in std::fs::read_dir(root).unwrap() {
+            let dir = dir.unwrap().path();
+            for file in std::fs::read_dir(&dir).into_iter().flatten() {
+                let path = file.unwrap().path();
+                let name = path.file_name().unwrap().to_string_lossy().to_string();
+                if !name.starts_with("sse_") || name.contains("_headers") {
+                    continue;
+                }
+                let body = std::fs::read_to_string(&path).unwrap();
+                for line in body.lines() {
+                    let Some(data) = line.strip_prefix("data: ") else {
+                        continue;
+                    };
+                    if data == "[DONE]" {
+                        continue;
+                    }
+                    chunks += 1;
+                    let fast = scan(data);
+                    assert!(fast.is_some(), "{name}: scan gave up on {data}");
+                    assert_eq!(fast, parse_chunk_serde(data).ok(), "{name}: {data}");
+                }
+            }
+        }
+        assert!(chunks > 20, "only {chunks} fixture chunks found");
+    }
+
+    #[test]
+    fn scan_gives_up_where_serde_decides() {
+        for data in [
+            r#"{"choices":[{"delta":{"content":"a"}}],"choices":null}"#,
+            r#"{"cho\u0069ces":[{"text":"a"}]}"#,
+            r#"{"choices":[{"text":"\ud800"}]}"#,
+            r#"{"usage":{"completion_tokens":1.0}}"#,
+            r#"{"usage":{"completion_tokens":-1}}"#,
+            r#"{"error":{"message":"boom"}}"#,
+            r#"{"choices":[["hi",null,"stop"]]}"#,
+            r#"{"choices":[{"finish_reason":"st\u006fp"}]}"#,
+            r#"[1]"#,
+            r#"{"a":01}"#,
+            r#"{"a":1} x"#,
+        ] {
+            assert_eq!(scan(data), None, "{data}");
+        }
+        assert!(parse_chunk(r#"{"error":{"message":"boom"}}"#)
+            .unwrap()
+            .error
+            .is_some());
+        assert!(parse_chunk(r#"{"a":01}"#).is_err());
+    }
+
+    fn json_value() -> impl proptest::strategy::Strategy<Value = serde_json::Value> {
+        use proptest::prelude::*;
+        use serde_json::Value;
+        let keys = prop::sample::select(vec![
+            "choices",
+            "delta",
+            "text",
+            "content",
+            "reasoning",
+            "reasoning_content",
+            "tool_calls",
+            "function",
+            "name",
+            "arguments",
+            "finish_reason",
+            "usage",
+            "prompt_tokens",
+            "completion_tokens",
+            "total_tokens",
+            "prompt_tokens_details",
+            "cached_tokens",
+            "error",
+            "index",
+            "id",
+        ]);
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<u32>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            (-1e6f64..1e6).prop_map(Value::from),
+            "[a-z\\\"\u{e9}\u{1f600}\n]{0,6}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(5, 48, 6, move |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::vec((keys.clone(), inner), 0..5).prop_map(|kv| {
+                    Value::Object(kv.into_iter().map(|(k, v)| (k.to_string(), v)).collect())
+                }),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Wherever the scan answers, serde answers the same; wherever
+        /// serde fails, the scan does not answer.
+        #[test]
+        fn scan_never_disagrees_with_serde(v in json_value(), pretty in proptest::bool::ANY) {
+            let text = if pretty {
+                serde_json::to_string_pretty(&v).unwrap()
+            } else {
+                serde_json::to_string(&v).unwrap()
+            };
+            let reference = parse_chunk_serde(&text).ok();
+            if let Some(fast) = scan(&text) {
+                proptest::prop_assert_eq!(Some(fast), reference, "{}", text);
+            }
+            // Cut anywhere: broken JSON is never read as a chunk.
+            for cut in [text.len() / 2, text.len().saturating_sub(1)] {
+                if let Some(part) = text.get(..cut) {
+                    if parse_chunk_serde(part).is_err() {
+                        proptest::prop_assert_eq!(scan(part), None, "{}", part);
+                    }
+                }
+            }
+        }
     }
 
     #[test]

@@ -250,6 +250,7 @@ impl ProbeClient {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         let sent = Instant::now();
+        crate::measure::note_activity();
         rec.sent_at = Some(sent);
         rec.dispatch_lag_ns = ns(sent.saturating_duration_since(scheduled_at));
         let timeout = self.inner.config.timeout;
@@ -304,6 +305,7 @@ impl ProbeClient {
             .await
             .map_err(|e| classify(&e, url, self.inner.https))?;
         rec.ttfb_ns = Some(ns(sent.elapsed()));
+        crate::measure::note_activity();
         let status = resp.status();
         rec.http_status = Some(status.as_u16());
         if !status.is_success() {
@@ -329,6 +331,7 @@ impl ProbeClient {
                 }
                 None => break,
             };
+            crate::measure::note_activity();
             body_bytes += chunk.len() as u64;
             rec.body_bytes = body_bytes;
             if body_bytes > cfg.max_body_bytes {
@@ -379,7 +382,7 @@ fn drain_events(
     state: &mut StreamState,
     sent: Instant,
 ) -> Result<Option<Instant>, ProbeError> {
-    while let Some(ev) = reader.next_event() {
+    while let Some(ev) = reader.next_borrowed() {
         let at = Instant::now();
         let ev = ev.map_err(|e| ProbeError::InvalidSse {
             message: e.to_string(),
@@ -393,7 +396,7 @@ fn drain_events(
             continue;
         }
         rec.total_events += 1;
-        if ev.event.as_deref() == Some("error") {
+        if ev.event == Some("error") {
             let message = serde_json::from_str::<serde_json::Value>(data)
                 .map(|v| error_message(&v))
                 .unwrap_or_else(|_| truncate(data, 300));

@@ -22,18 +22,20 @@ pub mod report;
 pub mod result;
 pub mod selfcheck;
 pub mod shape;
+pub mod sink;
 pub mod sse;
 pub mod stats;
 
 pub use canary::{Canary, CanaryBusy};
 pub use client::{ClientConfig, ClientError, ProbeClient, ProbeRequest, Secret};
-pub use load::{run, Bound, Load, RunConfig, RunError, Workload};
-pub use measure::{MeasuringThread, Spin};
+pub use load::{run, Bound, Load, RecordSink, Records, RunConfig, RunError, RunOptions, Workload};
+pub use measure::{default_workers, MeasuringPool, MeasuringThread, Spin, SpinMode};
 pub use record::{
     Api, ErrorKind, OutputEvent, ProbeError, ProbeRecord, RequestInfo, TimeoutPhase, Usage,
 };
 pub use report::render_table;
-pub use result::{Objectives, RunResult};
+pub use result::{Objectives, RunResult, RunStats};
 pub use selfcheck::{CpuMeasure, Monitored, SelfCheck, SelfCheckLimits};
 pub use shape::{Calibration, Calibrator, PromptGenerator, PromptKind, Shape, ShapeError};
-pub use stats::{percentile, Summary};
+pub use sink::{write_result_json, RecordFileError, RecordWriter};
+pub use stats::{percentile, Distribution, Summary, EXACT_SAMPLES};

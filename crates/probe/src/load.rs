@@ -20,8 +20,8 @@ use tokio::task::JoinSet;
 
 use crate::client::{ProbeClient, ProbeRequest};
 use crate::record::{Api, ProbeError, ProbeRecord};
-use crate::result::{Objectives, RunResult};
-use crate::selfcheck::{CpuSource, Monitor, SelfCheckLimits};
+use crate::result::{Objectives, RunResult, RunStats};
+use crate::selfcheck::{CpuSource, Monitor, Monitored, SelfCheckLimits};
 use crate::shape::{approx_words, Calibration, Calibrator, PromptGenerator, PromptKind, Shape};
 
 /// How load is applied.
@@ -211,6 +211,153 @@ fn validate(config: &RunConfig) -> Result<(), RunError> {
     }
 }
 
+/// Where a run's per-request records go.
+#[derive(Debug, Clone, Default)]
+pub enum Records {
+    /// Into [`RunResult::records`] (bounded runs: sweep steps, tests).
+    #[default]
+    Keep,
+    /// To a [`RecordSink`] as each request ends; the result holds none, so
+    /// memory stays flat however long the run.
+    Stream(RecordSink),
+    /// Nowhere: the statistics only.
+    Discard,
+}
+
+/// The sending end of a record stream (see [`crate::RecordWriter`]). A full
+/// channel makes the run wait for the writer: records are never dropped,
+/// and memory stays bounded by the channel's capacity.
+#[derive(Debug, Clone)]
+pub struct RecordSink(pub(crate) std::sync::mpsc::SyncSender<ProbeRecord>);
+
+impl RecordSink {
+    /// A sink and its receiving end, holding at most `capacity` records.
+    pub fn channel(capacity: usize) -> (RecordSink, std::sync::mpsc::Receiver<ProbeRecord>) {
+        let (tx, rx) = std::sync::mpsc::sync_channel(capacity);
+        (RecordSink(tx), rx)
+    }
+}
+
+/// How a run keeps what it measured.
+#[derive(Debug, Clone)]
+pub struct RunOptions {
+    pub records: Records,
+    /// Exact samples kept per metric before summaries come from histograms.
+    pub exact_samples: usize,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions {
+            records: Records::Keep,
+            exact_samples: crate::stats::EXACT_SAMPLES,
+        }
+    }
+}
+
+/// One load schedule shared by every worker of a run: request numbers,
+/// the arrival process, the bound and the measured start.
+pub(crate) struct Schedule {
+    state: std::sync::Mutex<ScheduleState>,
+}
+
+struct ScheduleState {
+    next: u64,
+    next_arrival: Instant,
+    gaps: Option<(Gamma<f64>, StdRng)>,
+    measured_start: Option<Instant>,
+    /// A duration-bounded run has passed its end.
+    over: bool,
+}
+
+/// A request number and, in open loop, its arrival instant.
+struct Slot {
+    i: u64,
+    arrival: Option<Instant>,
+}
+
+impl Schedule {
+    pub(crate) fn new(config: &RunConfig) -> Result<Schedule, RunError> {
+        validate(config)?;
+        let gaps = match config.load {
+            Load::Rate {
+                per_second,
+                burstiness,
+                ..
+            } => Gamma::new(burstiness, 1.0 / (per_second * burstiness))
+                .ok()
+                .map(|g| (g, StdRng::seed_from_u64(config.seed))),
+            Load::Concurrency { .. } => None,
+        };
+        Ok(Schedule {
+            state: std::sync::Mutex::new(ScheduleState {
+                next: 0,
+                next_arrival: Instant::now(),
+                gaps,
+                measured_start: None,
+                over: false,
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, ScheduleState> {
+        // A poisoned lock only means a worker panicked mid-update of plain
+        // counters; the state is still usable.
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The next request to send; `None` once the bound is reached.
+    fn take(&self, config: &RunConfig) -> Option<Slot> {
+        let mut st = self.lock();
+        if st.over {
+            return None;
+        }
+        if let Bound::Requests(n) = config.bound {
+            if st.next >= config.warmup_requests + n {
+                return None;
+            }
+        }
+        let i = st.next;
+        st.next += 1;
+        let arrival = match &mut st.gaps {
+            Some((gamma, rng)) => {
+                let gap = gamma.sample(rng);
+                let at = st.next_arrival;
+                st.next_arrival = at + Duration::from_secs_f64(gap.clamp(0.0, 86_400.0));
+                Some(at)
+            }
+            None => None,
+        };
+        Some(Slot { i, arrival })
+    }
+
+    /// Marks a measured request scheduled at `at`; false when a
+    /// duration-bounded run has ended by then (the request is not sent).
+    fn admit(&self, config: &RunConfig, at: Instant) -> bool {
+        let mut st = self.lock();
+        let start = *st.measured_start.get_or_insert(at);
+        if let Bound::Duration(d) = config.bound {
+            if at.saturating_duration_since(start) >= d {
+                st.over = true;
+            }
+        }
+        !st.over
+    }
+
+    pub(crate) fn measured_start(&self) -> Option<Instant> {
+        self.lock().measured_start
+    }
+}
+
+/// What one worker measured.
+pub(crate) struct WorkerOutcome {
+    pub stats: RunStats,
+    pub records: Vec<ProbeRecord>,
+    pub warmups: u64,
+    pub monitored: Monitored,
+    pub last_end: Option<Instant>,
+}
+
 /// Runs one load against one target. `make_request(i)` builds request
 /// number `i` (warm-ups are the first `warmup_requests` numbers); it is
 /// called before the request's scheduled instant is awaited, so building a
@@ -226,62 +373,88 @@ pub async fn run<F>(
 where
     F: FnMut(u64) -> ProbeRequest,
 {
-    run_measured(client, config, make_request, CpuSource::Process).await
+    run_measured(
+        client,
+        config,
+        make_request,
+        CpuSource::Process,
+        RunOptions::default(),
+    )
+    .await
 }
 
 /// [`run`], with the self-check's CPU read from `cpu`.
 pub(crate) async fn run_measured<F>(
     client: &ProbeClient,
     config: &RunConfig,
-    mut make_request: F,
+    make_request: F,
     cpu: CpuSource,
+    options: RunOptions,
 ) -> Result<RunResult, RunError>
 where
     F: FnMut(u64) -> ProbeRequest,
 {
-    validate(config)?;
-    let monitor = Monitor::start_with(cpu);
+    let schedule = Schedule::new(config)?;
     let slots = match config.load {
         Load::Concurrency { concurrency } => Some(concurrency),
         Load::Rate {
             max_concurrency, ..
         } => max_concurrency,
     };
+    let out = run_worker(
+        client,
+        config,
+        &schedule,
+        slots,
+        make_request,
+        cpu,
+        &options,
+    )
+    .await;
+    let start = schedule.measured_start().unwrap_or_else(Instant::now);
+    let wall = out
+        .last_end
+        .unwrap_or(start)
+        .saturating_duration_since(start);
+    let mut records = out.records;
+    // Requests in the order they were numbered (= scheduled).
+    records.sort_by_key(|r| r.seq);
+    Ok(out
+        .stats
+        .finish(config, out.warmups, records, wall, &out.monitored))
+}
+
+/// One worker's share of a run: it takes requests off the shared
+/// `schedule` and keeps at most `slots` in flight.
+pub(crate) async fn run_worker<F>(
+    client: &ProbeClient,
+    config: &RunConfig,
+    schedule: &Schedule,
+    slots: Option<u32>,
+    mut make_request: F,
+    cpu: CpuSource,
+    options: &RunOptions,
+) -> WorkerOutcome
+where
+    F: FnMut(u64) -> ProbeRequest,
+{
+    let monitor = Monitor::start_with(cpu);
     let sem = slots.map(|n| Arc::new(Semaphore::new(n as usize)));
-    let gaps = match config.load {
-        Load::Rate {
-            per_second,
-            burstiness,
-            ..
-        } => Gamma::new(burstiness, 1.0 / (per_second * burstiness))
-            .ok()
-            .map(|g| (g, StdRng::seed_from_u64(config.seed))),
-        Load::Concurrency { .. } => None,
-    };
-    let mut gaps = gaps;
     let mut tasks: JoinSet<(bool, ProbeRecord, Instant)> = JoinSet::new();
-    let mut next_arrival = Instant::now();
-    let mut measured_start: Option<Instant> = None;
-    let mut i: u64 = 0;
-    let mut done: Vec<(bool, ProbeRecord, Instant)> = Vec::new();
-    loop {
+    let mut out = WorkerOutcome {
+        stats: RunStats::new(config.objectives, options.exact_samples),
+        records: Vec::new(),
+        warmups: 0,
+        monitored: Monitored::default(),
+        last_end: None,
+    };
+    while let Some(slot) = schedule.take(config) {
+        let i = slot.i;
         let warm = i < config.warmup_requests;
-        if let Bound::Requests(n) = config.bound {
-            if i >= config.warmup_requests + n {
-                break;
-            }
-        }
         let req = make_request(i);
-        let scheduled = match &mut gaps {
-            Some((gamma, rng)) => {
-                let at = next_arrival;
-                let gap = gamma.sample(rng);
-                next_arrival = at + Duration::from_secs_f64(gap.clamp(0.0, 86_400.0));
-                tokio::time::sleep_until(at.into()).await;
-                at
-            }
-            None => Instant::now(),
-        };
+        if let Some(at) = slot.arrival {
+            tokio::time::sleep_until(at.into()).await;
+        }
         let permit = match &sem {
             Some(s) => match s.clone().acquire_owned().await {
                 Ok(p) => Some(p),
@@ -290,18 +463,9 @@ where
             None => None,
         };
         // Closed loop: the slot freeing up is the schedule.
-        let scheduled = if gaps.is_none() {
-            Instant::now()
-        } else {
-            scheduled
-        };
-        if !warm {
-            let start = *measured_start.get_or_insert(scheduled);
-            if let Bound::Duration(d) = config.bound {
-                if scheduled.saturating_duration_since(start) >= d {
-                    break;
-                }
-            }
+        let scheduled = slot.arrival.unwrap_or_else(Instant::now);
+        if !warm && !schedule.admit(config, scheduled) {
+            break;
         }
         let c = client.clone();
         let info = req.info();
@@ -320,10 +484,9 @@ where
             drop(permit);
             (warm, rec, Instant::now())
         });
-        i += 1;
         while let Some(r) = tasks.try_join_next() {
             if let Ok(r) = r {
-                done.push(r);
+                collect(&mut out, r, &options.records);
             }
         }
         // With free slots the loop would send a whole burst (1 000 requests
@@ -333,26 +496,28 @@ where
     }
     while let Some(r) = tasks.join_next().await {
         if let Ok(r) = r {
-            done.push(r);
+            collect(&mut out, r, &options.records);
         }
     }
-    let monitored = monitor.finish().await;
-    let start = measured_start.unwrap_or_else(Instant::now);
-    let mut last_end = start;
-    let mut records = Vec::with_capacity(done.len());
-    let mut warmups = 0;
-    for (warm, rec, end) in done {
-        if warm {
-            warmups += 1;
-            continue;
-        }
-        last_end = last_end.max(end);
-        records.push(rec);
+    out.monitored = monitor.finish().await;
+    out
+}
+
+/// Counts one finished request and sends its record where it belongs.
+fn collect(out: &mut WorkerOutcome, (warm, rec, end): (bool, ProbeRecord, Instant), to: &Records) {
+    if warm {
+        out.warmups += 1;
+        return;
     }
-    // Requests in the order they were numbered (= scheduled).
-    records.sort_by_key(|r| r.seq);
-    let wall = last_end.saturating_duration_since(start);
-    Ok(RunResult::from_records(
-        config, warmups, records, wall, &monitored,
-    ))
+    out.last_end = Some(out.last_end.map_or(end, |e| e.max(end)));
+    out.stats.add(&rec);
+    match to {
+        Records::Keep => out.records.push(rec),
+        // A writer that has gone (its file failed) stops receiving; the
+        // statistics still count the request.
+        Records::Stream(sink) => {
+            let _ = sink.0.send(rec);
+        }
+        Records::Discard => {}
+    }
 }

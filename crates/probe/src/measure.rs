@@ -23,12 +23,14 @@ use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
-use tokio::sync::oneshot;
+use tokio::sync::{oneshot, Notify};
 
-use crate::client::{ProbeClient, ProbeRequest};
-use crate::load::{run_measured, RunConfig, RunError};
+use crate::client::{ClientConfig, ClientError, ProbeClient, ProbeRequest};
+use crate::load::{
+    run_measured, run_worker, Load, RunConfig, RunError, RunOptions, Schedule, WorkerOutcome,
+};
 use crate::result::RunResult;
-use crate::selfcheck::CpuSource;
+use crate::selfcheck::{CpuSource, Monitored, SelfCheck};
 
 /// Whether the measuring thread busy-polls during a run.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -41,9 +43,29 @@ pub enum Spin {
     Off,
 }
 
-/// Below this many cores a spinning client would take the core the server,
-/// the scraper or the rest of the daemon needs.
+/// Below this many cores a client spinning for a whole run would take the
+/// core the server, the scraper or the rest of the daemon needs: `auto`
+/// spins only while streams are active there ([`SpinMode::Adaptive`]).
 pub const AUTO_SPIN_MIN_CORES: usize = 4;
+
+/// How a measuring thread waits for the network.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpinMode {
+    /// Sleeps in the kernel until a packet or timer wakes it.
+    Off,
+    /// Busy-polls while there is network activity — after each wake-up,
+    /// until [`ADAPTIVE_IDLE`] passes without a byte read or a request
+    /// sent — then sleeps until the next packet. Under paced load (events every few hundred µs) it never
+    /// sleeps, so events are stamped as a spinning thread stamps them; idle
+    /// it costs what a sleeping thread costs. Only the first event after a
+    /// quiet spell pays the wake-up.
+    Adaptive,
+    /// Busy-polls for the whole run.
+    On,
+}
+
+/// Quiet time after which an adaptive measuring thread stops polling.
+pub const ADAPTIVE_IDLE: Duration = Duration::from_millis(2);
 
 impl Spin {
     pub fn parse(text: &str) -> Option<Spin> {
@@ -55,7 +77,18 @@ impl Spin {
         }
     }
 
-    /// Whether to spin on this machine.
+    /// How to wait on this machine: `auto` spins for the whole run with
+    /// [`AUTO_SPIN_MIN_CORES`] cores, adaptively below.
+    pub fn mode(self) -> SpinMode {
+        match self {
+            Spin::On => SpinMode::On,
+            Spin::Off => SpinMode::Off,
+            Spin::Auto if self.resolve() => SpinMode::On,
+            Spin::Auto => SpinMode::Adaptive,
+        }
+    }
+
+    /// Whether to spin for the whole run on this machine.
     pub fn resolve(self) -> bool {
         match self {
             Spin::On => true,
@@ -74,7 +107,10 @@ impl Spin {
 /// thread). Dropping it ends the thread and every task on it.
 pub struct MeasuringThread {
     handle: tokio::runtime::Handle,
-    spin: bool,
+    spin: SpinMode,
+    /// Notified each time the runtime wakes from sleep (an adaptive
+    /// spinner waits on it).
+    woke: Arc<Notify>,
     /// Dropped with the thread's owner: ends the runtime's `block_on`.
     _stop: oneshot::Sender<()>,
 }
@@ -83,8 +119,16 @@ impl MeasuringThread {
     /// Starts the thread; `spin` (as resolved by [`Spin::resolve`]) makes
     /// [`MeasuringThread::run`] busy-poll.
     pub fn start(spin: bool) -> std::io::Result<MeasuringThread> {
+        MeasuringThread::start_mode(if spin { SpinMode::On } else { SpinMode::Off })
+    }
+
+    /// Starts the thread waiting as `spin` says (see [`Spin::mode`]).
+    pub fn start_mode(spin: SpinMode) -> std::io::Result<MeasuringThread> {
+        let woke = Arc::new(Notify::new());
+        let notify = woke.clone();
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
+            .on_thread_unpark(move || notify.notify_one())
             .build()?;
         let handle = runtime.handle().clone();
         let (stop, stopped) = oneshot::channel::<()>();
@@ -97,6 +141,7 @@ impl MeasuringThread {
         Ok(MeasuringThread {
             handle,
             spin,
+            woke,
             _stop: stop,
         })
     }
@@ -122,22 +167,242 @@ impl MeasuringThread {
     where
         F: FnMut(u64) -> ProbeRequest + Send + 'static,
     {
-        let spin = self.spin;
+        self.run_with(client, config, RunOptions::default(), make_request)
+            .await
+    }
+
+    /// [`MeasuringThread::run`] with the records kept, streamed or dropped
+    /// as `options` say.
+    pub async fn run_with<F>(
+        &self,
+        client: ProbeClient,
+        config: RunConfig,
+        options: RunOptions,
+        make_request: F,
+    ) -> Result<RunResult, RunError>
+    where
+        F: FnMut(u64) -> ProbeRequest + Send + 'static,
+    {
+        let (spin, woke) = (self.spin, self.woke.clone());
         let mut task = AbortOnDrop(self.handle.spawn(async move {
-            let meter = match spin {
-                true => Some(SpinMeter::start().await),
-                false => None,
-            };
-            let cpu = match &meter {
-                Some(m) => CpuSource::Spin(m.stats.clone()),
-                None => CpuSource::Thread,
-            };
-            run_measured(&client, &config, make_request, cpu).await
+            let meter = spin_meter(spin, woke).await;
+            let cpu = cpu_source(&meter);
+            run_measured(&client, &config, make_request, cpu, options).await
         }));
         match (&mut task.0).await {
             Ok(result) => result,
             Err(_) => Err(RunError::MeasuringThreadGone),
         }
+    }
+}
+
+async fn spin_meter(spin: SpinMode, woke: Arc<Notify>) -> Option<SpinMeter> {
+    match spin {
+        SpinMode::On => Some(SpinMeter::start(None).await),
+        SpinMode::Adaptive => Some(SpinMeter::start(Some(woke)).await),
+        SpinMode::Off => None,
+    }
+}
+
+fn cpu_source(meter: &Option<SpinMeter>) -> CpuSource {
+    match meter {
+        Some(m) if m.adaptive => CpuSource::Adaptive(m.stats.clone()),
+        Some(m) => CpuSource::Spin(m.stats.clone()),
+        None => CpuSource::Thread,
+    }
+}
+
+/// The workers a machine can spare by default: every core but one (left
+/// to the server, the scraper, the rest of the system), at least one.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get().saturating_sub(1))
+        .unwrap_or(1)
+        .max(1)
+}
+
+/// N measuring threads, each with its own client, driving one load
+/// schedule together: a machine with N spare cores drives N times the load
+/// with the same per-event timing accuracy. Concurrency (or a rate's cap
+/// on requests in flight) is split evenly; requests are numbered and, in
+/// open loop, arrive from one shared schedule; the workers' statistics
+/// merge exactly ([`crate::RunStats::merge`]); the self-check judges each
+/// worker ([`SelfCheck::workers`]).
+pub struct MeasuringPool {
+    workers: Vec<(MeasuringThread, ProbeClient)>,
+}
+
+impl MeasuringPool {
+    /// Starts `workers` threads (at least one), spinning or not.
+    pub fn start(
+        workers: usize,
+        spin: bool,
+        client: &ClientConfig,
+    ) -> Result<MeasuringPool, ClientError> {
+        let mode = if spin { SpinMode::On } else { SpinMode::Off };
+        MeasuringPool::start_mode(workers, mode, client)
+    }
+
+    /// Starts `workers` threads waiting as `spin` says.
+    pub fn start_mode(
+        workers: usize,
+        spin: SpinMode,
+        client: &ClientConfig,
+    ) -> Result<MeasuringPool, ClientError> {
+        let workers = (0..workers.max(1))
+            .map(|_| {
+                let thread = MeasuringThread::start_mode(spin).map_err(|e| {
+                    ClientError::Build(format!("cannot start a measuring thread: {e}"))
+                })?;
+                Ok((thread, ProbeClient::new(client.clone())?))
+            })
+            .collect::<Result<Vec<_>, ClientError>>()?;
+        Ok(MeasuringPool { workers })
+    }
+
+    pub fn workers(&self) -> usize {
+        self.workers.len()
+    }
+
+    /// Runs one load on every worker. Dropping the future cancels the run.
+    pub async fn run<F>(
+        &self,
+        config: RunConfig,
+        options: RunOptions,
+        make_request: F,
+    ) -> Result<RunResult, RunError>
+    where
+        F: Fn(u64) -> ProbeRequest + Send + Sync + 'static,
+    {
+        let schedule = Arc::new(Schedule::new(&config)?);
+        let make_request = Arc::new(make_request);
+        let config = Arc::new(config);
+        let shares = split_slots(&config.load, self.workers.len());
+        // The exact samples are shared out too: N workers hold no more than
+        // one thread would. (A worker past its share falls back to its
+        // histogram a little before the whole run would have.)
+        let active = shares.iter().filter(|s| **s != Some(0)).count().max(1);
+        let full_cap = options.exact_samples;
+        let options = RunOptions {
+            exact_samples: (full_cap / active).max(1),
+            ..options
+        };
+        let mut tasks = Vec::new();
+        for ((thread, client), share) in self.workers.iter().zip(shares) {
+            if share == Some(0) {
+                continue;
+            }
+            let (spin, woke) = (thread.spin, thread.woke.clone());
+            let (client, config) = (client.clone(), config.clone());
+            let (schedule, make, options) =
+                (schedule.clone(), make_request.clone(), options.clone());
+            tasks.push(AbortOnDrop(thread.handle.spawn(async move {
+                let meter = spin_meter(spin, woke).await;
+                let cpu = cpu_source(&meter);
+                let make = move |i| make(i);
+                run_worker(&client, &config, &schedule, share, make, cpu, &options).await
+            })));
+        }
+        let mut outcomes = Vec::with_capacity(tasks.len());
+        for mut task in tasks {
+            match (&mut task.0).await {
+                Ok(outcome) => outcomes.push(outcome),
+                Err(_) => return Err(RunError::MeasuringThreadGone),
+            }
+        }
+        Ok(merge_outcomes(
+            &config,
+            full_cap,
+            schedule.measured_start(),
+            outcomes,
+        ))
+    }
+}
+
+/// Each worker's share of the requests in flight; `None` when uncapped.
+fn split_slots(load: &Load, workers: usize) -> Vec<Option<u32>> {
+    let cap = match *load {
+        Load::Concurrency { concurrency } => Some(concurrency),
+        Load::Rate {
+            max_concurrency, ..
+        } => max_concurrency,
+    };
+    let n = u32::try_from(workers.max(1)).unwrap_or(u32::MAX);
+    (0..n)
+        .map(|k| cap.map(|c| c / n + u32::from(k < c % n)))
+        .collect()
+}
+
+/// One result from the workers' outcomes: their statistics merged, their
+/// records in request order, the self-check judged per worker and over all.
+pub(crate) fn merge_outcomes(
+    config: &RunConfig,
+    exact_samples: usize,
+    measured_start: Option<Instant>,
+    outcomes: Vec<WorkerOutcome>,
+) -> RunResult {
+    let start = measured_start.unwrap_or_else(Instant::now);
+    let mut stats = crate::RunStats::new(config.objectives, exact_samples);
+    let mut iter = outcomes.into_iter();
+    let Some(first) = iter.next() else {
+        return stats.finish(config, 0, Vec::new(), Duration::ZERO, &Monitored::default());
+    };
+    let mut checks = vec![worker_check(config, &first)];
+    stats.merge(&first.stats);
+    let (mut records, mut warmups) = (first.records, first.warmups);
+    let mut last_end = first.last_end;
+    let mut worst = first.monitored;
+    for o in iter {
+        checks.push(worker_check(config, &o));
+        stats.merge(&o.stats);
+        records.extend(o.records);
+        warmups += o.warmups;
+        last_end = match (last_end, o.last_end) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
+        };
+        worst = worse(worst, o.monitored);
+    }
+    records.sort_by_key(|r| r.seq);
+    let wall = last_end.unwrap_or(start).saturating_duration_since(start);
+    let mut result = stats.finish(config, warmups, records, wall, &worst);
+    let sc = &mut result.self_check;
+    let worker_reasons: Vec<String> = checks
+        .iter()
+        .enumerate()
+        .flat_map(|(k, c)| c.reasons.iter().map(move |r| format!("worker {k}: {r}")))
+        .collect();
+    if !worker_reasons.is_empty() {
+        sc.reasons = worker_reasons;
+    }
+    sc.client_bound = !sc.reasons.is_empty();
+    sc.workers = checks;
+    result
+}
+
+/// One worker's self-check: its own CPU, scheduler lag and dispatch lag.
+fn worker_check(config: &RunConfig, o: &WorkerOutcome) -> SelfCheck {
+    let mine = o
+        .stats
+        .finish(config, 0, Vec::new(), Duration::ZERO, &o.monitored);
+    mine.self_check
+}
+
+/// The worse of two workers' monitors, figure by figure.
+fn worse(a: Monitored, b: Monitored) -> Monitored {
+    let max = |x: Option<f64>, y: Option<f64>| match (x, y) {
+        (Some(x), Some(y)) => Some(x.max(y)),
+        (x, y) => x.or(y),
+    };
+    let lag = match (a.scheduler_lag_ms, b.scheduler_lag_ms) {
+        (Some(x), Some(y)) => Some((x.0.max(y.0), x.1.max(y.1))),
+        (x, y) => x.or(y),
+    };
+    Monitored {
+        cpu_cores: max(a.cpu_cores, b.cpu_cores),
+        cpu_measure: a.cpu_measure,
+        scheduler_lag_ms: lag,
+        host_steal_pct: max(a.host_steal_pct, b.host_steal_pct),
     }
 }
 
@@ -184,6 +449,18 @@ impl SpinStats {
         Some((1.0 - spinning / wall.as_secs_f64()).clamp(0.0, 1.0))
     }
 
+    /// Seconds spent spinning since the last reset: every turn costed as
+    /// an empty one (see [`SpinStats::busy_share`]).
+    pub(crate) fn spinning_s(&self) -> f64 {
+        let run_median =
+            (!self.gaps_ns.is_empty()).then(|| self.gaps_ns.value_at_quantile(0.5) as f64);
+        let empty = match (self.empty_turn_ns, run_median) {
+            (Some(c), Some(r)) => c.min(r),
+            (c, r) => c.or(r).unwrap_or(0.0),
+        };
+        self.gaps_ns.len() as f64 * empty / 1e9
+    }
+
     /// The scheduler lag a busy-polling runtime shows: (p99, max) of its
     /// turn gaps, in ms, the p99 weighted by gap length — the gap that an
     /// event arriving at a random instant falls into is, 99 % of the time,
@@ -228,13 +505,16 @@ impl SpinStats {
 struct SpinMeter {
     stats: Arc<Mutex<SpinStats>>,
     task: tokio::task::JoinHandle<()>,
+    /// Stops after [`ADAPTIVE_IDLE`] without work, resumes on wake-up.
+    adaptive: bool,
 }
 
 /// How long the spinner runs alone to learn what an empty turn costs.
 const CALIBRATION: Duration = Duration::from_millis(3);
 
 impl SpinMeter {
-    async fn start() -> SpinMeter {
+    /// Spins for good, or, given the runtime's wake-up signal, adaptively.
+    async fn start(woke: Option<Arc<Notify>>) -> SpinMeter {
         // 1 ns .. 10 s, 2 significant digits: cheap to record per turn.
         let gaps_ns = Histogram::<u64>::new_with_bounds(1, 10_000_000_000, 2)
             .unwrap_or_else(|_| Histogram::<u64>::new(2).expect("2 sigfig is valid"));
@@ -242,24 +522,65 @@ impl SpinMeter {
             gaps_ns,
             empty_turn_ns: None,
         }));
-        let shared = stats.clone();
-        let task = tokio::spawn(async move {
-            let mut last = Instant::now();
-            loop {
-                tokio::task::yield_now().await;
-                let now = Instant::now();
-                let gap = u64::try_from((now - last).as_nanos()).unwrap_or(u64::MAX);
-                last = now;
-                if let Ok(mut s) = shared.lock() {
-                    s.gaps_ns.saturating_record(gap.max(1));
-                }
-            }
-        });
+        let adaptive = woke.is_some();
+        let task = tokio::spawn(spin_loop(stats.clone(), woke));
         tokio::time::sleep(CALIBRATION).await;
         if let Ok(mut s) = stats.lock() {
             s.calibrate();
         }
-        SpinMeter { stats, task }
+        SpinMeter {
+            stats,
+            task,
+            adaptive,
+        }
+    }
+}
+
+thread_local! {
+    /// Network activity on this thread (bytes read, requests sent): what
+    /// an adaptive spinner takes as work. A turn's length would not do: on
+    /// a busy machine the OS preempts the spinner, and a preempted turn is
+    /// as long as a busy one.
+    static ACTIVITY: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+}
+
+/// Notes network activity on the calling thread (see [`ACTIVITY`]).
+pub(crate) fn note_activity() {
+    ACTIVITY.with(|a| a.set(a.get().wrapping_add(1)));
+}
+
+/// Yields in a loop, recording the gap between turns. Adaptive: after
+/// [`ADAPTIVE_IDLE`] without network activity on the thread, it waits for
+/// the runtime's next wake-up (which lets the thread sleep) and spins again
+/// from there. The span it waited is not a turn: nothing was pending.
+async fn spin_loop(stats: Arc<Mutex<SpinStats>>, woke: Option<Arc<Notify>>) {
+    let mut last = Instant::now();
+    let mut last_work = last;
+    let mut seen = ACTIVITY.with(|a| a.get());
+    loop {
+        tokio::task::yield_now().await;
+        let now = Instant::now();
+        let gap = u64::try_from((now - last).as_nanos()).unwrap_or(u64::MAX);
+        last = now;
+        let calibrated = match stats.lock() {
+            Ok(mut s) => {
+                s.gaps_ns.saturating_record(gap.max(1));
+                s.empty_turn_ns.is_some()
+            }
+            Err(_) => false,
+        };
+        let Some(woke) = &woke else { continue };
+        let activity = ACTIVITY.with(|a| a.get());
+        // Before calibration every turn counts as work (never park then).
+        let work = !calibrated || activity != seen;
+        seen = activity;
+        if work {
+            last_work = now;
+        } else if now - last_work > ADAPTIVE_IDLE {
+            woke.notified().await;
+            last = Instant::now();
+            last_work = last;
+        }
     }
 }
 
@@ -303,6 +624,42 @@ mod tests {
         drop(thread);
         let closed = tokio::time::timeout(Duration::from_secs(5), gone).await;
         assert!(matches!(closed, Ok(Err(_))), "{closed:?}");
+    }
+
+    /// Adaptive: idle, the spinner stops and the thread sleeps (little CPU
+    /// over a quiet spell); the runtime's next wake-up restarts it.
+    #[tokio::test]
+    async fn adaptive_spinner_sleeps_when_idle_and_wakes_with_the_runtime() {
+        let thread = MeasuringThread::start_mode(SpinMode::Adaptive).unwrap();
+        let woke = thread.woke.clone();
+        let (idle_cpu, resumed) = thread
+            .spawn(async move {
+                let meter = spin_meter(SpinMode::Adaptive, woke).await.unwrap();
+                let turns = || meter.stats.lock().unwrap().gaps_ns.len();
+                // Let it go quiet, then measure a quiet spell.
+                tokio::time::sleep(ADAPTIVE_IDLE * 5).await;
+                let cpu0 = crate::selfcheck::thread_cpu_time().unwrap();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                let idle_cpu = crate::selfcheck::thread_cpu_time().unwrap() - cpu0;
+                // The timer's wake-up restarts the spinner: its turns grow
+                // again (polled with a deadline).
+                let before = turns();
+                let deadline = Instant::now() + Duration::from_secs(5);
+                let mut resumed = false;
+                while Instant::now() < deadline {
+                    tokio::task::yield_now().await;
+                    if turns() > before + 10 {
+                        resumed = true;
+                        break;
+                    }
+                }
+                (idle_cpu, resumed)
+            })
+            .await
+            .unwrap();
+        // Spinning through it would burn most of the 300 ms.
+        assert!(idle_cpu < Duration::from_millis(60), "{idle_cpu:?}");
+        assert!(resumed);
     }
 
     #[test]

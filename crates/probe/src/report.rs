@@ -184,6 +184,19 @@ pub fn render_table(r: &RunResult) -> String {
     title(&mut out, "Client self-check", '-');
     line(&mut out, "Client CPU (cores):", num(s.cpu_cores));
     let _ = writeln!(out, "  ({})", s.cpu_measure.label());
+    if !s.workers.is_empty() {
+        line(&mut out, "Measuring workers:", s.workers.len());
+        let _ = writeln!(
+            out,
+            "  (figures: the worst worker's; each judged on its own)"
+        );
+    }
+    if !(r.itl_ms.exact && r.ttft_ms.exact && r.e2e_ms.exact) {
+        let _ = writeln!(
+            out,
+            "  (long run: some percentiles from histograms, within 0.05 %)"
+        );
+    }
     line(
         &mut out,
         "Scheduler lag P99 (ms):",

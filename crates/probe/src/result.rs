@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 use crate::load::{Bound, Load, RunConfig};
 use crate::record::ProbeRecord;
 use crate::selfcheck::{Monitored, SelfCheck};
-use crate::stats::{percentile, Summary};
+use crate::stats::{percentile, Distribution, Summary, EXACT_SAMPLES};
 
 /// Per-request objectives; a request is *good* when it succeeded and meets
 /// every objective set. ITL is judged on the request's own p95 per-token
@@ -109,14 +109,248 @@ pub struct RunResult {
     /// sent − scheduled.
     pub dispatch_lag_ms: Summary,
     pub self_check: SelfCheck,
-    /// The measured probes themselves, in send order.
+    /// The measured probes themselves, in send order — when the run kept
+    /// them (see [`crate::Records`]); a run that streamed them elsewhere
+    /// leaves this empty and its memory flat.
+    #[serde(default)]
     pub records: Vec<ProbeRecord>,
 }
 
-const MS: f64 = 1e6;
+/// A run's statistics as records come in: counters and mergeable
+/// [`Distribution`]s, never the records themselves, so memory stays flat
+/// however long the run. Workers each keep one and [`RunStats::merge`]
+/// them; the result is what one accumulator fed every record would hold
+/// (every figure depends only on the set of records, not their order).
+#[derive(Debug, Clone)]
+pub struct RunStats {
+    objectives: Objectives,
+    requests: u64,
+    successful: u64,
+    total_input_tokens: u64,
+    input_tokens_unreported: u64,
+    total_output_tokens: u64,
+    output_tokens_estimated: u64,
+    total_cached_tokens: u64,
+    good_requests: u64,
+    output_events: u64,
+    event_tokens: u64,
+    errors: BTreeMap<String, u64>,
+    /// Per error kind, the message of the lowest-numbered request that had
+    /// it (so the example does not depend on which worker saw it first).
+    error_examples: BTreeMap<String, (u64, String)>,
+    ttfb: Distribution,
+    ttft: Distribution,
+    ttfo: Distribution,
+    tpot: Distribution,
+    itl: Distribution,
+    itl_event: Distribution,
+    e2e: Distribution,
+    ttft_from_scheduled: Distribution,
+    e2e_from_scheduled: Distribution,
+    dispatch_lag: Distribution,
+}
+
+impl RunStats {
+    /// Keeps up to `exact_samples` exact values per metric (see
+    /// [`crate::stats::EXACT_SAMPLES`]).
+    pub fn new(objectives: Objectives, exact_samples: usize) -> RunStats {
+        let d = || Distribution::new(exact_samples);
+        RunStats {
+            objectives,
+            requests: 0,
+            successful: 0,
+            total_input_tokens: 0,
+            input_tokens_unreported: 0,
+            total_output_tokens: 0,
+            output_tokens_estimated: 0,
+            total_cached_tokens: 0,
+            good_requests: 0,
+            output_events: 0,
+            event_tokens: 0,
+            errors: BTreeMap::new(),
+            error_examples: BTreeMap::new(),
+            ttfb: d(),
+            ttft: d(),
+            ttfo: d(),
+            tpot: d(),
+            itl: d(),
+            itl_event: d(),
+            e2e: d(),
+            ttft_from_scheduled: d(),
+            e2e_from_scheduled: d(),
+            dispatch_lag: d(),
+        }
+    }
+
+    /// Measured requests so far.
+    pub fn requests(&self) -> u64 {
+        self.requests
+    }
+
+    /// Counts one measured request.
+    pub fn add(&mut self, r: &ProbeRecord) {
+        self.requests += 1;
+        let usage = r.usage.as_ref();
+        match usage.and_then(|u| u.prompt_tokens) {
+            Some(p) => self.total_input_tokens += p,
+            None => self.input_tokens_unreported += 1,
+        }
+        self.total_cached_tokens += usage.and_then(|u| u.cached_tokens).unwrap_or(0);
+        if r.is_ok() {
+            self.successful += 1;
+            self.total_output_tokens += r.output_tokens;
+            self.output_tokens_estimated += u64::from(r.output_tokens_estimated);
+        }
+        if let Some(e) = &r.error {
+            let k = e.kind().as_str().to_string();
+            *self.errors.entry(k.clone()).or_insert(0) += 1;
+            let seq = r.seq.unwrap_or(u64::MAX);
+            let example = self
+                .error_examples
+                .entry(k)
+                .or_insert_with(|| (seq, e.to_string()));
+            if seq < example.0 {
+                *example = (seq, e.to_string());
+            }
+        }
+        self.good_requests += u64::from(self.objectives.met_by(r));
+        self.output_events += r.events.len() as u64;
+        self.event_tokens += r.events.iter().map(|x| u64::from(x.tokens)).sum::<u64>();
+
+        let opt = |d: &mut Distribution, v: Option<f64>| match v {
+            Some(v) => d.add(v),
+            None => d.add_missing(1),
+        };
+        let ok = r.is_ok();
+        opt(&mut self.ttfb, r.ttfb_ns.map(|v| v as f64));
+        opt(&mut self.ttft, r.ttft_ns.map(|v| v as f64));
+        opt(&mut self.ttfo, r.ttfo_ns.map(|v| v as f64));
+        opt(&mut self.tpot, r.tpot_ns());
+        opt(&mut self.e2e, ok.then_some(r.e2e_ns as f64));
+        let ttft_s = r.ttft_from_scheduled_ns().map(|v| v as f64);
+        opt(&mut self.ttft_from_scheduled, ttft_s);
+        let e2e_s = ok.then_some(r.e2e_from_scheduled_ns() as f64);
+        opt(&mut self.e2e_from_scheduled, e2e_s);
+        self.dispatch_lag.add(r.dispatch_lag_ns as f64);
+        if r.events.len() < 2 {
+            // A request that produced no gap at all (failed early, one event).
+            self.itl.add_missing(1);
+            self.itl_event.add_missing(1);
+        }
+        r.per_token_itl_ns()
+            .into_iter()
+            .for_each(|v| self.itl.add(v));
+        r.gaps().for_each(|(g, _)| self.itl_event.add(g as f64));
+    }
+
+    /// Adds another accumulator's requests.
+    pub fn merge(&mut self, o: &RunStats) {
+        self.requests += o.requests;
+        self.successful += o.successful;
+        self.total_input_tokens += o.total_input_tokens;
+        self.input_tokens_unreported += o.input_tokens_unreported;
+        self.total_output_tokens += o.total_output_tokens;
+        self.output_tokens_estimated += o.output_tokens_estimated;
+        self.total_cached_tokens += o.total_cached_tokens;
+        self.good_requests += o.good_requests;
+        self.output_events += o.output_events;
+        self.event_tokens += o.event_tokens;
+        for (k, n) in &o.errors {
+            *self.errors.entry(k.clone()).or_insert(0) += n;
+        }
+        for (k, ex) in &o.error_examples {
+            let mine = self.error_examples.entry(k.clone()).or_insert(ex.clone());
+            if ex.0 < mine.0 {
+                *mine = ex.clone();
+            }
+        }
+        let pairs = [
+            (&mut self.ttfb, &o.ttfb),
+            (&mut self.ttft, &o.ttft),
+            (&mut self.ttfo, &o.ttfo),
+            (&mut self.tpot, &o.tpot),
+            (&mut self.itl, &o.itl),
+            (&mut self.itl_event, &o.itl_event),
+            (&mut self.e2e, &o.e2e),
+            (&mut self.ttft_from_scheduled, &o.ttft_from_scheduled),
+            (&mut self.e2e_from_scheduled, &o.e2e_from_scheduled),
+            (&mut self.dispatch_lag, &o.dispatch_lag),
+        ];
+        for (mine, theirs) in pairs {
+            mine.merge(theirs);
+        }
+    }
+
+    /// The run's result; `records` are attached as they are (empty when
+    /// the run streamed them elsewhere).
+    pub fn finish(
+        &self,
+        config: &RunConfig,
+        warmup_requests: u64,
+        records: Vec<ProbeRecord>,
+        wall: Duration,
+        monitored: &Monitored,
+    ) -> RunResult {
+        let n = self.requests;
+        let failed = n - self.successful;
+        let secs = wall.as_secs_f64();
+        let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
+        let dispatch_lag_ms = self.dispatch_lag.summary_ms();
+        let tokens_per_event =
+            (self.output_events > 0).then(|| self.event_tokens as f64 / self.output_events as f64);
+        let self_check = SelfCheck::judge(
+            monitored,
+            dispatch_lag_ms.p99,
+            tokens_per_event,
+            config.limits,
+        );
+        RunResult {
+            load: config.load,
+            bound: config.bound,
+            objectives: config.objectives,
+            requests: n,
+            successful: self.successful,
+            failed,
+            warmup_requests,
+            duration_s: secs,
+            total_input_tokens: self.total_input_tokens,
+            input_tokens_unreported: self.input_tokens_unreported,
+            total_output_tokens: self.total_output_tokens,
+            output_tokens_estimated: self.output_tokens_estimated,
+            total_cached_tokens: self.total_cached_tokens,
+            request_throughput: per_s(self.successful as f64),
+            output_throughput: per_s(self.total_output_tokens as f64),
+            total_token_throughput: per_s(
+                (self.total_output_tokens + self.total_input_tokens) as f64,
+            ),
+            good_requests: self.good_requests,
+            goodput: per_s(self.good_requests as f64),
+            error_rate: if n > 0 { failed as f64 / n as f64 } else { 0.0 },
+            errors: self.errors.clone(),
+            error_examples: self
+                .error_examples
+                .iter()
+                .map(|(k, (_, m))| (k.clone(), m.clone()))
+                .collect(),
+            ttfb_ms: self.ttfb.summary_ms(),
+            ttft_ms: self.ttft.summary_ms(),
+            ttfo_ms: self.ttfo.summary_ms(),
+            tpot_ms: self.tpot.summary_ms(),
+            itl_ms: self.itl.summary_ms(),
+            itl_event_ms: self.itl_event.summary_ms(),
+            e2e_ms: self.e2e.summary_ms(),
+            ttft_from_scheduled_ms: self.ttft_from_scheduled.summary_ms(),
+            e2e_from_scheduled_ms: self.e2e_from_scheduled.summary_ms(),
+            dispatch_lag_ms,
+            self_check,
+            records,
+        }
+    }
+}
 
 impl RunResult {
-    /// Aggregates measured records (pure; also usable on stored records).
+    /// Aggregates measured records (pure; also usable on stored records):
+    /// one [`RunStats`] fed every record, the records kept in the result.
     pub fn from_records(
         config: &RunConfig,
         warmup_requests: u64,
@@ -124,118 +358,8 @@ impl RunResult {
         wall: Duration,
         monitored: &Monitored,
     ) -> RunResult {
-        let n = records.len() as u64;
-        let ok: Vec<&ProbeRecord> = records.iter().filter(|r| r.is_ok()).collect();
-        let successful = ok.len() as u64;
-        let failed = n - successful;
-        let secs = wall.as_secs_f64();
-        let per_s = |x: f64| if secs > 0.0 { x / secs } else { 0.0 };
-
-        let mut errors = BTreeMap::new();
-        let mut error_examples = BTreeMap::new();
-        for e in records.iter().filter_map(|r| r.error.as_ref()) {
-            let k = e.kind().as_str().to_string();
-            *errors.entry(k.clone()).or_insert(0) += 1;
-            error_examples.entry(k).or_insert_with(|| e.to_string());
-        }
-
-        let total_input_tokens: u64 = records
-            .iter()
-            .filter_map(|r| r.usage.as_ref().and_then(|u| u.prompt_tokens))
-            .sum();
-        let input_tokens_unreported = records
-            .iter()
-            .filter(|r| r.usage.as_ref().and_then(|u| u.prompt_tokens).is_none())
-            .count() as u64;
-        let total_cached_tokens: u64 = records
-            .iter()
-            .filter_map(|r| r.usage.as_ref().and_then(|u| u.cached_tokens))
-            .sum();
-        let total_output_tokens: u64 = ok.iter().map(|r| r.output_tokens).sum();
-        let output_tokens_estimated =
-            ok.iter().filter(|r| r.output_tokens_estimated).count() as u64;
-        let good_requests = records
-            .iter()
-            .filter(|r| config.objectives.met_by(r))
-            .count() as u64;
-
-        // A metric's values, with requests lacking one counted as missing.
-        let opt = |f: &dyn Fn(&ProbeRecord) -> Option<f64>| {
-            let vals: Vec<f64> = records.iter().filter_map(f).map(|v| v / MS).collect();
-            let missing = n - vals.len() as u64;
-            Summary::from_values(vals, missing)
-        };
-        let ttfb_ms = opt(&|r| r.ttfb_ns.map(|v| v as f64));
-        let ttft_ms = opt(&|r| r.ttft_ns.map(|v| v as f64));
-        let ttfo_ms = opt(&|r| r.ttfo_ns.map(|v| v as f64));
-        let tpot_ms = opt(&|r| r.tpot_ns());
-        let e2e_ms = opt(&|r| r.is_ok().then_some(r.e2e_ns as f64));
-        let ttft_from_scheduled_ms = opt(&|r| r.ttft_from_scheduled_ns().map(|v| v as f64));
-        let e2e_from_scheduled_ms = opt(&|r| r.is_ok().then_some(r.e2e_from_scheduled_ns() as f64));
-        let dispatch_lag_ms = opt(&|r| Some(r.dispatch_lag_ns as f64));
-        let itl: Vec<f64> = records
-            .iter()
-            .flat_map(|r| r.per_token_itl_ns())
-            .map(|v| v / MS)
-            .collect();
-        let itl_event: Vec<f64> = records
-            .iter()
-            .flat_map(|r| r.itl_ns())
-            .map(|v| v as f64 / MS)
-            .collect();
-        // Requests that produced no gap at all (failed early, one event).
-        let no_gap = records.iter().filter(|r| r.events.len() < 2).count() as u64;
-        let itl_ms = Summary::from_values(itl, no_gap);
-        let itl_event_ms = Summary::from_values(itl_event, no_gap);
-
-        let (ev, tok) = records.iter().fold((0u64, 0u64), |(e, t), r| {
-            (
-                e + r.events.len() as u64,
-                t + r.events.iter().map(|x| u64::from(x.tokens)).sum::<u64>(),
-            )
-        });
-        let tokens_per_event = (ev > 0).then(|| tok as f64 / ev as f64);
-        let self_check = SelfCheck::judge(
-            monitored,
-            dispatch_lag_ms.p99,
-            tokens_per_event,
-            config.limits,
-        );
-
-        RunResult {
-            load: config.load,
-            bound: config.bound,
-            objectives: config.objectives,
-            requests: n,
-            successful,
-            failed,
-            warmup_requests,
-            duration_s: secs,
-            total_input_tokens,
-            input_tokens_unreported,
-            total_output_tokens,
-            output_tokens_estimated,
-            total_cached_tokens,
-            request_throughput: per_s(successful as f64),
-            output_throughput: per_s(total_output_tokens as f64),
-            total_token_throughput: per_s((total_output_tokens + total_input_tokens) as f64),
-            good_requests,
-            goodput: per_s(good_requests as f64),
-            error_rate: if n > 0 { failed as f64 / n as f64 } else { 0.0 },
-            errors,
-            error_examples,
-            ttfb_ms,
-            ttft_ms,
-            ttfo_ms,
-            tpot_ms,
-            itl_ms,
-            itl_event_ms,
-            e2e_ms,
-            ttft_from_scheduled_ms,
-            e2e_from_scheduled_ms,
-            dispatch_lag_ms,
-            self_check,
-            records,
-        }
+        let mut stats = RunStats::new(config.objectives, EXACT_SAMPLES);
+        records.iter().for_each(|r| stats.add(r));
+        stats.finish(config, warmup_requests, records, wall, monitored)
     }
 }

@@ -49,6 +49,9 @@ pub enum CpuMeasure {
     MeasuringThread,
     /// The busy-polling measuring thread's time on anything but spinning.
     SpinBusy,
+    /// The adaptively polling measuring thread's CPU time, less its
+    /// spinning.
+    AdaptiveBusy,
 }
 
 impl CpuMeasure {
@@ -57,6 +60,9 @@ impl CpuMeasure {
             CpuMeasure::Process => "process",
             CpuMeasure::MeasuringThread => "measuring thread",
             CpuMeasure::SpinBusy => "measuring thread, busy-polling (time not spent spinning)",
+            CpuMeasure::AdaptiveBusy => {
+                "measuring thread, busy-polling while streams are active (CPU time not spent spinning)"
+            }
         }
     }
 }
@@ -87,8 +93,13 @@ pub struct SelfCheck {
     pub host_steal_pct: Option<f64>,
     pub limits: SelfCheckLimits,
     pub client_bound: bool,
-    /// One line per limit passed.
+    /// One line per limit passed (prefixed `worker k:` on a pool's run).
     pub reasons: Vec<String>,
+    /// A [`crate::MeasuringPool`]'s run: each worker's own check (its
+    /// thread's CPU and scheduler lag, its requests' dispatch lag); the
+    /// figures above are the worst of them. Empty on a single thread.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub workers: Vec<SelfCheck>,
 }
 
 /// What a [`Monitor`] saw over a run.
@@ -146,6 +157,7 @@ impl SelfCheck {
             limits,
             client_bound: !reasons.is_empty(),
             reasons,
+            workers: Vec::new(),
         }
     }
 }
@@ -211,6 +223,9 @@ pub(crate) enum CpuSource {
     Thread,
     /// The spinner's count of its turns (see [`SpinStats::busy_share`]).
     Spin(Arc<Mutex<SpinStats>>),
+    /// The calling thread's CPU time less what its adaptive spinner spent
+    /// spinning ([`SpinStats::spinning_s`]).
+    Adaptive(Arc<Mutex<SpinStats>>),
 }
 
 impl CpuSource {
@@ -219,6 +234,7 @@ impl CpuSource {
             CpuSource::Process => CpuMeasure::Process,
             CpuSource::Thread => CpuMeasure::MeasuringThread,
             CpuSource::Spin(_) => CpuMeasure::SpinBusy,
+            CpuSource::Adaptive(_) => CpuMeasure::AdaptiveBusy,
         }
     }
 
@@ -227,7 +243,7 @@ impl CpuSource {
     fn cpu_time(&self) -> Option<Duration> {
         match self {
             CpuSource::Process => process_cpu_time(),
-            CpuSource::Thread => thread_cpu_time(),
+            CpuSource::Thread | CpuSource::Adaptive(_) => thread_cpu_time(),
             CpuSource::Spin(_) => None,
         }
     }
@@ -271,8 +287,10 @@ impl Monitor {
     pub(crate) fn start_with(source: CpuSource) -> Monitor {
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = match &source {
-            // A run counts its own turns, not the calibration's.
-            CpuSource::Spin(stats) => {
+            // A run counts its own turns, not the calibration's. (An
+            // adaptive spinner needs no ticker either: a ticker would wake
+            // it every millisecond and keep it spinning.)
+            CpuSource::Spin(stats) | CpuSource::Adaptive(stats) => {
                 if let Ok(mut s) = stats.lock() {
                     s.reset();
                 }
@@ -324,6 +342,13 @@ impl Monitor {
         let wall = elapsed.as_secs_f64();
         let cpu = match &self.source {
             CpuSource::Spin(stats) => stats.lock().ok().and_then(|s| s.busy_share(elapsed)),
+            CpuSource::Adaptive(stats) => match (self.cpu_start, thread_cpu_time(), stats.lock()) {
+                (Some(a), Some(b), Ok(s)) if wall > 0.0 => {
+                    let busy = b.saturating_sub(a).as_secs_f64() - s.spinning_s();
+                    Some((busy / wall).clamp(0.0, 1.0))
+                }
+                _ => None,
+            },
             other => match (self.cpu_start, other.cpu_time()) {
                 (Some(a), Some(b)) if wall > 0.0 => Some(b.saturating_sub(a).as_secs_f64() / wall),
                 _ => None,
@@ -341,7 +366,9 @@ impl Monitor {
                 )),
                 _ => None,
             },
-            (None, CpuSource::Spin(stats)) => stats.lock().ok().and_then(|s| s.lag_ms()),
+            (None, CpuSource::Spin(stats) | CpuSource::Adaptive(stats)) => {
+                stats.lock().ok().and_then(|s| s.lag_ms())
+            }
             (None, _) => None,
         };
         Monitored {

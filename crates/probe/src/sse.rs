@@ -14,6 +14,8 @@
 //! output does not depend on how the bytes were chunked, and its memory is
 //! bounded by the per-event size limit.
 
+use std::borrow::Cow;
+
 use thiserror::Error;
 
 /// One dispatched event. `data` is the joined `data` lines (invalid UTF-8 is
@@ -24,6 +26,15 @@ pub struct SseEvent {
     pub event: Option<String>,
     pub data: String,
     pub id: Option<String>,
+}
+
+/// One dispatched event, borrowed from the reader until its next call
+/// (the probe's hot path: no allocation per event).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SseEventRef<'a> {
+    pub event: Option<&'a str>,
+    /// Borrowed when valid UTF-8 (always, from a sane server).
+    pub data: Cow<'a, str>,
 }
 
 /// Why the reader gave up.
@@ -50,6 +61,8 @@ pub struct SseReader {
     failed: bool,
     data: Vec<u8>,
     has_data: bool,
+    /// The last call handed out an event still held in `data`/`event`.
+    dispatched: bool,
     event: Option<String>,
     id: Option<String>,
     /// Sum of line lengths of the event being assembled.
@@ -72,6 +85,7 @@ impl SseReader {
             failed: false,
             data: Vec::new(),
             has_data: false,
+            dispatched: false,
             event: None,
             id: None,
             event_bytes: 0,
@@ -108,6 +122,49 @@ impl SseReader {
     /// The next complete event, `None` when more input is needed (or the
     /// input is exhausted), or an error once (then `None` forever).
     pub fn next_event(&mut self) -> Option<Result<SseEvent, SseError>> {
+        let owned = match self.next_borrowed()? {
+            Ok(ev) => Ok((ev.event.map(str::to_string), ev.data.into_owned())),
+            Err(e) => Err(e),
+        };
+        Some(owned.map(|(event, data)| SseEvent {
+            event,
+            data,
+            // The last event id persists across events, per the spec.
+            id: self.id.clone(),
+        }))
+    }
+
+    /// The last event id seen (it persists across events, per the spec).
+    pub fn last_event_id(&self) -> Option<&str> {
+        self.id.as_deref()
+    }
+
+    /// [`next_event`](Self::next_event) without copying: the event borrows
+    /// the reader's buffers until the next call.
+    pub fn next_borrowed(&mut self) -> Option<Result<SseEventRef<'_>, SseError>> {
+        if self.dispatched {
+            self.dispatched = false;
+            self.data.clear();
+            self.event = None;
+        }
+        match self.advance()? {
+            Ok(()) => {
+                let data = match std::str::from_utf8(&self.data) {
+                    Ok(s) => Cow::Borrowed(s),
+                    Err(_) => String::from_utf8_lossy(&self.data),
+                };
+                Some(Ok(SseEventRef {
+                    event: self.event.as_deref(),
+                    data,
+                }))
+            }
+            Err(e) => Some(Err(e)),
+        }
+    }
+
+    /// Reads lines until an event is ready in `data`/`event` (`Ok`), more
+    /// input is needed (`None`), or the event limit is passed.
+    fn advance(&mut self) -> Option<Result<(), SseError>> {
         if self.failed {
             return None;
         }
@@ -134,10 +191,7 @@ impl SseReader {
             }
             let rest = &self.buf[self.pos..];
             let from = self.scanned.min(rest.len());
-            let found = rest[from..]
-                .iter()
-                .position(|&b| b == b'\n' || b == b'\r')
-                .map(|i| i + from);
+            let found = memchr::memchr2(b'\n', b'\r', &rest[from..]).map(|i| i + from);
             let (line_end, next_pos) = match found {
                 Some(i) => {
                     if rest[i] == b'\r' {
@@ -155,7 +209,7 @@ impl SseReader {
                     }
                     if rest.is_empty() {
                         // End of input: dispatch what is pending, once.
-                        return self.dispatch().map(Ok);
+                        return self.dispatch().then_some(Ok(()));
                     }
                     (rest.len(), self.buf.len())
                 }
@@ -165,8 +219,8 @@ impl SseReader {
             self.pos = next_pos;
             let line_len = line_end;
             if line_len == 0 {
-                if let Some(ev) = self.dispatch() {
-                    return Some(Ok(ev));
+                if self.dispatch() {
+                    return Some(Ok(()));
                 }
                 continue;
             }
@@ -218,24 +272,17 @@ impl SseReader {
         }
     }
 
-    fn dispatch(&mut self) -> Option<SseEvent> {
+    /// Ends the event being assembled: true when it had data (then it
+    /// stays in `data`/`event` until the next call).
+    fn dispatch(&mut self) -> bool {
         self.event_bytes = 0;
         if !self.has_data {
             self.event = None;
-            return None;
+            return false;
         }
         self.has_data = false;
-        let raw = std::mem::take(&mut self.data);
-        let data = match String::from_utf8(raw) {
-            Ok(s) => s,
-            Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
-        };
-        Some(SseEvent {
-            event: self.event.take(),
-            data,
-            // The last event id persists across events, per the spec.
-            id: self.id.clone(),
-        })
+        self.dispatched = true;
+        true
     }
 }
 

@@ -1,9 +1,15 @@
-//! Pure percentile and summary math over exact samples.
+//! Pure percentile and summary math: exact while the samples fit, a
+//! histogram of stated precision beyond.
 //!
-//! Exact (sorted) percentiles rather than a histogram: a run holds at most a
-//! few hundred thousand samples, sorting them is cheap, and an exact value is
-//! what lets the probe contradict a server quantile interpolated inside a
-//! coarse bucket (see DESIGN.md, "The measurements").
+//! Exact (sorted) percentiles where they fit: an exact value is what lets
+//! the probe contradict a server quantile interpolated inside a coarse
+//! bucket (see DESIGN.md, "The measurements"). A run of any length must
+//! keep its memory flat, though, so every [`Distribution`] also records an
+//! HdrHistogram (3 significant digits: every reported value within 0.05 %
+//! of a sample of the bucket it names); past [`EXACT_SAMPLES`] values the
+//! exact samples are dropped and the summary comes from the histogram
+//! (`Summary::exact` says which). Both merge exactly, so N workers' results
+//! combine into what one thread would have computed from the same records.
 //!
 //! The interpolation itself is `llmwatch_core::stats::percentile` (NumPy's
 //! "linear" method, the one `vllm bench serve` reports), so the probe and
@@ -11,7 +17,16 @@
 //! report needs on top: serde, `min`, and the count of requests that had no
 //! value.
 
+use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+
+/// Exact samples kept per metric before its summary falls back to the
+/// histogram: 8 bytes each, so 4 MiB per metric at most.
+pub const EXACT_SAMPLES: usize = 1 << 19;
+
+/// Histogram range: 1 ns to one hour; longer values are clamped (and a
+/// probe never lasts that long: its deadline ends it).
+const HIST_MAX_NS: u64 = 3_600_000_000_000;
 
 /// The `q`-quantile (0.0..=1.0) of an ascending, finite slice, linearly
 /// interpolated between closest ranks; `None` for an empty slice or a `q`
@@ -37,6 +52,14 @@ pub struct Summary {
     pub p99: Option<f64>,
     pub min: Option<f64>,
     pub max: Option<f64>,
+    /// True when computed from every sample; false when from the histogram
+    /// (values within 0.05 %, the mean within 0.05 % too).
+    #[serde(default = "exact_default")]
+    pub exact: bool,
+}
+
+fn exact_default() -> bool {
+    true
 }
 
 impl Summary {
@@ -64,6 +87,104 @@ impl Summary {
             p99: percentile(&values, 0.99),
             min: values.first().copied(),
             max: values.last().copied(),
+            exact: true,
+        }
+    }
+}
+
+/// One metric's values over a run, in nanoseconds, mergeable: the exact
+/// samples while there are at most `cap` of them, and always a histogram.
+/// Its summary depends only on the multiset of values added (not on their
+/// order or on how they were split before merging).
+#[derive(Debug, Clone)]
+pub struct Distribution {
+    exact: Option<Vec<f64>>,
+    hist: Histogram<u64>,
+    /// Requests without a value, plus non-finite values.
+    missing: u64,
+    cap: usize,
+}
+
+impl Distribution {
+    /// Keeps up to `cap` exact samples.
+    pub fn new(cap: usize) -> Distribution {
+        let hist = Histogram::new_with_bounds(1, HIST_MAX_NS, 3)
+            .or_else(|_| Histogram::new(3))
+            .unwrap_or_else(|_| unreachable!("3 significant digits are valid"));
+        Distribution {
+            exact: Some(Vec::new()),
+            hist,
+            missing: 0,
+            cap,
+        }
+    }
+
+    pub fn add(&mut self, ns: f64) {
+        if !ns.is_finite() {
+            self.missing += 1;
+            return;
+        }
+        self.hist
+            .saturating_record((ns.round().max(1.0) as u64).min(HIST_MAX_NS));
+        if let Some(v) = &mut self.exact {
+            if v.len() < self.cap {
+                v.push(ns);
+            } else {
+                self.exact = None;
+            }
+        }
+    }
+
+    pub fn add_missing(&mut self, n: u64) {
+        self.missing += n;
+    }
+
+    /// Values added (finite ones).
+    pub fn len(&self) -> u64 {
+        self.hist.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.hist.is_empty()
+    }
+
+    /// Adds another distribution's values. This one's cap applies to the
+    /// sum; samples `other` already dropped stay dropped.
+    pub fn merge(&mut self, other: &Distribution) {
+        let _ = self.hist.add(&other.hist);
+        self.missing += other.missing;
+        self.exact = match (self.exact.take(), &other.exact) {
+            (Some(mut a), Some(b)) if a.len() + b.len() <= self.cap => {
+                a.extend_from_slice(b);
+                Some(a)
+            }
+            _ => None,
+        };
+    }
+
+    /// The summary in milliseconds: exact where the samples were kept.
+    pub fn summary_ms(&self) -> Summary {
+        match &self.exact {
+            Some(v) => Summary::from_values(v.iter().map(|x| x / 1e6).collect(), self.missing),
+            None => self.histogram_summary_ms(),
+        }
+    }
+
+    fn histogram_summary_ms(&self) -> Summary {
+        let h = &self.hist;
+        let ms = |ns: u64| h.median_equivalent(ns) as f64 / 1e6;
+        let q = |q: f64| (!h.is_empty()).then(|| ms(h.value_at_quantile(q)));
+        Summary {
+            n: h.len(),
+            missing: self.missing,
+            mean: (!h.is_empty()).then(|| h.mean() / 1e6),
+            p50: q(0.50),
+            p90: q(0.90),
+            p95: q(0.95),
+            p99: q(0.99),
+            min: (!h.is_empty()).then(|| ms(h.min())),
+            max: (!h.is_empty()).then(|| ms(h.max())),
+            exact: false,
         }
     }
 }
@@ -96,5 +217,54 @@ mod tests {
         let e = Summary::from_values(vec![], 5);
         assert_eq!(e.n, 0);
         assert_eq!(e.p99, None);
+    }
+
+    #[test]
+    fn distribution_is_exact_while_it_fits_then_within_precision() {
+        let values: Vec<f64> = (1..=1000).map(|i| f64::from(i) * 1_000.0).collect();
+        let mut d = Distribution::new(2000);
+        values.iter().for_each(|v| d.add(*v));
+        d.add(f64::NAN);
+        d.add_missing(2);
+        let s = d.summary_ms();
+        let reference = Summary::from_values(values.iter().map(|v| v / 1e6).collect(), 3);
+        assert_eq!(s, reference);
+        assert!(s.exact);
+        // Past the cap: the histogram, within its 0.05 %.
+        let mut small = Distribution::new(10);
+        values.iter().for_each(|v| small.add(*v));
+        let h = small.summary_ms();
+        assert!(!h.exact);
+        assert_eq!(h.n, 1000);
+        for (got, want) in [
+            (h.p50, s.p50),
+            (h.p99, s.p99),
+            (h.mean, s.mean),
+            (h.max, s.max),
+        ] {
+            let (got, want) = (got.unwrap(), want.unwrap());
+            assert!((got - want).abs() <= want * 0.001, "{got} vs {want}");
+        }
+    }
+
+    #[test]
+    fn distributions_merge_into_what_one_would_hold() {
+        for cap in [10, 5000] {
+            let mut whole = Distribution::new(cap);
+            let mut parts = [
+                Distribution::new(cap),
+                Distribution::new(cap),
+                Distribution::new(cap),
+            ];
+            for i in 0..900u32 {
+                let v = f64::from(i * 7919 % 1000) * 1234.5 + 1.0;
+                whole.add(v);
+                parts[(i % 3) as usize].add(v);
+            }
+            let [mut a, b, c] = parts;
+            a.merge(&c);
+            a.merge(&b);
+            assert_eq!(a.summary_ms(), whole.summary_ms(), "cap {cap}");
+        }
     }
 }

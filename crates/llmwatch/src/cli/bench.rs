@@ -9,8 +9,8 @@ use anyhow::{bail, Context};
 use clap::Args;
 use llmwatch_probe::record::Api;
 use llmwatch_probe::{
-    Bound, Calibrator, ClientConfig, Load, MeasuringThread, Objectives, ProbeClient, PromptKind,
-    RunConfig, RunResult, Secret, Shape, Spin, Workload,
+    Bound, Calibrator, ClientConfig, Load, MeasuringPool, Objectives, ProbeClient, PromptKind,
+    Records, RunConfig, RunOptions, RunResult, Secret, Shape, Spin, Workload,
 };
 
 use llmwatch_config::parse_duration;
@@ -46,7 +46,8 @@ pub struct WorkloadArgs {
     #[arg(long)]
     pub reuse_prompts: bool,
     /// Busy-poll the measuring thread so idle-CPU wake-ups stay out of the
-    /// timings: auto (on with 4+ cores), on, off.
+    /// timings: auto (the whole run with 4+ cores; below, only while
+    /// streams are active), on, off.
     #[arg(long, default_value = "auto", value_parser = parse_spin)]
     pub spin: Spin,
 }
@@ -125,6 +126,14 @@ pub struct BenchArgs {
     /// Write the full result (every probe's timings) as JSON.
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Stream every probe's record to this file as JSON Lines while the run
+    /// goes (memory stays flat however long it runs).
+    #[arg(long)]
+    pub records: Option<PathBuf>,
+    /// Measuring threads sharing the load (default: the cores the machine
+    /// can spare, all but one).
+    #[arg(long)]
+    pub workers: Option<usize>,
 }
 
 fn optional_duration(flag: &str, value: &Option<String>) -> anyhow::Result<Option<Duration>> {
@@ -216,8 +225,8 @@ pub async fn refuse_a_shape_past_the_context(
     Ok(())
 }
 
-/// Runs the bench and returns its result.
-pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
+/// Runs the bench; returns its result and where its records were written.
+pub async fn bench(args: &BenchArgs) -> anyhow::Result<(RunResult, Option<PathBuf>)> {
     let (client, workload, config) = prepare(args).await?;
     if !workload.calibration.exact {
         eprintln!(
@@ -228,27 +237,52 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<RunResult> {
     if workload.reuses_prompts() {
         eprintln!("note: --reuse-prompts: prompts repeat earlier runs', so prefix-cache hits are expected");
     }
-    // The run gets a thread of its own (and, with --spin, a busy core);
-    // the client above only calibrated the prompt.
-    let measuring = MeasuringThread::start(args.workload.spin.resolve())?;
-    let run_client = ProbeClient::new(client.config().clone())?;
-    let result = measuring
-        .run(run_client, config, move |i| workload.request(i))
+    // The run gets threads of its own (and, with --spin, busy cores); the
+    // client above only calibrated the prompt. Records stream to a file
+    // (the --json document is assembled from it at the end).
+    let workers = args.workers.unwrap_or_else(llmwatch_probe::default_workers);
+    let pool = MeasuringPool::start_mode(workers, args.workload.spin.mode(), client.config())?;
+    let records_path = args.records.clone().or_else(|| {
+        args.json
+            .as_ref()
+            .map(|j| j.with_extension("records.jsonl.tmp"))
+    });
+    let writer = records_path
+        .as_deref()
+        .map(llmwatch_probe::RecordWriter::create)
+        .transpose()?;
+    let options = RunOptions {
+        records: writer
+            .as_ref()
+            .map_or(Records::Discard, |w| Records::Stream(w.sink())),
+        ..RunOptions::default()
+    };
+    let result = pool
+        .run(config, options, move |i| workload.request(i))
         .await?;
-    Ok(result)
+    if let Some(w) = writer {
+        w.finish()?;
+    }
+    Ok((result, records_path))
 }
 
 pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
-    let result = bench(&args).await?;
+    let (result, records_path) = bench(&args).await?;
     print!(
         "{}",
         llmwatch_core::redact::redact_urls_in(&llmwatch_probe::render_table(&result))
     );
-    if let Some(path) = &args.json {
+    if let (Some(path), Some(records)) = (&args.json, &records_path) {
         // Error messages in the records may quote the URL: no credential in the file.
-        let json = llmwatch_core::redact::redact_urls_in(&serde_json::to_string_pretty(&result)?);
-        std::fs::write(path, json).with_context(|| format!("writing {}", path.display()))?;
+        llmwatch_probe::write_result_json(&result, records, path)?;
+        if args.records.is_none() {
+            std::fs::remove_file(records)
+                .with_context(|| format!("removing {}", records.display()))?;
+        }
         println!("wrote {}", path.display());
+    }
+    if let Some(path) = &args.records {
+        println!("wrote {} (one record per line)", path.display());
     }
     Ok(())
 }

@@ -355,3 +355,73 @@ async fn calibration_skips_an_empty_token_list_and_is_exact_on_llamacpp() {
         );
     }
 }
+
+/// Issue 16: N workers share one schedule and their statistics merge into
+/// exactly what one accumulator computes from the same records — in the
+/// exact regime (TTFT, e2e: few samples) and past the exact-sample cap
+/// (ITL: summaries from the merged histograms).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn merged_workers_equal_one_computation_over_their_records() {
+    use llmwatch_probe::{MeasuringPool, Records, RunOptions, RunStats, SelfCheck};
+    let server = spawn_server(quick_stream());
+    let pool = MeasuringPool::start(3, false, &ClientConfig::new(server.url())).unwrap();
+    let mut cfg = RunConfig::closed(7, 90);
+    cfg.warmup_requests = 6;
+    cfg.objectives.ttft_p95 = Some(Duration::from_millis(4));
+    let cap = 200;
+    let options = RunOptions {
+        records: Records::Keep,
+        exact_samples: cap,
+    };
+    let merged = pool.run(cfg.clone(), options, mk).await.unwrap();
+    assert_eq!((merged.requests, merged.successful), (90, 90));
+    assert_eq!(merged.warmup_requests, 6);
+    // One schedule: every number handed out once, warm-ups first.
+    let seqs: Vec<u64> = merged.records.iter().map(|r| r.seq.unwrap()).collect();
+    assert_eq!(seqs, (6..96).collect::<Vec<u64>>());
+    // Each worker judged on its own: three checks, each with its CPU.
+    assert_eq!(merged.self_check.workers.len(), 3);
+    assert!(merged
+        .self_check
+        .workers
+        .iter()
+        .all(|w: &SelfCheck| w.cpu_cores.is_some() && w.dispatch_lag_p99_ms.is_some()));
+
+    let mut one = RunStats::new(cfg.objectives, cap);
+    merged.records.iter().for_each(|r| one.add(r));
+    let wall = Duration::from_secs_f64(merged.duration_s);
+    let single = one.finish(&cfg, 6, Vec::new(), wall, &Default::default());
+    // ~4 ITL values per request: past the cap of 200, from histograms.
+    assert!(!merged.itl_ms.exact && merged.ttft_ms.exact);
+    let summaries = |r: &RunResult| {
+        vec![
+            r.ttfb_ms.clone(),
+            r.ttft_ms.clone(),
+            r.ttfo_ms.clone(),
+            r.tpot_ms.clone(),
+            r.itl_ms.clone(),
+            r.itl_event_ms.clone(),
+            r.e2e_ms.clone(),
+            r.ttft_from_scheduled_ms.clone(),
+            r.e2e_from_scheduled_ms.clone(),
+            r.dispatch_lag_ms.clone(),
+        ]
+    };
+    assert_eq!(summaries(&merged), summaries(&single));
+    let counts = |r: &RunResult| {
+        (
+            r.requests,
+            r.successful,
+            r.good_requests,
+            r.total_output_tokens,
+            r.total_input_tokens,
+            r.errors.clone(),
+            r.self_check.tokens_per_event,
+        )
+    };
+    assert_eq!(counts(&merged), counts(&single));
+    // The whole-records path (sweeps, stored runs) agrees as well.
+    let stored =
+        RunResult::from_records(&cfg, 6, merged.records.clone(), wall, &Default::default());
+    assert_eq!(summaries(&stored)[..4], summaries(&merged)[..4]);
+}

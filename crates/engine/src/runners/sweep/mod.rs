@@ -510,7 +510,7 @@ pub async fn run_sweep(
     // measuring thread with a client of its own (see MeasuringThread).
     let client = ProbeClient::new(client_config.clone())?;
     let runner = Runner {
-        thread: MeasuringThread::start(settings.spin.resolve())?,
+        thread: MeasuringThread::start_mode(settings.spin.mode())?,
         client: ProbeClient::new(client_config)?,
     };
     let http = scrape_client()?;

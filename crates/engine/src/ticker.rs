@@ -38,6 +38,18 @@ impl JitteredTicker {
         }
     }
 
+    /// Ticks every `period` from now on, the first at once, with no phase
+    /// and no jitter: for a single job (one task for every target, or a
+    /// local source) that has nothing to spread out.
+    pub fn starting_now(period: Duration) -> JitteredTicker {
+        let mut interval = tokio::time::interval(period);
+        interval.set_missed_tick_behavior(MissedTickBehavior::Skip);
+        JitteredTicker {
+            interval,
+            max_jitter_ms: 0,
+        }
+    }
+
     /// Waits for the next tick and its jitter; `false` once `shutdown`
     /// turns true (or its sender is gone), so the job ends.
     pub async fn tick(&mut self, shutdown: &mut watch::Receiver<bool>) -> bool {

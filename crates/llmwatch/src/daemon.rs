@@ -19,6 +19,7 @@ use llmwatch_engine::runners::canary::{run_canary_loop, CanaryJob};
 use llmwatch_engine::runners::sweep::schedule::{run_schedule, SweepSlots};
 use llmwatch_engine::sources::gpu_nvml::{readings_to_samples, NvmlSource};
 use llmwatch_engine::sources::scrape::{self, now_ms, ScrapeCounters, ScrapeJob};
+use llmwatch_engine::ticker::JitteredTicker;
 use llmwatch_web as web;
 
 /// A running daemon.
@@ -312,13 +313,9 @@ async fn run_nvml_loop(
     records: mpsc::Sender<ScrapeRecord>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
+    // One local source: nothing to spread out, so no phase and no jitter.
+    let mut ticker = JitteredTicker::starting_now(interval);
+    while ticker.tick(&mut shutdown).await {
         let ts_ms = now_ms();
         let started = std::time::Instant::now();
         let reader = source.clone();

@@ -14,6 +14,7 @@ use llmwatch_store::{LiveVerdictRow, Point, Range, Store, StoreError};
 use tokio::sync::watch;
 
 use crate::sources::scrape::now_ms;
+use crate::ticker::JitteredTicker;
 use llmwatch_config::{Config, TargetConfig};
 
 /// What the task needs of one target.
@@ -123,13 +124,8 @@ pub async fn run_live_diagnosis(
 ) {
     // One task for every target, so no phase to spread; the first round
     // runs at once, giving each target a verdict from the start.
-    let mut ticker = tokio::time::interval(interval);
-    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
+    let mut ticker = JitteredTicker::starting_now(interval);
+    while ticker.tick(&mut shutdown).await {
         for job in &jobs {
             if let Err(err) = evaluate(&store, job, window).await {
                 tracing::warn!(target = %job.name, error = %err, "live diagnosis failed");

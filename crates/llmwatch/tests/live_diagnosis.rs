@@ -80,6 +80,19 @@ struct Started {
     _sims: Vec<Sim>,
     toml: String,
     load: Vec<tokio::task::JoinHandle<()>>,
+    /// Each case's levels and the worker gate they drive: the cycles start
+    /// only once every target has been judged idle, so each first verdict
+    /// is `idle` and the expected one is always a change.
+    gates: Vec<(&'static [usize], Arc<AtomicUsize>)>,
+}
+
+impl Started {
+    fn start_cycles(&mut self) {
+        for (levels, active) in self.gates.drain(..) {
+            self.load
+                .push(tokio::spawn(cycle(levels, active, Duration::from_secs(3))));
+        }
+    }
 }
 
 async fn start_cases(cases: &[Case], time_scale: f64) -> Started {
@@ -88,7 +101,7 @@ async fn start_cases(cases: &[Case], time_scale: f64) -> Started {
         .build()
         .expect("HTTP client");
     let mut toml = String::from("[server]\nlive_window = \"60s\"\nlive_interval = \"2s\"\n");
-    let (mut sims, mut load) = (Vec::new(), Vec::new());
+    let (mut sims, mut load, mut gates) = (Vec::new(), Vec::new(), Vec::new());
     for case in cases {
         let (sim, engine, gpu) =
             start(&SimArgs::loopback(case.profile, MODEL, time_scale).with_gpu_page())
@@ -114,17 +127,14 @@ async fn start_cases(cases: &[Case], time_scale: f64) -> Started {
                 active.clone(),
             )));
         }
-        load.push(tokio::spawn(cycle(
-            case.levels,
-            active,
-            Duration::from_secs(3),
-        )));
+        gates.push((case.levels, active));
         sims.push(sim);
     }
     Started {
         _sims: sims,
         toml,
         load,
+        gates,
     }
 }
 
@@ -146,7 +156,7 @@ async fn page(client: &reqwest::Client, url: &str) -> String {
 
 /// Waits up to 60 s for every case's expected verdict; returns the verdicts.
 async fn expect_verdicts(cases: &[Case], expected: &[&str]) -> Vec<Value> {
-    let started = start_cases(cases, 2.0).await;
+    let mut started = start_cases(cases, 2.0).await;
     // Alert rules on the first case's verdict and on its changes.
     let toml = format!(
         "{}[[alerts]]\nname = \"is-{want}\"\nsignal = \"bottleneck\"\nop = \"==\"\n\
@@ -162,6 +172,21 @@ async fn expect_verdicts(cases: &[Case], expected: &[&str]) -> Vec<Value> {
     let daemon = common::spawn_daemon(&toml).await;
     let base = daemon.base_url();
     let client = reqwest::Client::new();
+    for case in cases {
+        common::wait_for(
+            &format!("{} to be judged idle before any load", case.name),
+            Duration::from_secs(30),
+            || {
+                let (client, base) = (client.clone(), base.clone());
+                async move {
+                    let live = live_of(&client, &base, case.name).await?;
+                    (live["verdict"] == "idle").then_some(())
+                }
+            },
+        )
+        .await;
+    }
+    started.start_cycles();
     let mut found = Vec::new();
     for (case, want) in cases.iter().zip(expected) {
         let verdict = common::wait_for(

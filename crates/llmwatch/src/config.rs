@@ -85,8 +85,10 @@ pub struct ServerConfig {
     /// per target (DESIGN.md: a month of history kept small).
     #[serde(default = "default_downsample_after", deserialize_with = "duration")]
     pub downsample_after: Duration,
-    /// One scrape kept per this much time in the thinned range; "0s" keeps
-    /// every scrape. At most 150 s (signals look 5 min back for a scrape).
+    /// One scrape kept per this much time in the thinned range; "0s" (the
+    /// default: compressed storage keeps a month at full resolution small,
+    /// BENCHMARKS.md) keeps every scrape. At most 150 s (signals look 5 min
+    /// back for a scrape).
     #[serde(default = "default_downsample_interval", deserialize_with = "duration")]
     pub downsample_interval: Duration,
     /// The largest `/metrics` body accepted, in bytes.
@@ -587,7 +589,7 @@ fn default_downsample_after() -> Duration {
     Duration::from_secs(2 * 24 * 3600)
 }
 fn default_downsample_interval() -> Duration {
-    Duration::from_secs(60)
+    Duration::ZERO
 }
 fn default_slo_ttft_p95() -> Duration {
     Duration::from_secs(1)
@@ -1309,7 +1311,7 @@ timeout = "3s"
     fn downsampling_defaults_and_limits() {
         let config = parse("").unwrap();
         assert_eq!(config.server.downsample_after, Duration::from_secs(172_800));
-        assert_eq!(config.server.downsample_interval, Duration::from_secs(60));
+        assert_eq!(config.server.downsample_interval, Duration::ZERO, "off");
         let off = parse("[server]\ndownsample_interval = \"0s\"\ndownsample_after = \"1m\"\n");
         assert!(off.is_ok(), "0s turns it off, so `after` is not checked");
         let err = error_of("[server]\ndownsample_interval = \"10m\"\n");

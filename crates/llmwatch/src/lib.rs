@@ -9,6 +9,7 @@ pub mod bench_cmd;
 pub mod canary;
 pub mod config;
 pub mod daemon;
+pub mod db_cmd;
 pub mod demo;
 pub mod gpu_nvml;
 pub mod inspect;

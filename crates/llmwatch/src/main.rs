@@ -13,7 +13,7 @@ use llmwatch::config::Config;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use llmwatch::{bench_cmd, daemon, demo, inspect, sim_cmd};
+use llmwatch::{bench_cmd, daemon, db_cmd, demo, inspect, sim_cmd};
 
 #[derive(Parser)]
 #[command(
@@ -75,6 +75,9 @@ enum Command {
     Bench(Box<bench_cmd::BenchArgs>),
     /// One sweep at rising load with verdicts and diagnosis, or `--compare A B`.
     Sweep(Box<llmwatch::sweep::cli::SweepArgs>),
+    /// The database: `llmwatch db stats`.
+    #[command(subcommand)]
+    Db(db_cmd::DbCommand),
 }
 
 fn main() -> std::process::ExitCode {
@@ -144,6 +147,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(args) => bench_cmd::run_cli(*args).await,
         Command::Sweep(args) => llmwatch::sweep::cli::run(*args).await,
+        Command::Db(command) => db_cmd::run(command).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file)?;
             println!(

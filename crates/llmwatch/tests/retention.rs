@@ -35,6 +35,7 @@ fn scrape(target_id: i64, ts_ms: i64, labels: usize) -> ScrapeRecord {
                 value: ts_ms as f64,
             })
             .collect(),
+        raw: Vec::new(),
     }
 }
 

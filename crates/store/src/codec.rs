@@ -12,9 +12,10 @@
 //!   | --- | --- |
 //!   | `0` | same as the scrape before (absent stays absent) |
 //!   | `10` cc bits | present, integer delta from the last value; `cc` picks 6/13/20/32 bits of zigzag delta |
-//!   | `110` … | present, XOR with the last value's bits: `0` + bits in the last window, or `1` + 6 bits leading zeros + 6 bits (length − 1) + the bits |
-//!   | `1110` | absent (the series was not on this page) |
-//!   | `1111` | present again with exactly the last value |
+//!   | `110` ddd cc bits | present, delta in units of 10^-d (`ddd` = d, 1–6) between two values that are exact decimals of d places, as exporters print them (`245.123000`) |
+//!   | `1110` … | present, XOR with the last value's bits: `0` + bits in the last window, or `1` + 6 bits leading zeros + 6 bits (length − 1) + the bits |
+//!   | `11110` | absent (the series was not on this page) |
+//!   | `11111` | present again with exactly the last value |
 //!
 //!   A series that never changes costs one bit a scrape, and a stream that is
 //!   one value throughout is stored as that value alone. Every value is kept
@@ -166,6 +167,33 @@ impl StreamState {
     };
 }
 
+/// Powers of ten for the decimal code (index = decimal places).
+const POW10: [f64; 7] = [1.0, 10.0, 100.0, 1e3, 1e4, 1e5, 1e6];
+
+/// `x` as `n / 10^places`, when that division gives `x` back bit for bit.
+fn scaled(x: f64, places: usize) -> Option<i64> {
+    let n = (x * POW10[places]).round();
+    if n.abs() > EXACT_INT {
+        return None;
+    }
+    // Through the integer, as the decoder goes: −0.0 does not come back.
+    let n = n as i64;
+    ((n as f64 / POW10[places]).to_bits() == x.to_bits()).then_some(n)
+}
+
+/// The size class of a zigzag delta, and the delta.
+fn class_of(delta: i64) -> Option<(u32, u64)> {
+    let zigzag = ((delta << 1) ^ (delta >> 63)) as u64;
+    DELTA_CLASSES
+        .iter()
+        .position(|bits| zigzag < (1u64 << bits))
+        .map(|class| (class as u32, zigzag))
+}
+
+fn unzigzag(zigzag: u64) -> i64 {
+    ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64)
+}
+
 /// The zigzag integer delta from `last` to `cur` when both are exact
 /// integers and adding it back gives `cur` bit for bit (−0.0 does not).
 fn integer_delta(last: u64, cur: u64) -> Option<(u32, u64)> {
@@ -177,17 +205,28 @@ fn integer_delta(last: u64, cur: u64) -> Option<(u32, u64)> {
     if ((a as i64 + delta) as f64).to_bits() != cur {
         return None;
     }
-    let zigzag = ((delta << 1) ^ (delta >> 63)) as u64;
-    DELTA_CLASSES
-        .iter()
-        .position(|bits| zigzag < (1u64 << bits))
-        .map(|class| (class as u32, zigzag))
+    class_of(delta)
+}
+
+/// The fewest decimal places (1–6) in which both values are exact, and the
+/// sized delta between them in that unit.
+fn decimal_delta(last: u64, cur: u64) -> Option<(usize, u32, u64)> {
+    let (a, b) = (f64::from_bits(last), f64::from_bits(cur));
+    if !(a.is_finite() && b.is_finite()) {
+        return None;
+    }
+    let places = (1..POW10.len()).find(|&d| scaled(b, d).is_some())?;
+    let places =
+        (places..POW10.len()).find(|&d| scaled(a, d).is_some() && scaled(b, d).is_some())?;
+    let (na, nb) = (scaled(a, places)?, scaled(b, places)?);
+    let (class, zigzag) = class_of(nb.checked_sub(na)?)?;
+    Some((places, class, zigzag))
 }
 
 fn write_value(w: &mut BitWriter, state: &mut StreamState, cur: Option<u64>) {
     let Some(bits) = cur else {
         if state.present {
-            w.write(0b1110, 4);
+            w.write(0b11110, 5);
             state.present = false;
         } else {
             w.bit(false);
@@ -198,7 +237,7 @@ fn write_value(w: &mut BitWriter, state: &mut StreamState, cur: Option<u64>) {
         if state.present {
             w.bit(false);
         } else {
-            w.write(0b1111, 4);
+            w.write(0b11111, 5);
             state.present = true;
         }
         return;
@@ -208,8 +247,13 @@ fn write_value(w: &mut BitWriter, state: &mut StreamState, cur: Option<u64>) {
         w.write(0b10, 2);
         w.write(u64::from(class), 2);
         w.write(zigzag, DELTA_CLASSES[class as usize]);
-    } else {
+    } else if let Some((places, class, zigzag)) = decimal_delta(state.last, bits) {
         w.write(0b110, 3);
+        w.write(places as u64, 3);
+        w.write(u64::from(class), 2);
+        w.write(zigzag, DELTA_CLASSES[class as usize]);
+    } else {
+        w.write(0b1110, 4);
         let xor = state.last ^ bits;
         let (lead, trail) = (xor.leading_zeros(), xor.trailing_zeros());
         match state.window {
@@ -230,16 +274,27 @@ fn write_value(w: &mut BitWriter, state: &mut StreamState, cur: Option<u64>) {
     state.last = bits;
 }
 
+fn read_delta(r: &mut BitReader) -> Result<i64, StoreError> {
+    let class = r.read(2)? as usize;
+    Ok(unzigzag(r.read(DELTA_CLASSES[class])?))
+}
+
 fn read_value(r: &mut BitReader, state: &mut StreamState) -> Result<Option<u64>, StoreError> {
     if !r.bit()? {
         return Ok(state.present.then_some(state.last));
     }
     if !r.bit()? {
-        let class = r.read(2)? as usize;
-        let zigzag = r.read(DELTA_CLASSES[class])?;
-        let delta = ((zigzag >> 1) as i64) ^ -((zigzag & 1) as i64);
+        let delta = read_delta(r)?;
         let base = f64::from_bits(state.last) as i64;
         state.last = (base.wrapping_add(delta) as f64).to_bits();
+    } else if !r.bit()? {
+        let places = r.read(3)? as usize;
+        if !(1..POW10.len()).contains(&places) {
+            return Err(StoreError::Corrupt(format!("{places} decimal places")));
+        }
+        let delta = read_delta(r)?;
+        let base = (f64::from_bits(state.last) * POW10[places]).round() as i64;
+        state.last = (base.wrapping_add(delta) as f64 / POW10[places]).to_bits();
     } else if !r.bit()? {
         let xor = if !r.bit()? {
             let (wl, wt) = state
@@ -469,6 +524,32 @@ mod tests {
     }
 
     #[test]
+    fn exporter_decimals_round_trip_and_beat_xor() {
+        // dcgm-exporter prints floats with six decimals.
+        let values: Vec<Option<f64>> = (0..240)
+            .map(|i| {
+                let watts = 70.0 + 630.0 * (f64::from(i) / 17.0).sin().abs();
+                Some(format!("{watts:.6}").parse().unwrap())
+            })
+            .collect();
+        assert_round_trip(&values);
+        assert!(
+            encode_stream(&values).len() < 240 * 5,
+            "{}",
+            encode_stream(&values).len()
+        );
+        assert_round_trip(&[
+            Some(0.1),
+            Some(0.2),
+            Some(-0.3),
+            Some(1e300),
+            Some(0.123456),
+            Some(-0.0),
+            Some(0.5),
+        ]);
+    }
+
+    #[test]
     fn appearing_and_disappearing_series_round_trip() {
         assert_round_trip(&[None, None, Some(0.0), None, Some(0.0), Some(-0.0), None]);
         assert_round_trip(&[None; 10]);
@@ -506,6 +587,8 @@ mod tests {
         prop_oneof![
             any::<u64>().prop_map(|b| Some(f64::from_bits(b))),
             (-1_000_000i64..1_000_000).prop_map(|i| Some(i as f64)),
+            (-1_000_000_000i64..1_000_000_000, 1usize..7)
+                .prop_map(|(n, d)| Some(n as f64 / POW10[d])),
             prop::sample::select(vec![
                 Some(0.0),
                 Some(-0.0),

@@ -195,15 +195,26 @@ fn raw_key(target_id: i64, name: &str, labels: &[(String, String)]) -> u64 {
     hasher.finish()
 }
 
+fn catalog_key(target_id: i64, sample: &NormalizedSample) -> u64 {
+    let mut hasher = rustc_hash::FxHasher::default();
+    target_id.hash(&mut hasher);
+    sample.metric.hash(&mut hasher);
+    part_bits(sample.part).hash(&mut hasher);
+    sample.labels.hash(&mut hasher);
+    hasher.finish()
+}
+
+type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+
 /// Lookup of series ids in both directions. Lookups on the ingest path
-/// allocate nothing: raw series by a hash of (target, name, labels), catalog
-/// series by (target, metric, part) and then their few label sets.
+/// allocate nothing: a series is found by a hash of its whole identity
+/// (target, name or catalog metric and part, labels), then compared.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct SeriesCache {
-    defs: HashMap<u32, Arc<SeriesDef>>,
-    raw: HashMap<u64, Vec<u32>>,
-    catalog: HashMap<(i64, CatalogMetric, PartBits), Vec<u32>>,
-    by_target: HashMap<i64, Vec<u32>>,
+    defs: FxMap<u32, Arc<SeriesDef>>,
+    raw: FxMap<u64, Vec<u32>>,
+    catalog: FxMap<u64, Vec<u32>>,
+    by_target: FxMap<i64, Vec<u32>>,
 }
 
 impl SeriesCache {
@@ -216,7 +227,15 @@ impl SeriesCache {
                 .push(id),
             SeriesKind::Catalog { metric, part } => self
                 .catalog
-                .entry((def.target_id, metric, part_bits(part)))
+                .entry(catalog_key(
+                    def.target_id,
+                    &NormalizedSample {
+                        metric,
+                        labels: def.labels.clone(),
+                        part,
+                        value: 0.0,
+                    },
+                ))
                 .or_default()
                 .push(id),
         }
@@ -247,13 +266,15 @@ impl SeriesCache {
 
     pub(crate) fn id_of_catalog(&self, target_id: i64, sample: &NormalizedSample) -> Option<u32> {
         self.catalog
-            .get(&(target_id, sample.metric, part_bits(sample.part)))?
+            .get(&catalog_key(target_id, sample))?
             .iter()
             .copied()
             .find(|id| {
                 self.defs.get(id).is_some_and(|def| {
-                    def.labels == sample.labels
-                        && matches!(def.kind, SeriesKind::Catalog { part, .. } if same_part(part, sample.part))
+                    def.target_id == target_id
+                        && def.labels == sample.labels
+                        && matches!(def.kind, SeriesKind::Catalog { metric, part }
+                            if metric == sample.metric && same_part(part, sample.part))
                 })
             })
     }

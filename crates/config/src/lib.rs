@@ -323,7 +323,7 @@ timeout = "3s"
     fn downsampling_defaults_and_limits() {
         let config = parse("").unwrap();
         assert_eq!(config.server.downsample_after, Duration::from_secs(172_800));
-        assert_eq!(config.server.downsample_interval, Duration::from_secs(60));
+        assert_eq!(config.server.downsample_interval, Duration::ZERO, "off");
         let off = parse("[server]\ndownsample_interval = \"0s\"\ndownsample_after = \"1m\"\n");
         assert!(off.is_ok(), "0s turns it off, so `after` is not checked");
         let err = error_of("[server]\ndownsample_interval = \"10m\"\n");

@@ -63,8 +63,9 @@ pub struct ServerConfig {
     /// per target (DESIGN.md: a month of history kept small).
     #[serde(default = "default_downsample_after", deserialize_with = "duration")]
     pub downsample_after: Duration,
-    /// One scrape kept per this much time in the thinned range; "0s" keeps
-    /// every scrape. At most 150 s (signals look 5 min back for a scrape).
+    /// One scrape kept per this much time in the thinned range; "0s" (the
+    /// default: compressed storage keeps a month at full resolution small,
+    /// BENCHMARKS.md) keeps every scrape. At most 150 s (signals look 5 min back for a scrape).
     #[serde(default = "default_downsample_interval", deserialize_with = "duration")]
     pub downsample_interval: Duration,
     /// The largest `/metrics` body accepted, in bytes.
@@ -565,7 +566,7 @@ fn default_downsample_after() -> Duration {
     Duration::from_secs(2 * 24 * 3600)
 }
 fn default_downsample_interval() -> Duration {
-    Duration::from_secs(60)
+    Duration::ZERO
 }
 fn default_slo_ttft_p95() -> Duration {
     Duration::from_secs(1)

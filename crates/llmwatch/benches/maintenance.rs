@@ -33,6 +33,7 @@ fn scrape(target_id: i64, ts_ms: i64, samples: usize) -> ScrapeRecord {
                 value: (ts_ms % 1000) as f64 + i as f64,
             })
             .collect(),
+        raw: Vec::new(),
     }
 }
 

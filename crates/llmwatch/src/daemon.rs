@@ -329,6 +329,7 @@ async fn run_nvml_loop(
             error: None,
             engine: Some("nvml".to_string()),
             samples: Vec::new(),
+            raw: Vec::new(),
         };
         match read {
             Ok(Ok(readings)) => {

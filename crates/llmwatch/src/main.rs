@@ -13,7 +13,7 @@ use llmwatch_config::Config;
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-use llmwatch::cli::{bench as bench_cmd, inspect, sim as sim_cmd};
+use llmwatch::cli::{bench as bench_cmd, db as db_cmd, inspect, sim as sim_cmd};
 use llmwatch::{daemon, demo};
 
 #[derive(Parser)]
@@ -76,6 +76,9 @@ enum Command {
     Bench(Box<bench_cmd::BenchArgs>),
     /// One sweep at rising load with verdicts and diagnosis, or `--compare A B`.
     Sweep(Box<llmwatch::cli::sweep::SweepArgs>),
+    /// The database: `llmwatch db stats`.
+    #[command(subcommand)]
+    Db(db_cmd::DbCommand),
 }
 
 fn main() -> std::process::ExitCode {
@@ -145,6 +148,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(args) => bench_cmd::run_cli(*args).await,
         Command::Sweep(args) => llmwatch::cli::sweep::run(*args).await,
+        Command::Db(command) => db_cmd::run(command).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file)?;
             println!(

@@ -271,6 +271,7 @@ async fn retention_and_downsampling_run_at_start() {
                     part: Part::Value,
                     value: 0.5,
                 }],
+                raw: Vec::new(),
             })
             .collect();
         store.write_scrapes(&batch).await.unwrap();

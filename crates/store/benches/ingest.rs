@@ -98,6 +98,7 @@ fn ingest(c: &mut Criterion) {
                         error: None,
                         engine: None,
                         samples: scrape_samples(round),
+                        raw: Vec::new(),
                     })
                     .collect::<Vec<ScrapeRecord>>()
             },
@@ -131,6 +132,7 @@ fn ingest(c: &mut Criterion) {
                 error: None,
                 engine: None,
                 samples: scrape_samples(i as u64),
+                raw: Vec::new(),
             })
             .collect();
         runtime

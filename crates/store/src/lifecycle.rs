@@ -3,13 +3,19 @@
 //! and giving freed pages back to the file system, so the database stops
 //! growing once retention is reached.
 
+use std::collections::HashMap;
+
 use sqlx::Row;
 
-use crate::{Store, StoreError};
+use crate::block::{self, HeadRow, Health};
+use crate::write::insert_block;
+use crate::{codec, Store, StoreError, MAX_DOWNSAMPLE_BUCKET_MS};
 
 /// Rows deleted per transaction: small enough that a waiting scrape write
 /// is never held up for long.
 const BATCH_ROWS: i64 = 500;
+/// Blocks deleted per transaction (each is up to an hour of a target).
+const BATCH_BLOCKS: i64 = 4;
 /// Free pages returned to the file system per step.
 const VACUUM_PAGES: i64 = 500;
 
@@ -76,16 +82,143 @@ impl Store {
         Ok(pruned)
     }
 
-    /// Deletes old scrapes, target by target through the `(target_id,
-    /// ts_ms)` index, a batch per transaction.
+    /// Deletes old scrapes, target by target: head rows through the
+    /// `(target_id, ts_ms)` index a batch per transaction, whole blocks a few
+    /// per transaction, and the scrapes of a block that straddles the
+    /// cut-off by rewriting that block.
     pub async fn prune(&self, before_ms: i64) -> Result<u64, StoreError> {
-        self.delete_in_batches(
-            "DELETE FROM scrapes WHERE id IN \
-             (SELECT id FROM scrapes WHERE target_id = ?1 AND ts_ms < ?2 LIMIT ?3)",
-            before_ms,
-            true,
-        )
-        .await
+        let mut pruned = self
+            .delete_in_batches(
+                "DELETE FROM scrapes WHERE id IN \
+                 (SELECT id FROM scrapes WHERE target_id = ?1 AND ts_ms < ?2 LIMIT ?3)",
+                before_ms,
+                true,
+            )
+            .await?;
+        for target in self.target_ids().await? {
+            loop {
+                let _writer = self.write_lock.lock().await;
+                let rows = sqlx::query(
+                    "SELECT id, scrape_count FROM blocks WHERE target_id = ? AND last_ms < ? LIMIT ?",
+                )
+                .bind(target)
+                .bind(before_ms)
+                .bind(BATCH_BLOCKS)
+                .fetch_all(&self.pool)
+                .await?;
+                if rows.is_empty() {
+                    break;
+                }
+                let mut tx = self.pool.begin().await?;
+                for row in &rows {
+                    sqlx::query("DELETE FROM blocks WHERE id = ?")
+                        .bind(row.try_get::<i64, _>("id")?)
+                        .execute(&mut *tx)
+                        .await?;
+                    pruned += u64::try_from(row.try_get::<i64, _>("scrape_count")?).unwrap_or(0);
+                }
+                tx.commit().await?;
+                drop(_writer);
+                tokio::task::yield_now().await;
+            }
+            let straddling: Vec<i64> = sqlx::query(
+                "SELECT id FROM blocks WHERE target_id = ?1 AND first_ms < ?2 AND last_ms >= ?2",
+            )
+            .bind(target)
+            .bind(before_ms)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| row.try_get::<i64, _>("id"))
+            .collect::<Result<_, _>>()?;
+            for block in straddling {
+                let _writer = self.write_lock.lock().await;
+                pruned += self
+                    .rewrite_block(block, |entries| {
+                        entries.iter().map(|e| e.ts_ms >= before_ms).collect()
+                    })
+                    .await?;
+            }
+            self.refresh_head(target).await?;
+        }
+        Ok(pruned)
+    }
+
+    /// Every target id.
+    async fn target_ids(&self) -> Result<Vec<i64>, StoreError> {
+        Ok(sqlx::query("SELECT id FROM targets")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| row.try_get::<i64, _>("id"))
+            .collect::<Result<_, _>>()?)
+    }
+
+    /// Keeps the scrapes of a block that `keep` marks (one flag per scrape,
+    /// in the block's order), re-encoding it; a block left empty goes.
+    /// Returns how many scrapes went. The caller holds the writer lock.
+    pub(crate) async fn rewrite_block(
+        &self,
+        block_id: i64,
+        keep: impl FnOnce(&[Health]) -> Vec<bool>,
+    ) -> Result<u64, StoreError> {
+        let Some(row) = sqlx::query("SELECT target_id, up_count, health FROM blocks WHERE id = ?")
+            .bind(block_id)
+            .fetch_optional(&self.pool)
+            .await?
+        else {
+            return Ok(0);
+        };
+        let target: i64 = row.try_get("target_id")?;
+        let positions = usize::try_from(row.try_get::<i64, _>("up_count")?).unwrap_or(0);
+        let entries = block::decode_health(&row.try_get::<Vec<u8>, _>("health")?)?;
+        let kept = keep(&entries);
+        let removed = kept.iter().filter(|k| !**k).count() as u64;
+        if removed == 0 {
+            return Ok(0);
+        }
+        let mut names: HashMap<u32, String> = HashMap::new();
+        let mut by_position: Vec<Vec<(u32, f64)>> = vec![Vec::new(); positions];
+        for group in sqlx::query("SELECT name, data FROM block_groups WHERE block_id = ?")
+            .bind(block_id)
+            .fetch_all(&self.pool)
+            .await?
+        {
+            let name: String = group.try_get("name")?;
+            let data: Vec<u8> = group.try_get("data")?;
+            for (id, values) in block::decode_group(&data, positions, |_| true)? {
+                names.insert(id, name.clone());
+                for (pos, value) in values.into_iter().enumerate() {
+                    if let (Some(value), Some(slot)) = (value, by_position.get_mut(pos)) {
+                        slot.push((id, value));
+                    }
+                }
+            }
+        }
+        let mut rows = Vec::new();
+        let mut pos = 0;
+        for (health, keep) in entries.into_iter().zip(kept) {
+            let samples = if health.up {
+                pos += 1;
+                by_position.get(pos - 1).map(|pairs| codec::encode(pairs))
+            } else {
+                None
+            };
+            if keep {
+                rows.push(HeadRow { health, samples });
+            }
+        }
+        let mut tx = self.pool.begin().await?;
+        sqlx::query("DELETE FROM blocks WHERE id = ?")
+            .bind(block_id)
+            .execute(&mut *tx)
+            .await?;
+        if !rows.is_empty() {
+            let sealed = block::seal(&rows, |id| names.get(&id).map(String::as_str))?;
+            insert_block(&mut tx, target, &sealed).await?;
+        }
+        tx.commit().await?;
+        Ok(removed)
     }
 
     /// Runs `sql` (binding target id or a dummy, the cut-off and the batch
@@ -131,6 +264,22 @@ impl Store {
     }
 
     /// Thins scrapes older than `before_ms` to one per `bucket_ms` per
+    /// target and health (the earliest of each bucket; a down scrape is
+    /// kept apart from the up ones, so outages stay visible). Signals stay
+    /// right on thinned data: rates and quantiles diff whichever two scrapes
+    /// bracket a step, whatever their gap (up to the staleness window,
+    /// [`MAX_DOWNSAMPLE_BUCKET_MS`]). Idempotent; returns how many went.
+    /// Optional: compressed blocks make full resolution cheap.
+    pub async fn downsample(&self, before_ms: i64, bucket_ms: i64) -> Result<u64, StoreError> {
+        if !(1..=MAX_DOWNSAMPLE_BUCKET_MS).contains(&bucket_ms) {
+            return Err(StoreError::BadRange(format!(
+                "downsample bucket {bucket_ms} ms is outside 1..={MAX_DOWNSAMPLE_BUCKET_MS}"
+            )));
+        }
+        self.downsample_in_chunks(before_ms, bucket_ms).await
+    }
+
+    /// Thins scrapes older than `before_ms` to one per `bucket_ms` per
     /// target and health, an hour (of whole buckets) per transaction,
     /// starting where the last pass of this process stopped.
     pub(crate) async fn downsample_in_chunks(
@@ -148,8 +297,9 @@ impl Store {
                 .collect::<Result<_, sqlx::Error>>()?;
         let mut deleted = 0;
         for (target, oldest) in targets {
-            let Some(oldest) = oldest else { continue };
             let done_until = self.thinned_until(target);
+            // No head rows: nothing to thin there.
+            let oldest = oldest.unwrap_or(before_ms);
             let mut start = oldest.max(done_until.unwrap_or(i64::MIN));
             start -= start.rem_euclid(bucket_ms);
             while start < before_ms {
@@ -172,8 +322,54 @@ impl Store {
                 start = end;
                 tokio::task::yield_now().await;
             }
+            deleted += self
+                .thin_blocks(target, done_until.unwrap_or(i64::MIN), before_ms, bucket_ms)
+                .await?;
+            self.refresh_head(target).await?;
             // The last, partial bucket is thinned again next time.
             self.set_thinned_until(target, before_ms - before_ms.rem_euclid(bucket_ms));
+        }
+        Ok(deleted)
+    }
+
+    /// Thins the blocks of `target` that end in `[from, before)`: in each,
+    /// the earliest scrape of every bucket and health is kept.
+    async fn thin_blocks(
+        &self,
+        target: i64,
+        from_ms: i64,
+        before_ms: i64,
+        bucket_ms: i64,
+    ) -> Result<u64, StoreError> {
+        let blocks: Vec<i64> = sqlx::query(
+            "SELECT id FROM blocks WHERE target_id = ? AND last_ms >= ? AND last_ms < ? ORDER BY last_ms",
+        )
+        .bind(target)
+        .bind(from_ms)
+        .bind(before_ms)
+        .fetch_all(&self.pool)
+        .await?
+        .iter()
+        .map(|row| row.try_get::<i64, _>("id"))
+        .collect::<Result<_, _>>()?;
+        let mut deleted = 0;
+        for block in blocks {
+            let _writer = self.write_lock.lock().await;
+            deleted += self
+                .rewrite_block(block, |entries| {
+                    let mut seen = std::collections::HashSet::new();
+                    let mut order: Vec<usize> = (0..entries.len()).collect();
+                    order.sort_by_key(|i| entries[*i].ts_ms);
+                    let mut keep = vec![false; entries.len()];
+                    for i in order {
+                        let e = &entries[i];
+                        keep[i] = seen.insert((e.up, e.ts_ms.div_euclid(bucket_ms)));
+                    }
+                    keep
+                })
+                .await?;
+            drop(_writer);
+            tokio::task::yield_now().await;
         }
         Ok(deleted)
     }
@@ -194,7 +390,8 @@ impl Store {
         let _writer = self.write_lock.lock().await;
         let candidates: Vec<i64> = sqlx::query(
             "SELECT t.id FROM targets t WHERE NOT EXISTS \
-             (SELECT 1 FROM scrapes s WHERE s.target_id = t.id)",
+             (SELECT 1 FROM scrapes s WHERE s.target_id = t.id) \
+             AND NOT EXISTS (SELECT 1 FROM blocks b WHERE b.target_id = t.id)",
         )
         .fetch_all(&self.pool)
         .await?

@@ -1,42 +1,114 @@
 //! The in-memory index of stored series: from a sample to its id when writing,
 //! from an id back to its meaning when reading.
+//!
+//! A series is either **raw** — one sample line of a scraped page, its name
+//! and labels exactly as the server wrote them — or **catalog** — an
+//! engine-neutral [`NormalizedSample`] given to the store directly (NVML
+//! readings, and every series of a database written before pages were kept
+//! whole). Raw series are turned into catalog samples at query time by the
+//! catalog's own `normalize`.
 
 use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
 
 use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
+use llmwatch_core::exposition::Exposition;
+
+/// One sample line of a scraped page, as the server wrote it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RawSample {
+    /// The sample name, e.g. `vllm:e2e_request_latency_seconds_bucket`.
+    pub name: String,
+    /// Label pairs in page order, values unescaped.
+    pub labels: Vec<(String, String)>,
+    pub value: f64,
+}
+
+impl RawSample {
+    /// Every sample line of a parsed page, in page order.
+    pub fn all_of(page: &Exposition) -> Vec<RawSample> {
+        page.families
+            .iter()
+            .flat_map(|family| family.samples.iter())
+            .map(|sample| RawSample {
+                name: sample.name.to_string(),
+                labels: sample
+                    .labels
+                    .iter()
+                    .map(|label| (label.name.to_string(), label.value.to_string()))
+                    .collect(),
+                value: sample.value,
+            })
+            .collect()
+    }
+}
+
+/// What kind of value a series holds.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum SeriesKind {
+    /// A sample line of a page; normalised when read.
+    Raw,
+    /// A catalog metric's part, stored normalised.
+    Catalog { metric: CatalogMetric, part: Part },
+}
+
+/// The `part` column of a raw series.
+const RAW_PART: &str = "raw";
 
 /// What a stored series id means.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SeriesDef {
     pub target_id: i64,
-    pub metric: CatalogMetric,
+    /// The sample name (raw) or the catalog metric's name.
+    pub name: String,
     pub labels: Vec<(String, String)>,
-    pub part: Part,
+    pub kind: SeriesKind,
 }
 
 impl SeriesDef {
-    pub fn of(target_id: i64, sample: &NormalizedSample) -> SeriesDef {
+    pub fn raw(target_id: i64, sample: &RawSample) -> SeriesDef {
         SeriesDef {
             target_id,
-            metric: sample.metric,
+            name: sample.name.clone(),
             labels: sample.labels.clone(),
-            part: sample.part,
+            kind: SeriesKind::Raw,
         }
     }
 
-    /// Rebuilds a definition from its columns; `None` for a metric or part this
-    /// build does not know.
+    pub fn catalog(target_id: i64, sample: &NormalizedSample) -> SeriesDef {
+        SeriesDef {
+            target_id,
+            name: sample.metric.name().to_string(),
+            labels: sample.labels.clone(),
+            kind: SeriesKind::Catalog {
+                metric: sample.metric,
+                part: sample.part,
+            },
+        }
+    }
+
+    /// Rebuilds a definition from its columns; `None` for a catalog metric or
+    /// part this build does not know, or unreadable labels.
     pub fn from_columns(
         target_id: i64,
         metric: &str,
         labels: &str,
         part: &str,
     ) -> Option<SeriesDef> {
+        let kind = if part == RAW_PART {
+            SeriesKind::Raw
+        } else {
+            SeriesKind::Catalog {
+                metric: CatalogMetric::from_name(metric)?,
+                part: parse_part_key(part)?,
+            }
+        };
         Some(SeriesDef {
             target_id,
-            metric: CatalogMetric::from_name(metric)?,
+            name: metric.to_string(),
             labels: serde_json::from_str(labels).ok()?,
-            part: parse_part_key(part)?,
+            kind,
         })
     }
 
@@ -44,11 +116,24 @@ impl SeriesDef {
         serde_json::to_string(&self.labels).unwrap_or_else(|_| "[]".to_string())
     }
 
-    pub fn matches(&self, target_id: i64, sample: &NormalizedSample) -> bool {
-        self.target_id == target_id
-            && self.metric == sample.metric
-            && same_part(self.part, sample.part)
-            && self.labels == sample.labels
+    pub fn part_column(&self) -> String {
+        match self.kind {
+            SeriesKind::Raw => RAW_PART.to_string(),
+            SeriesKind::Catalog { part, .. } => part_key(part),
+        }
+    }
+
+    /// The catalog sample this series holds with `value`, if it is one.
+    pub fn catalog_sample(&self, value: f64) -> Option<NormalizedSample> {
+        match self.kind {
+            SeriesKind::Raw => None,
+            SeriesKind::Catalog { metric, part } => Some(NormalizedSample {
+                metric,
+                labels: self.labels.clone(),
+                part,
+                value,
+            }),
+        }
     }
 }
 
@@ -102,57 +187,115 @@ fn part_bits(part: Part) -> PartBits {
     }
 }
 
-/// Two-level index: (target, metric, part) → the few label sets it has. Keeps
-/// lookups free of allocation on the ingest path.
-/// The label sets of one (target, metric, part), each with its series id.
-type LabelSets = Vec<(Vec<(String, String)>, u32)>;
+fn raw_key(target_id: i64, name: &str, labels: &[(String, String)]) -> u64 {
+    let mut hasher = rustc_hash::FxHasher::default();
+    target_id.hash(&mut hasher);
+    name.hash(&mut hasher);
+    labels.hash(&mut hasher);
+    hasher.finish()
+}
 
-#[derive(Debug, Default)]
+fn catalog_key(target_id: i64, sample: &NormalizedSample) -> u64 {
+    let mut hasher = rustc_hash::FxHasher::default();
+    target_id.hash(&mut hasher);
+    sample.metric.hash(&mut hasher);
+    part_bits(sample.part).hash(&mut hasher);
+    sample.labels.hash(&mut hasher);
+    hasher.finish()
+}
+
+type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+
+/// Lookup of series ids in both directions. Lookups on the ingest path
+/// allocate nothing: a series is found by a hash of its whole identity
+/// (target, name or catalog metric and part, labels), then compared.
+#[derive(Debug, Default, Clone)]
 pub(crate) struct SeriesCache {
-    ids: HashMap<(i64, CatalogMetric, PartBits), LabelSets>,
-    defs: HashMap<u32, SeriesDef>,
+    defs: FxMap<u32, Arc<SeriesDef>>,
+    raw: FxMap<u64, Vec<u32>>,
+    catalog: FxMap<u64, Vec<u32>>,
+    by_target: FxMap<i64, Vec<u32>>,
 }
 
 impl SeriesCache {
     pub(crate) fn insert(&mut self, id: u32, def: SeriesDef) {
-        self.ids
-            .entry((def.target_id, def.metric, part_bits(def.part)))
-            .or_default()
-            .push((def.labels.clone(), id));
-        self.defs.insert(id, def);
+        match def.kind {
+            SeriesKind::Raw => self
+                .raw
+                .entry(raw_key(def.target_id, &def.name, &def.labels))
+                .or_default()
+                .push(id),
+            SeriesKind::Catalog { metric, part } => self
+                .catalog
+                .entry(catalog_key(
+                    def.target_id,
+                    &NormalizedSample {
+                        metric,
+                        labels: def.labels.clone(),
+                        part,
+                        value: 0.0,
+                    },
+                ))
+                .or_default()
+                .push(id),
+        }
+        self.by_target.entry(def.target_id).or_default().push(id);
+        self.defs.insert(id, Arc::new(def));
     }
 
-    pub(crate) fn id_of(&self, target_id: i64, sample: &NormalizedSample) -> Option<u32> {
-        self.ids
-            .get(&(target_id, sample.metric, part_bits(sample.part)))?
+    /// Moves every series of `other` in.
+    pub(crate) fn absorb(&mut self, other: SeriesCache) {
+        for (id, def) in other.defs {
+            self.insert(id, Arc::unwrap_or_clone(def));
+        }
+    }
+
+    pub(crate) fn id_of_raw(&self, target_id: i64, sample: &RawSample) -> Option<u32> {
+        self.raw
+            .get(&raw_key(target_id, &sample.name, &sample.labels))?
             .iter()
-            .find(|(labels, _)| *labels == sample.labels)
-            .map(|(_, id)| *id)
+            .copied()
+            .find(|id| {
+                self.defs.get(id).is_some_and(|def| {
+                    def.target_id == target_id
+                        && def.name == sample.name
+                        && def.labels == sample.labels
+                })
+            })
     }
 
-    pub(crate) fn metric_of(&self, id: u32) -> Option<CatalogMetric> {
-        self.defs.get(&id).map(|def| def.metric)
+    pub(crate) fn id_of_catalog(&self, target_id: i64, sample: &NormalizedSample) -> Option<u32> {
+        self.catalog
+            .get(&catalog_key(target_id, sample))?
+            .iter()
+            .copied()
+            .find(|id| {
+                self.defs.get(id).is_some_and(|def| {
+                    def.target_id == target_id
+                        && def.labels == sample.labels
+                        && matches!(def.kind, SeriesKind::Catalog { metric, part }
+                            if metric == sample.metric && same_part(part, sample.part))
+                })
+            })
     }
 
-    pub(crate) fn sample(&self, id: u32, value: f64) -> Option<NormalizedSample> {
-        let def = self.defs.get(&id)?;
-        Some(NormalizedSample {
-            metric: def.metric,
-            labels: def.labels.clone(),
-            part: def.part,
-            value,
-        })
+    pub(crate) fn name_of(&self, id: u32) -> Option<&str> {
+        self.defs.get(&id).map(|def| def.name.as_str())
     }
 
-    pub(crate) fn clone_defs_of(
+    /// The series of `target_id` that `keep` accepts.
+    pub(crate) fn of_target(
         &self,
         target_id: i64,
-        metric: CatalogMetric,
-    ) -> HashMap<u32, SeriesDef> {
-        self.defs
-            .iter()
-            .filter(|(_, def)| def.target_id == target_id && def.metric == metric)
-            .map(|(id, def)| (*id, def.clone()))
+        mut keep: impl FnMut(&SeriesDef) -> bool,
+    ) -> HashMap<u32, Arc<SeriesDef>> {
+        self.by_target
+            .get(&target_id)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| Some((*id, self.defs.get(id)?)))
+            .filter(|(_, def)| keep(def))
+            .map(|(id, def)| (id, Arc::clone(def)))
             .collect()
     }
 }
@@ -176,5 +319,33 @@ mod tests {
         }
         assert_eq!(parse_part_key("bucket:x"), None);
         assert_eq!(parse_part_key("other"), None);
+    }
+
+    #[test]
+    fn raw_and_catalog_series_are_found_again() {
+        let mut cache = SeriesCache::default();
+        let raw = RawSample {
+            name: "vllm:num_requests_running".into(),
+            labels: vec![("model_name".into(), "m".into())],
+            value: 1.0,
+        };
+        let catalog = NormalizedSample {
+            metric: CatalogMetric::RequestsRunning,
+            labels: Vec::new(),
+            part: Part::Value,
+            value: 1.0,
+        };
+        cache.insert(1, SeriesDef::raw(7, &raw));
+        cache.insert(2, SeriesDef::catalog(7, &catalog));
+        assert_eq!(cache.id_of_raw(7, &raw), Some(1));
+        assert_eq!(cache.id_of_raw(8, &raw), None);
+        assert_eq!(cache.id_of_catalog(7, &catalog), Some(2));
+        let defs = cache.of_target(7, |_| true);
+        let def = &defs[&1];
+        let back = SeriesDef::from_columns(7, &def.name, &def.labels_column(), &def.part_column());
+        assert_eq!(back.as_ref(), Some(def.as_ref()));
+        let def = &defs[&2];
+        let back = SeriesDef::from_columns(7, &def.name, &def.labels_column(), &def.part_column());
+        assert_eq!(back.as_ref(), Some(def.as_ref()));
     }
 }

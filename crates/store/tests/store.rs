@@ -42,6 +42,7 @@ fn scrape(target_id: i64, ts_ms: i64, kv: f64, tokens: f64, fast: f64, slow: f64
                 fast * 0.05 + slow * 0.5,
             ),
         ],
+        raw: Vec::new(),
     }
 }
 
@@ -93,6 +94,7 @@ async fn writes_and_reads_back_signals_and_series() {
         error: Some("timed out after 10s".into()),
         engine: None,
         samples: Vec::new(),
+        raw: Vec::new(),
     };
     store.write_scrapes(&[down]).await.unwrap();
 

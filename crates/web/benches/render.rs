@@ -133,6 +133,7 @@ fn record(target_id: i64, i: i64, samples: Vec<NormalizedSample>) -> ScrapeRecor
         error: None,
         engine: Some("vllm".to_string()),
         samples,
+        raw: Vec::new(),
     }
 }
 

@@ -21,7 +21,7 @@ use crate::exposition::Exposition;
 mod normalize;
 mod rules;
 
-pub use normalize::normalize;
+pub use normalize::{normalize, source_names};
 
 /// The server software of a target (or `Dcgm` for a GPU exporter page).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

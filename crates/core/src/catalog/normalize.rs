@@ -184,6 +184,14 @@ fn extract<'p>(rule: &Rule, index: &Index<'p>) -> Vec<Raw<'p>> {
     raws
 }
 
+/// The framebuffer fields `FB_TOTAL` is read or summed from, in that order.
+const DCGM_FB_FIELDS: [&str; 4] = [
+    "DCGM_FI_DEV_FB_TOTAL",
+    "DCGM_FI_DEV_FB_USED",
+    "DCGM_FI_DEV_FB_FREE",
+    "DCGM_FI_DEV_FB_RESERVED",
+];
+
 /// Per GPU: `FB_TOTAL` if exported, else `FB_USED + FB_FREE (+ FB_RESERVED)`
 /// when both used and free are known. MiB → bytes.
 fn dcgm_fb_total<'p>(index: &Index<'p>) -> Vec<Raw<'p>> {
@@ -196,13 +204,7 @@ fn dcgm_fb_total<'p>(index: &Index<'p>) -> Vec<Raw<'p>> {
         reserved: Option<f64>,
     }
     let mut gpus: BTreeMap<Vec<(String, String)>, Fb<'p>> = BTreeMap::new();
-    let fields = [
-        "DCGM_FI_DEV_FB_TOTAL",
-        "DCGM_FI_DEV_FB_USED",
-        "DCGM_FI_DEV_FB_FREE",
-        "DCGM_FI_DEV_FB_RESERVED",
-    ];
-    for (field, name) in fields.into_iter().enumerate() {
+    for (field, name) in DCGM_FB_FIELDS.into_iter().enumerate() {
         for &sample in samples(index, name) {
             if !usable(Src::Dcgm, sample.value) {
                 continue;
@@ -337,6 +339,31 @@ fn aggregate(metric: CatalogMetric, raws: &[Raw], out: &mut Vec<NormalizedSample
                 value,
             }),
     );
+}
+
+/// Every sample name (as on the wire) that [`normalize`] may read for
+/// `metric`, whatever the engine: a store that keeps whole pages reads only
+/// these when it derives `metric` again.
+pub fn source_names(metric: CatalogMetric) -> Vec<String> {
+    let mut names = Vec::new();
+    for rule in RULES.iter().filter(|rule| rule.metric == metric) {
+        match rule.source {
+            Source::Value { name, .. } => names.push(name.to_string()),
+            Source::Histogram { base, .. } => {
+                for suffix in ["_bucket", "_sum", "_count"] {
+                    names.push(format!("{base}{suffix}"));
+                }
+            }
+            Source::SumCount { sum, count, .. } => {
+                names.push(sum.to_string());
+                names.extend(count.iter().map(|name| name.to_string()));
+            }
+            Source::DcgmFbTotal => names.extend(DCGM_FB_FIELDS.map(str::to_string)),
+        }
+    }
+    names.sort();
+    names.dedup();
+    names
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use llmwatch_core::catalog::{detect_engine, normalize, Engine};
 use llmwatch_core::exposition::{detect_format, parse_lenient};
-use llmwatch_store::{ScrapeRecord, Store};
+use llmwatch_store::{RawSample, ScrapeRecord, Store};
 use tokio::sync::{mpsc, watch};
 
 use crate::ticker::JitteredTicker;
@@ -116,6 +116,8 @@ pub use crate::clock::now_ms;
 pub struct Understood {
     pub engine: Engine,
     pub samples: Vec<llmwatch_core::catalog::NormalizedSample>,
+    /// Every sample line, as the server wrote it (what the store keeps).
+    pub raw: Vec<RawSample>,
     pub families: usize,
     pub parse_errors: Vec<llmwatch_core::exposition::ParseError>,
 }
@@ -131,6 +133,7 @@ pub fn understand(page: &Page, engine: EngineChoice) -> Understood {
     Understood {
         engine,
         samples: normalize(engine, &exposition),
+        raw: RawSample::all_of(&exposition),
         families: exposition.families.len(),
         parse_errors,
     }
@@ -191,6 +194,7 @@ pub async fn scrape_once(client: &reqwest::Client, job: &ScrapeJob) -> ScrapeRec
         error: None,
         engine: None,
         samples: Vec::new(),
+        raw: Vec::new(),
     };
     match fetched {
         Err(err) => record.error = Some(err.to_string()),
@@ -212,7 +216,9 @@ pub async fn scrape_once(client: &reqwest::Client, job: &ScrapeJob) -> ScrapeRec
                         understood.parse_errors.len()
                     ));
                 }
-                record.samples = understood.samples;
+                // The whole page is kept; signals are normalised from it
+                // when read.
+                record.raw = understood.raw;
             }
         }
     }
@@ -275,5 +281,9 @@ pub async fn run_writer(
             }
         }
         batch.clear();
+    }
+    // A clean stop compresses what is still in the heads.
+    if let Err(err) = store.seal_heads().await {
+        tracing::warn!(error = %err, "sealing the scrape heads at shutdown failed");
     }
 }

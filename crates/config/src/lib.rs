@@ -3,6 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
+pub mod discovery;
 mod schema;
 mod secrets;
 mod validate;
@@ -331,7 +332,8 @@ timeout = "3s"
             err.contains("server.downsample_interval") && err.contains("at most 150 s"),
             "{err}"
         );
-        let err = error_of("[server]\ndownsample_after = \"10m\"\n");
+        // Checked once thinning is on.
+        let err = error_of("[server]\ndownsample_interval = \"60s\"\ndownsample_after = \"10m\"\n");
         assert!(
             err.contains("server.downsample_after") && err.contains("at least 1h"),
             "{err}"

@@ -24,6 +24,10 @@ pub struct Config {
     pub alerts: Vec<AlertRuleConfig>,
     #[serde(default)]
     pub notifiers: Vec<NotifierConfig>,
+    /// Target groups found by Prometheus service discovery (file_sd,
+    /// http_sd), added and removed while the daemon runs.
+    #[serde(default)]
+    pub discovery: Vec<DiscoveryConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,6 +111,10 @@ pub struct ServerConfig {
     /// How often each target's live verdict is evaluated.
     #[serde(default = "default_live_interval", deserialize_with = "duration")]
     pub live_interval: Duration,
+    /// `"i/n"`: this instance is shard i of n and watches only the
+    /// discovered targets that hash to it (see `discovery::Shard`).
+    #[serde(default)]
+    pub shard: Option<crate::discovery::Shard>,
 }
 
 /// `[server.sweep_limits]`: a sweep request outside these is refused (400
@@ -179,6 +187,7 @@ impl Default for ServerConfig {
             slo_ttft_p95: default_slo_ttft_p95(),
             live_window: default_live_window(),
             live_interval: default_live_interval(),
+            shard: None,
             slo_itl_p95: default_slo_itl_p95(),
             sweep_limits: SweepLimits::default(),
             http_header_timeout: default_http_header_timeout(),
@@ -207,7 +216,7 @@ impl<'de> Deserialize<'de> for EngineChoice {
     }
 }
 
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TargetConfig {
     pub name: String,
@@ -241,6 +250,14 @@ pub struct TargetConfig {
     /// show its GPU memory and utilisation beside the target's signals.
     #[serde(default)]
     pub gpus: Option<String>,
+    /// Labels of the target (from service discovery, or set by hand): they
+    /// label its series in the Prometheus API and remote_write.
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    /// The `[[discovery]]` group that found this target; `None` for one
+    /// listed in `[[targets]]`.
+    #[serde(skip)]
+    pub discovered_by: Option<String>,
 }
 
 impl TargetConfig {
@@ -259,8 +276,76 @@ impl TargetConfig {
     }
 }
 
-/// Canary probe settings of a target (used once probes are wired in).
+/// `[[discovery]]`: one group of targets that Prometheus service-discovery
+/// documents list (`[{"targets": ["host:port"], "labels": {...}}]`), read from
+/// files (file_sd, JSON or YAML) or an HTTP endpoint (http_sd), re-read every
+/// `refresh_interval`.
 #[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoveryConfig {
+    /// Prefix of the discovered targets' names, and their `job`.
+    pub name: String,
+    /// file_sd: files to read; `*` and `?` may appear in the file name.
+    #[serde(default)]
+    pub files: Vec<PathBuf>,
+    /// http_sd: the URL that answers the target groups as JSON.
+    #[serde(default)]
+    pub http_url: Option<String>,
+    /// Environment variable holding a bearer token for `http_url`.
+    #[serde(default)]
+    pub http_token_env: Option<String>,
+    #[serde(default = "default_discovery_refresh", deserialize_with = "duration")]
+    pub refresh_interval: Duration,
+    /// Settings every discovered target of this group gets.
+    #[serde(default)]
+    pub target: DiscoveredTargetSettings,
+}
+
+/// `[discovery.target]`: what a `[[targets]]` entry would say, for every
+/// target of a discovery group (name, URL and labels come from discovery).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DiscoveredTargetSettings {
+    #[serde(default = "default_engine")]
+    pub engine: EngineChoice,
+    #[serde(default = "default_scrape_interval", deserialize_with = "duration")]
+    pub scrape_interval: Duration,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub scrape_timeout: Option<Duration>,
+    /// Overridden per target by the `__metrics_path__` label.
+    #[serde(default)]
+    pub metrics_path: Option<String>,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    #[serde(default)]
+    pub probe: Option<ProbeConfig>,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub slo_ttft_p95: Option<Duration>,
+    #[serde(default, deserialize_with = "optional_duration")]
+    pub slo_itl_p95: Option<Duration>,
+}
+
+impl Default for DiscoveredTargetSettings {
+    fn default() -> Self {
+        DiscoveredTargetSettings {
+            engine: default_engine(),
+            scrape_interval: default_scrape_interval(),
+            scrape_timeout: None,
+            metrics_path: None,
+            api_key_env: None,
+            probe: None,
+            slo_ttft_p95: None,
+            slo_itl_p95: None,
+        }
+    }
+}
+
+fn default_discovery_refresh() -> Duration {
+    Duration::from_secs(30)
+}
+
+/// Canary probe settings of a target (used once probes are wired in).
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ProbeConfig {
     #[serde(default = "default_probe_interval", deserialize_with = "duration")]
@@ -278,7 +363,7 @@ pub struct ProbeConfig {
 
 /// `[targets.sweep]`: a sweep of this target every `every`. Sweeps load a
 /// server hard, so the first runs one period after start, never at start.
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SweepScheduleConfig {
     #[serde(deserialize_with = "duration")]

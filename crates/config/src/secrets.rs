@@ -44,3 +44,24 @@ impl Config {
         Ok(token)
     }
 }
+
+impl crate::DiscoveryConfig {
+    /// The bearer token for `http_url`, from the variable `http_token_env`
+    /// names; unset or empty is an error (fail closed), never "no token".
+    /// `index` is the section's place in the config, for the field name.
+    pub fn http_token(&self, index: usize) -> Result<Option<String>, ConfigError> {
+        let Some(var) = &self.http_token_env else {
+            return Ok(None);
+        };
+        match std::env::var(var) {
+            Ok(token) if !token.trim().is_empty() => Ok(Some(token)),
+            _ => Err(ConfigError::AtStart {
+                field: format!("discovery[{index}].http_token_env"),
+                message: format!(
+                    "the environment variable {var} is unset or empty; refusing to start \
+                     without the token it should hold"
+                ),
+            }),
+        }
+    }
+}

@@ -21,8 +21,60 @@ impl Config {
         validate_server(self)?;
         validate_gpu_links(self)?;
         validate_sweep_limits(self)?;
+        validate_discovery(self, &names)?;
         validate_token(self)
     }
+}
+
+/// `[[discovery]]`: one source each (files or an HTTP URL), a valid group
+/// name, a sane refresh, and the target settings a `[[targets]]` entry
+/// would need.
+fn validate_discovery(config: &Config, names: &HashSet<&str>) -> Result<(), Invalid> {
+    let mut groups = HashSet::new();
+    for (i, discovery) in config.discovery.iter().enumerate() {
+        let field = |name: &str| format!("discovery[{i}].{name}");
+        check_name(&discovery.name).map_err(|m| (field("name"), m))?;
+        if !groups.insert(discovery.name.as_str()) {
+            return Err((
+                field("name"),
+                format!("duplicate discovery name {:?}", discovery.name),
+            ));
+        }
+        if names.contains(discovery.name.as_str()) {
+            return Err((
+                field("name"),
+                format!(
+                    "{:?} is already a target or GPU source name",
+                    discovery.name
+                ),
+            ));
+        }
+        match (&discovery.http_url, discovery.files.is_empty()) {
+            (Some(_), false) | (None, true) => {
+                return Err((
+                    field("files"),
+                    "set exactly one of `files` (file_sd) or `http_url` (http_sd)".to_string(),
+                ))
+            }
+            (Some(url), true) => check_http_url(url).map_err(|m| (field("http_url"), m))?,
+            (None, false) => {}
+        }
+        if discovery.refresh_interval < Duration::from_secs(1) {
+            return Err((field("refresh_interval"), "must be at least 1s".to_string()));
+        }
+        let settings = &discovery.target;
+        check_positive(settings.scrape_interval)
+            .map_err(|m| (field("target.scrape_interval"), m))?;
+        if let Some(path) = &settings.metrics_path {
+            if !path.starts_with('/') {
+                return Err((
+                    field("target.metrics_path"),
+                    format!("must start with '/', found {path:?}"),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// `[[targets]]`: names, URLs, intervals, probes and scheduled sweeps.

@@ -8,4 +8,5 @@ pub mod exposition;
 pub mod probe_signals;
 pub mod redact;
 pub mod signals;
+pub mod stable_hash;
 pub mod stats;

@@ -6,6 +6,7 @@
 //!   diagnosis.
 //! - `alerts`: rule evaluation over stored signals and verdicts.
 //! - `sinks`: where alerts go (webhooks, Alertmanager).
+//! - `targets`: the watched targets now (configured and discovered).
 //!
 //! It never serves HTTP or renders pages (that is `llmwatch-web`) and never
 //! parses command lines (the binary). Domain decisions are made by the pure
@@ -17,6 +18,7 @@ pub mod clock;
 pub mod runners;
 pub mod sinks;
 pub mod sources;
+pub mod targets;
 pub mod telemetry;
 pub mod ticker;
 

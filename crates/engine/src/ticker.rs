@@ -11,10 +11,7 @@ use tokio::time::{Instant, Interval, MissedTickBehavior};
 /// A stable phase in `[0, interval)` for `key`: the same key gets the same
 /// phase across restarts, different keys spread out.
 pub fn schedule_offset(key: &str, interval: Duration) -> Duration {
-    // FNV-1a: stable across builds and platforms, unlike std's hasher.
-    let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
-        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
-    });
+    let hash = llmwatch_core::stable_hash::fnv1a(key.bytes());
     let interval_ns = interval.as_nanos().max(1);
     Duration::from_nanos(u64::try_from(u128::from(hash) % interval_ns).unwrap_or(0))
 }

@@ -9,16 +9,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use llmwatch_probe::MeasuringThread;
 use llmwatch_store::{ScrapeRecord, Store, TargetKind};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use llmwatch_config::{Config, EngineChoice};
-use llmwatch_engine::runners::canary::{run_canary_loop, CanaryJob};
+use llmwatch_engine::runners::supervisor::{start_supervisor, TargetTasks};
 use llmwatch_engine::runners::sweep::schedule::{run_schedule, SweepSlots};
+use llmwatch_engine::sources::discovery::{run_discovery, DiscoveryCounters, DiscoveryJob};
 use llmwatch_engine::sources::gpu_nvml::{readings_to_samples, NvmlSource};
 use llmwatch_engine::sources::scrape::{self, now_ms, ScrapeCounters, ScrapeJob};
+use llmwatch_engine::targets::TargetSet;
 use llmwatch_engine::ticker::JitteredTicker;
 use llmwatch_web as web;
 
@@ -27,6 +28,10 @@ pub struct Daemon {
     pub store: Store,
     pub listen_addr: SocketAddr,
     pub counters: Arc<ScrapeCounters>,
+    /// The watched targets now, configured and discovered.
+    pub targets: TargetSet,
+    /// Service discovery's refreshes, failures and targets found.
+    pub discovery: Arc<DiscoveryCounters>,
     pub alerts: llmwatch_engine::alerts::AlertsHandle,
     /// The one sweep slot (API, page and scheduled sweeps).
     pub sweeps: SweepSlots,
@@ -87,6 +92,12 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     // Fail closed before anything runs: a token that should be there and is
     // not, or a network-facing listener without one, stops the start here.
     let token = config.access_token()?;
+    let discovery_tokens = config
+        .discovery
+        .iter()
+        .enumerate()
+        .map(|(index, discovery)| discovery.http_token(index))
+        .collect::<Result<Vec<_>, _>>()?;
     if token.is_none() && !config.server.listen.ip().is_loopback() {
         tracing::warn!(
             listen = %config.server.listen,
@@ -102,14 +113,12 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (records_tx, records_rx) = mpsc::channel::<ScrapeRecord>(1024);
     let mut tasks = Vec::new();
-    // Every target's canaries run on one measuring thread, out of reach of
-    // scrapes, page renders and alert evaluation on this runtime.
-    let mut canary_thread: Option<Arc<MeasuringThread>> = None;
     let now = now_ms();
     // No sweep runs yet: one still `running` in the store died with the
     // previous process.
     let interrupted = store.mark_interrupted_sweeps(now).await?;
-    let mut active_targets = Vec::new();
+    // GPU sources (their series stay at retention; targets come from the set).
+    let mut gpu_sources = Vec::new();
     if interrupted > 0 {
         tracing::warn!(
             sweeps = interrupted,
@@ -117,47 +126,38 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         );
     }
 
-    for target in &config.targets {
-        let target_id = store
-            .upsert_target(&target.name, TargetKind::Engine, &target.url, now)
-            .await?;
-        active_targets.push(target_id);
-        let job = ScrapeJob {
-            target_id,
-            name: target.name.clone(),
-            url: target.metrics_url(),
-            engine: target.engine,
-            interval: target.scrape_interval,
-            timeout: target.scrape_timeout(),
-            max_body_bytes: config.server.max_body_bytes,
-        };
-        tracing::info!(target = %job.name, url = %redact_url(&job.url), interval = ?job.interval, "scraping");
-        if let Some(canary) = CanaryJob::from_config(target_id, target) {
-            tracing::info!(target = %canary.name, shape = %canary.probe.shape, interval = ?canary.probe.interval, "canary probes");
-            let thread = match &canary_thread {
-                Some(thread) => thread.clone(),
-                None => {
-                    // Never spinning: canaries are one request at a time.
-                    let thread = Arc::new(MeasuringThread::start(false)?);
-                    canary_thread = Some(thread.clone());
-                    thread
-                }
-            };
-            tasks.push(tokio::spawn(run_canary_loop(
-                canary,
-                thread,
-                store.clone(),
-                shutdown_rx.clone(),
-            )));
-        }
-        tasks.push(tokio::spawn(scrape::run_scrape_loop(
+    // Configured targets now, discovered ones as discovery finds them: the
+    // supervisor keeps one scrape (and canary) loop per target of the set.
+    let targets = TargetSet::new(config.targets.clone());
+    let discovery_counters = Arc::new(DiscoveryCounters::default());
+    for (discovery, token) in config.discovery.iter().zip(discovery_tokens) {
+        tracing::info!(discovery = %discovery.name, files = ?discovery.files, url = ?discovery.http_url.as_deref().map(redact_url), shard = ?config.server.shard.map(|s| s.to_string()), "service discovery");
+        tasks.push(tokio::spawn(run_discovery(
+            DiscoveryJob {
+                config: discovery.clone(),
+                token,
+                shard: config.server.shard,
+            },
             client.clone(),
-            job,
-            records_tx.clone(),
-            counters.clone(),
+            targets.clone(),
+            discovery_counters.clone(),
             shutdown_rx.clone(),
         )));
     }
+    tasks.push(
+        start_supervisor(
+            TargetTasks {
+                store: store.clone(),
+                client: client.clone(),
+                records: records_tx.clone(),
+                counters: counters.clone(),
+                max_body_bytes: config.server.max_body_bytes,
+            },
+            targets.clone(),
+            shutdown_rx.clone(),
+        )
+        .await,
+    );
 
     let mut nvml_wanted = None;
     for gpu in &config.gpus {
@@ -166,7 +166,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
                 let target_id = store
                     .upsert_target(&gpu.name, TargetKind::Gpu, url, now)
                     .await?;
-                active_targets.push(target_id);
+                gpu_sources.push(target_id);
                 let job = ScrapeJob {
                     target_id,
                     name: gpu.name.clone(),
@@ -193,7 +193,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             let target_id = store
                 .upsert_target(&gpu.name, TargetKind::Gpu, "nvml://local", now)
                 .await?;
-            active_targets.push(target_id);
+            gpu_sources.push(target_id);
             tasks.push(tokio::spawn(run_nvml_loop(
                 Arc::new(source),
                 target_id,
@@ -204,11 +204,10 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         }
     }
     drop(records_tx);
-    let live_jobs = llmwatch_engine::runners::live_diagnosis::jobs_for(&config, &store).await?;
     tasks.push(tokio::spawn(
         llmwatch_engine::runners::live_diagnosis::run_live_diagnosis(
             store.clone(),
-            live_jobs,
+            targets.clone(),
             config.server.live_interval,
             config.server.live_window,
             shutdown_rx.clone(),
@@ -226,7 +225,8 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
             probes: config.server.probe_retention,
             sweeps: config.server.sweep_retention,
             alert_history: config.server.alert_history_retention,
-            active_targets: active_targets.clone(),
+            gpu_sources: gpu_sources.clone(),
+            targets: targets.clone(),
             downsample_after: config.server.downsample_after,
             downsample_interval: config.server.downsample_interval,
         },
@@ -256,6 +256,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let listen_addr = listener.local_addr()?;
     let alerts = llmwatch_engine::alerts::start(
         &config,
+        targets.clone(),
         listen_addr,
         store.clone(),
         shutdown_rx.clone(),
@@ -268,6 +269,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         store.clone(),
         counters.clone(),
         alerts.clone(),
+        targets.clone(),
     )
     .await
     .context("preparing the API")?;
@@ -277,6 +279,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         auth: Arc::new(llmwatch_web::auth::Auth::new(token)),
         pages: Arc::new(llmwatch_web::pages::PagesConfig {
             shutdown: Some(shutdown_rx.clone()),
+            watched: Some(targets.clone()),
             ..llmwatch_web::pages::PagesConfig::from_config(&config)
         }),
         api: Arc::new(api),
@@ -299,6 +302,8 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         store,
         listen_addr,
         counters,
+        targets,
+        discovery: discovery_counters,
         alerts,
         sweeps: sweep_slots,
         shutdown: shutdown_tx,
@@ -352,8 +357,9 @@ struct Retention {
     probes: Duration,
     sweeps: Duration,
     alert_history: Duration,
-    /// The targets this config scrapes: their series stay.
-    active_targets: Vec<i64>,
+    /// The GPU sources and the watched targets: their series stay.
+    gpu_sources: Vec<i64>,
+    targets: TargetSet,
     downsample_after: Duration,
     /// Zero: never thin.
     downsample_interval: Duration,
@@ -380,10 +386,17 @@ async fn run_retention(store: Store, retention: Retention, mut shutdown: watch::
             sweeps_before_ms: before(retention.sweeps),
             alert_events_before_ms: before(retention.alert_history),
         };
-        match store
-            .run_retention(&cutoffs, &retention.active_targets)
-            .await
-        {
+        let mut active = retention.gpu_sources.clone();
+        for name in retention.targets.names() {
+            match store.target_by_name(&name).await {
+                Ok(Some(row)) => active.push(row.id),
+                Ok(None) => {}
+                Err(err) => {
+                    tracing::warn!(target = %name, error = %err, "retention: reading a target failed")
+                }
+            }
+        }
+        match store.run_retention(&cutoffs, &active).await {
             Ok(pruned) if pruned == Pruned::default() => {}
             Ok(pruned) => tracing::info!(?pruned, "retention: old rows deleted"),
             Err(err) => tracing::error!(error = %err, "retention failed"),

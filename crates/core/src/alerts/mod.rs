@@ -355,17 +355,12 @@ pub fn render_template(
 
 /// A stable fingerprint of a label set (FNV-1a 64 over sorted pairs), hex.
 pub fn fingerprint(labels: &BTreeMap<String, String>) -> String {
-    let mut hash = 0xcbf2_9ce4_8422_2325_u64;
-    for (name, value) in labels {
-        for byte in name
-            .bytes()
+    let hash = crate::stable_hash::fnv1a(labels.iter().flat_map(|(name, value)| {
+        name.bytes()
             .chain([0xff])
             .chain(value.bytes())
             .chain([0xfe])
-        {
-            hash = (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3);
-        }
-    }
+    }));
     format!("{hash:016x}")
 }
 

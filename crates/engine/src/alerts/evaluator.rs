@@ -19,15 +19,18 @@ use tokio::sync::watch;
 use super::{duration_ms, rule_signal, AlertsHandle, CurrentAlert, Rule, RuleSignal};
 use crate::sinks::notify::{NotifierHandle, OutAlert};
 use crate::sources::scrape::now_ms;
+use crate::targets::TargetSet;
 use llmwatch_config::NotifierKind;
 
 /// What the loop needs besides rules and notifiers.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct EvalSettings {
     pub interval: Duration,
     pub resend_delay: Duration,
-    /// Names of every configured target and GPU source.
-    pub targets: Vec<String>,
+    /// The watched targets (configured and discovered) ...
+    pub targets: TargetSet,
+    /// ... and the GPU sources: what rules without a `target` apply to.
+    pub gpu_sources: Vec<String>,
     pub generator_url: String,
 }
 
@@ -166,14 +169,16 @@ pub async fn run_evaluator(
             _ = shutdown.changed() => return,
         }
         let started = Instant::now();
-        if target_ids.len() < settings.targets.len() {
+        let mut names = settings.targets.names();
+        names.extend(settings.gpu_sources.iter().cloned());
+        if names.iter().any(|name| !target_ids.contains_key(name)) {
             match store.targets().await {
                 Ok(rows) => {
-                    for row in rows {
-                        if settings.targets.contains(&row.name) {
-                            target_ids.insert(row.name, row.id);
-                        }
-                    }
+                    target_ids = rows
+                        .into_iter()
+                        .filter(|row| names.contains(&row.name))
+                        .map(|row| (row.name, row.id))
+                        .collect();
                 }
                 Err(err) => {
                     handle.counters.failures.fetch_add(1, Ordering::Relaxed);
@@ -184,6 +189,7 @@ pub async fn run_evaluator(
         }
         evaluate_round(
             &settings,
+            &names,
             &store,
             &handle,
             &notifiers,
@@ -215,6 +221,7 @@ struct RoundOutcome {
 
 async fn evaluate_round(
     settings: &EvalSettings,
+    targets: &[String],
     store: &Store,
     handle: &AlertsHandle,
     notifiers: &[NotifierHandle],
@@ -224,7 +231,7 @@ async fn evaluate_round(
     let now = now_ms();
     let mut outcome = RoundOutcome::default();
     for rule in handle.rules.iter() {
-        for target in &settings.targets {
+        for target in targets {
             if rule.target.as_ref().is_some_and(|t| t != target) {
                 continue;
             }

@@ -19,6 +19,8 @@ use std::time::Duration;
 use llmwatch_core::alerts::{Alert, Condition, Op};
 use llmwatch_store::Store;
 use tokio::sync::watch;
+
+use crate::targets::TargetSet;
 use tokio::task::JoinHandle;
 
 use llmwatch_config::Config;
@@ -127,6 +129,7 @@ impl AlertsHandle {
 /// Starts the notifiers and the evaluator; their tasks go into `tasks`.
 pub async fn start(
     config: &Config,
+    targets: TargetSet,
     listen_addr: SocketAddr,
     store: Store,
     shutdown: watch::Receiver<bool>,
@@ -148,12 +151,11 @@ pub async fn start(
     if handle.rules.is_empty() {
         return Ok(handle);
     }
-    let mut targets: Vec<String> = config.targets.iter().map(|t| t.name.clone()).collect();
-    targets.extend(config.gpus.iter().map(|g| g.name.clone()));
     let settings = evaluator::EvalSettings {
         interval: config.server.alert_interval,
         resend_delay: config.server.alert_resend_delay,
         targets,
+        gpu_sources: config.gpus.iter().map(|g| g.name.clone()).collect(),
         generator_url: format!("http://{listen_addr}/alerts"),
     };
     tasks.push(tokio::spawn(run_evaluator(

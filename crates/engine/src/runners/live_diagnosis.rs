@@ -3,6 +3,7 @@
 //! signals, asks [`live_diagnosis`] for the standing verdict, and stores it
 //! (the timeline keeps a row per change of verdict).
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use llmwatch_core::analysis::{
@@ -14,8 +15,9 @@ use llmwatch_store::{LiveVerdictRow, Point, Range, Store, StoreError};
 use tokio::sync::watch;
 
 use crate::sources::scrape::now_ms;
+use crate::targets::TargetSet;
 use crate::ticker::JitteredTicker;
-use llmwatch_config::{Config, TargetConfig};
+use llmwatch_config::TargetConfig;
 
 /// What the task needs of one target.
 #[derive(Debug, Clone)]
@@ -114,10 +116,11 @@ pub async fn evaluate(
     Ok(verdict)
 }
 
-/// The task: evaluates every job each `interval` until shutdown.
+/// The task: evaluates every target of `targets` each `interval` until
+/// shutdown (the jobs are rebuilt when the set changes).
 pub async fn run_live_diagnosis(
     store: Store,
-    jobs: Vec<LiveJob>,
+    targets: TargetSet,
     interval: Duration,
     window: Duration,
     mut shutdown: watch::Receiver<bool>,
@@ -125,8 +128,22 @@ pub async fn run_live_diagnosis(
     // One task for every target, so no phase to spread; the first round
     // runs at once, giving each target a verdict from the start.
     let mut ticker = JitteredTicker::starting_now(interval);
+    let mut jobs_of: Option<(Arc<Vec<TargetConfig>>, Vec<LiveJob>)> = None;
     while ticker.tick(&mut shutdown).await {
-        for job in &jobs {
+        let current = targets.current();
+        let fresh = jobs_of
+            .as_ref()
+            .is_some_and(|(of, _)| Arc::ptr_eq(of, &current));
+        if !fresh {
+            match jobs_for(&current, &store).await {
+                Ok(jobs) => jobs_of = Some((current, jobs)),
+                Err(err) => {
+                    tracing::warn!(error = %err, "live diagnosis: reading targets failed");
+                    continue;
+                }
+            }
+        }
+        for job in jobs_of.iter().flat_map(|(_, jobs)| jobs) {
             if let Err(err) = evaluate(&store, job, window).await {
                 tracing::warn!(target = %job.name, error = %err, "live diagnosis failed");
             }
@@ -134,10 +151,11 @@ pub async fn run_live_diagnosis(
     }
 }
 
-/// The jobs for a config: one per target, with its GPU source's id.
-pub async fn jobs_for(config: &Config, store: &Store) -> Result<Vec<LiveJob>, StoreError> {
+/// The jobs for a set of targets: one per target the store knows, with
+/// its GPU source's id.
+pub async fn jobs_for(targets: &[TargetConfig], store: &Store) -> Result<Vec<LiveJob>, StoreError> {
     let mut jobs = Vec::new();
-    for target in &config.targets {
+    for target in targets {
         let Some(row) = store.target_by_name(&target.name).await? else {
             continue;
         };

@@ -1,6 +1,8 @@
 //! Tasks that act on the servers or on stored data: canary probes, load
-//! sweeps (run now or on a schedule) and the live diagnosis.
+//! sweeps (run now or on a schedule), the live diagnosis, and the
+//! supervisor that keeps each target's tasks running.
 
 pub mod canary;
 pub mod live_diagnosis;
+pub mod supervisor;
 pub mod sweep;

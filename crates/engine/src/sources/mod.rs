@@ -1,5 +1,7 @@
 //! Where stored data comes from: the engines' and exporters' `/metrics`
-//! pages, and NVML on the local host.
+//! pages, NVML on the local host, and which targets there are (service
+//! discovery).
 
+pub mod discovery;
 pub mod gpu_nvml;
 pub mod scrape;

@@ -3,10 +3,11 @@
 
 use std::sync::Arc;
 
-use llmwatch_config::{Config, TargetConfig};
+use llmwatch_config::Config;
 use llmwatch_engine::alerts::AlertsHandle;
 use llmwatch_engine::runners::sweep::schedule::SweepSlots;
 use llmwatch_engine::sources::scrape::ScrapeCounters;
+use llmwatch_engine::targets::TargetSet;
 use llmwatch_store::{Store, StoreError};
 
 use crate::own_metrics::OwnMetrics;
@@ -17,8 +18,9 @@ pub struct ApiContext {
     pub counters: Arc<ScrapeCounters>,
     pub alerts: AlertsHandle,
     pub own_metrics: OwnMetrics,
-    /// The configured targets (for sweeps started through the API).
-    pub targets: Vec<TargetConfig>,
+    /// The watched targets, configured and discovered (for sweeps started
+    /// through the API or a page).
+    pub targets: TargetSet,
     /// The whole config, for sweep settings (GPU pages of targets).
     pub config: Arc<Config>,
     /// Shared with the sweep schedule: one sweep at a time.
@@ -31,13 +33,14 @@ impl ApiContext {
         store: Store,
         counters: Arc<ScrapeCounters>,
         alerts: AlertsHandle,
+        targets: TargetSet,
     ) -> Result<ApiContext, StoreError> {
         Ok(ApiContext {
             own_metrics: OwnMetrics::new(&store).await?,
             store,
             counters,
             alerts,
-            targets: config.targets.clone(),
+            targets,
             config: Arc::new(config.clone()),
             sweeps: SweepSlots::default(),
         })

@@ -563,11 +563,18 @@ async fn target_json(ctx: &ApiContext, target: &TargetRow, now: i64) -> Result<V
         .filter(|a| a.target == target.name && a.alert.state == AlertState::Firing)
         .map(|a| a.rule)
         .collect();
+    // Watched now: a configured GPU source, or a target of the set
+    // (configured or discovered); otherwise only its history remains.
+    let watched = ctx.targets.find(&target.name);
+    let is_gpu_source = ctx.config.gpus.iter().any(|g| g.name == target.name);
     Ok(json!({
         "name": target.name,
         "kind": target.kind.as_str(),
         "url": redact_url(&target.url),
         "engine": target.engine,
+        "watched": watched.is_some() || is_gpu_source,
+        "discovered_by": watched.as_ref().and_then(|t| t.discovered_by.clone()),
+        "labels": watched.map(|t| t.labels).unwrap_or_default(),
         "status": status,
         "signals": signals,
         "probe_window_s": PROBE_WINDOW_MS / 1000,

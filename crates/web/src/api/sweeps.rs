@@ -268,15 +268,10 @@ pub(super) async fn start_sweep(
     })?;
     let request: StartSweep = serde_json::from_value(body)
         .map_err(|err| ApiError::bad_request(format!("body: {err}")))?;
-    let target = state
-        .api
-        .targets
-        .iter()
-        .find(|t| t.name == request.target)
-        .ok_or_else(|| {
-            ApiError::not_found(format!("no configured target named {:?}", request.target))
-        })?;
-    let mut settings = settings_for_target(&state.api.config, target);
+    let target = state.api.targets.find(&request.target).ok_or_else(|| {
+        ApiError::not_found(format!("no watched target named {:?}", request.target))
+    })?;
+    let mut settings = settings_for_target(&state.api.config, &target);
     apply_request(&mut settings, request)?;
     settings
         .validate()

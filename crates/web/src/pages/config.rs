@@ -3,7 +3,15 @@
 
 use std::time::Duration;
 
-use llmwatch_config::Config;
+use llmwatch_config::{Config, TargetConfig};
+use llmwatch_engine::targets::TargetSet;
+
+fn objectives_of(target: &TargetConfig) -> TargetObjectives {
+    TargetObjectives {
+        ttft_p95: target.slo_ttft_p95.map(|d| d.as_secs_f64()),
+        itl_p95: target.slo_itl_p95.map(|d| d.as_secs_f64()),
+    }
+}
 
 /// A rule as the page shows it.
 #[derive(Debug, Clone)]
@@ -31,6 +39,9 @@ pub struct PagesConfig {
     pub slo_itl_p95: Option<f64>,
     /// Targets as configured (for GPU links and sweeps started from a page).
     pub targets: Vec<PageTarget>,
+    /// Every watched target now, discovered ones included (the daemon's;
+    /// `None` in page tests without a daemon).
+    pub watched: Option<TargetSet>,
     /// How often `/events` sends an update.
     pub live_interval: Duration,
     /// Whether the sweep form may start sweeps (off in tests that must not
@@ -71,6 +82,7 @@ impl Default for PagesConfig {
             slo_ttft_p95: Some(1.0),
             slo_itl_p95: Some(0.050),
             targets: Vec::new(),
+            watched: None,
             live_interval: Duration::from_secs(2),
             sweeps_enabled: true,
             rules: Vec::new(),
@@ -83,12 +95,16 @@ impl PagesConfig {
     /// The objectives a target's values are coloured and charted against:
     /// its own where set, else the server's.
     pub fn objectives_for(&self, target: &str) -> TargetObjectives {
-        let own = self
-            .targets
-            .iter()
-            .find(|t| t.name == target)
-            .map(|t| t.objectives)
-            .unwrap_or_default();
+        let own = match self.target(target) {
+            Some(t) => t.objectives,
+            // A discovered target: its group's objectives.
+            None => self
+                .watched
+                .as_ref()
+                .and_then(|set| set.find(target))
+                .map(|t| objectives_of(&t))
+                .unwrap_or_default(),
+        };
         TargetObjectives {
             ttft_p95: own.ttft_p95.or(self.slo_ttft_p95),
             itl_p95: own.itl_p95.or(self.slo_itl_p95),
@@ -111,10 +127,7 @@ impl PagesConfig {
                     gpus: t.gpus.clone(),
                     gpu_url: gpu.and_then(|g| g.dcgm_url.clone()),
                     api_key_env: t.api_key_env.clone(),
-                    objectives: TargetObjectives {
-                        ttft_p95: t.slo_ttft_p95.map(|d| d.as_secs_f64()),
-                        itl_p95: t.slo_itl_p95.map(|d| d.as_secs_f64()),
-                    },
+                    objectives: objectives_of(t),
                 }
             })
             .collect();
@@ -134,6 +147,14 @@ impl PagesConfig {
                 })
                 .collect(),
             ..PagesConfig::default()
+        }
+    }
+
+    /// Names of the targets a sweep may be started on: every watched one.
+    pub fn sweepable_targets(&self) -> Vec<String> {
+        match &self.watched {
+            Some(set) => set.names(),
+            None => self.targets.iter().map(|t| t.name.clone()).collect(),
         }
     }
 

@@ -600,7 +600,7 @@ pub async fn sweep_list_page(
         .collect();
     Ok(SweepListPage {
         sweeps,
-        targets: config.targets.iter().map(|t| t.name.clone()).collect(),
+        targets: config.sweepable_targets(),
         enabled: config.sweeps_enabled,
         running,
         message,
@@ -672,17 +672,17 @@ pub async fn start_handler(
         );
     }
     let daemon_config = &state.api.config;
-    let Some(target) = daemon_config.targets.iter().find(|t| t.name == form.target) else {
+    let Some(target) = state.api.targets.find(&form.target) else {
         return error_response(
             StatusCode::BAD_REQUEST,
             "Unknown target",
-            format!("no configured target is named {:?}", form.target),
+            format!("no watched target is named {:?}", form.target),
         );
     };
     let bad = |msg: String| error_response(StatusCode::BAD_REQUEST, "Cannot start the sweep", msg);
     // The same starting settings as API and scheduled sweeps of this target.
     let mut settings =
-        llmwatch_engine::runners::sweep::schedule::settings_for_target(daemon_config, target);
+        llmwatch_engine::runners::sweep::schedule::settings_for_target(daemon_config, &target);
     settings.ladder = match Ladder::parse_concurrency(&form.concurrency) {
         Ok(l) => l,
         Err(err) => return bad(err.to_string()),

@@ -1,0 +1,236 @@
+//! Service discovery end to end: a file_sd file rewritten while the daemon
+//! runs adds and removes targets within a refresh (a removed one stops being
+//! scraped, its history stays); http_sd from a loopback inventory server;
+//! two shards of one fleet watch disjoint halves that cover it.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use llmwatch::cli::sim::{start, SimArgs};
+use llmwatch_sim::Sim;
+use serde_json::Value;
+
+/// How long a discovery change may take to show: one 1 s refresh plus a
+/// scrape, with room for a loaded machine.
+const WITHIN: Duration = Duration::from_secs(20);
+
+async fn simulator() -> (Sim, String) {
+    let (sim, engine, _) = start(&SimArgs::loopback("balanced", "sim-llama-8b", 1.0))
+        .await
+        .expect("simulator starts");
+    (sim, engine.to_string())
+}
+
+fn sd_document(addresses: &[&str], zone: &str) -> String {
+    serde_json::json!([{ "targets": addresses, "labels": { "zone": zone } }]).to_string()
+}
+
+async fn targets_json(base: &str) -> Vec<Value> {
+    let body: Value = reqwest::get(format!("{base}/api/v1/targets"))
+        .await
+        .expect("targets answer")
+        .json()
+        .await
+        .expect("targets are JSON");
+    body["targets"].as_array().cloned().unwrap_or_default()
+}
+
+/// Scrapes stored for `name` so far (0 when the store does not know it).
+async fn scrapes_of(daemon: &common::TestDaemon, name: &str) -> usize {
+    let store = &daemon.daemon.store;
+    let Some(row) = store.target_by_name(name).await.expect("store reads") else {
+        return 0;
+    };
+    store
+        .scrape_health(row.id, 100_000)
+        .await
+        .expect("store reads")
+        .len()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn file_sd_changes_add_and_remove_targets_while_running() {
+    let (_a, a) = simulator().await;
+    let (_b, b) = simulator().await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let sd_file = dir.path().join("fleet.json");
+    std::fs::write(&sd_file, sd_document(&[&a], "east")).expect("sd file written");
+    let toml = format!(
+        "[[discovery]]\nname = \"fleet\"\nfiles = [\"{}/*.json\"]\nrefresh_interval = \"1s\"\n\
+         [discovery.target]\nscrape_interval = \"300ms\"\n",
+        dir.path().display()
+    );
+    let daemon = common::spawn_daemon(&toml).await;
+    let base = daemon.base_url();
+    let name_a = format!("fleet-{}", a.replace(':', "-"));
+    let name_b = format!("fleet-{}", b.replace(':', "-"));
+
+    // The first target is found and scraped, with its discovery labels.
+    common::wait_for("target a scraped", WITHIN, || async {
+        (scrapes_of(&daemon, &name_a).await >= 2).then_some(())
+    })
+    .await;
+    let listed = targets_json(&base).await;
+    let entry = listed
+        .iter()
+        .find(|t| t["name"] == name_a.as_str())
+        .expect("target a listed");
+    assert_eq!(entry["labels"]["zone"], "east", "{entry}");
+    assert_eq!(entry["discovered_by"], "fleet");
+    assert_eq!(entry["watched"], true);
+
+    // Rewritten: a leaves, b comes. b is scraped; a's scrapes stop.
+    std::fs::write(&sd_file, sd_document(&[&b], "west")).expect("sd file rewritten");
+    common::wait_for("target b scraped", WITHIN, || async {
+        (scrapes_of(&daemon, &name_b).await >= 1).then_some(())
+    })
+    .await;
+    common::wait_for("target a unwatched", WITHIN, || {
+        let base = base.clone();
+        let name_a = name_a.clone();
+        async move {
+            let listed = targets_json(&base).await;
+            let a = listed.iter().find(|t| t["name"] == name_a.as_str())?;
+            (a["watched"] == false).then_some(())
+        }
+    })
+    .await;
+    let a_after_removal = scrapes_of(&daemon, &name_a).await;
+    let b_now = scrapes_of(&daemon, &name_b).await;
+    common::wait_for("b scraped 5 more times", WITHIN, || async {
+        (scrapes_of(&daemon, &name_b).await >= b_now + 5).then_some(())
+    })
+    .await;
+    // At most one scrape was in flight when a was stopped.
+    let a_later = scrapes_of(&daemon, &name_a).await;
+    assert!(
+        a_later <= a_after_removal + 1,
+        "a still scraped: {a_after_removal} then {a_later}"
+    );
+    assert!(a_later >= 2, "a's history stays");
+    let listed = targets_json(&base).await;
+    let b_entry = listed
+        .iter()
+        .find(|t| t["name"] == name_b.as_str())
+        .expect("target b listed");
+    assert_eq!(b_entry["labels"]["zone"], "west");
+
+    // A half-written file keeps the last good list.
+    std::fs::write(&sd_file, "[{\"targets\": [").expect("sd file broken");
+    let b_before = scrapes_of(&daemon, &name_b).await;
+    common::wait_for("b still scraped after a broken file", WITHIN, || async {
+        (scrapes_of(&daemon, &name_b).await >= b_before + 5).then_some(())
+    })
+    .await;
+    assert!(daemon.daemon.targets.names().contains(&name_b.to_string()));
+    daemon.daemon.shutdown().await;
+}
+
+/// A loopback inventory answering the http_sd document it holds now.
+async fn inventory(document: Arc<Mutex<String>>) -> String {
+    use axum::routing::get;
+    let app = axum::Router::new().route(
+        "/sd",
+        get(move |headers: axum::http::HeaderMap| {
+            let document = document.clone();
+            async move {
+                let authorized = headers
+                    .get("authorization")
+                    .is_some_and(|v| v == "Bearer sd-secret");
+                if !authorized {
+                    return (axum::http::StatusCode::UNAUTHORIZED, String::new());
+                }
+                let body = document.lock().map(|d| d.clone()).unwrap_or_default();
+                (axum::http::StatusCode::OK, body)
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("inventory binds");
+    let addr = listener.local_addr().expect("inventory address");
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    format!("http://{addr}/sd")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_sd_follows_the_inventory() {
+    let (_a, a) = simulator().await;
+    let document = Arc::new(Mutex::new(sd_document(&[&a, "127.0.0.1:9"], "rack-1")));
+    let url = inventory(document.clone()).await;
+    std::env::set_var("LLMWATCH_TEST_SD_TOKEN", "sd-secret");
+    let toml = format!(
+        "[[discovery]]\nname = \"inv\"\nhttp_url = \"{url}\"\nhttp_token_env = \"LLMWATCH_TEST_SD_TOKEN\"\n\
+         refresh_interval = \"1s\"\n[discovery.target]\nscrape_interval = \"300ms\"\n"
+    );
+    let daemon = common::spawn_daemon(&toml).await;
+    let name_a = format!("inv-{}", a.replace(':', "-"));
+    common::wait_for("both inventory targets watched", WITHIN, || async {
+        let names: BTreeSet<String> = daemon.daemon.targets.names().into_iter().collect();
+        (names.contains(&name_a) && names.contains("inv-127.0.0.1-9")).then_some(())
+    })
+    .await;
+    common::wait_for("target a scraped", WITHIN, || async {
+        (scrapes_of(&daemon, &name_a).await >= 1).then_some(())
+    })
+    .await;
+    // The down address is recorded as down, and the daemon goes on.
+    common::wait_for("the closed port recorded down", WITHIN, || async {
+        (scrapes_of(&daemon, "inv-127.0.0.1-9").await >= 1).then_some(())
+    })
+    .await;
+    *document.lock().expect("document lock") = sd_document(&[&a], "rack-1");
+    common::wait_for("the closed port dropped", WITHIN, || async {
+        let names = daemon.daemon.targets.names();
+        (!names.contains(&"inv-127.0.0.1-9".to_string()) && names.contains(&name_a)).then_some(())
+    })
+    .await;
+    daemon.daemon.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_shards_split_the_fleet_disjointly_and_completely() {
+    // Twenty addresses nobody listens on: shards decide by URL, not by health.
+    let addresses: Vec<String> = (0..20).map(|i| format!("127.0.0.1:{}", 1 + i)).collect();
+    let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
+    let dir = tempfile::tempdir().expect("temporary directory");
+    std::fs::write(dir.path().join("fleet.json"), sd_document(&refs, "x")).expect("sd written");
+    let mut shards = Vec::new();
+    for shard in ["0/2", "1/2"] {
+        let toml = format!(
+            "[server]\nshard = \"{shard}\"\n[[discovery]]\nname = \"fleet\"\n\
+             files = [\"{}/fleet.json\"]\nrefresh_interval = \"1s\"\n\
+             [discovery.target]\nscrape_interval = \"10s\"\n",
+            dir.path().display()
+        );
+        shards.push(common::spawn_daemon(&toml).await);
+    }
+    let mut seen = Vec::new();
+    for daemon in &shards {
+        let names = common::wait_for("a shard's targets", WITHIN, || async {
+            let names = daemon.daemon.targets.names();
+            (!names.is_empty()).then_some(names)
+        })
+        .await;
+        seen.push(names.into_iter().collect::<BTreeSet<String>>());
+    }
+    assert!(seen[0].is_disjoint(&seen[1]), "{seen:?}");
+    let all: BTreeSet<String> = seen[0].union(&seen[1]).cloned().collect();
+    let expected: BTreeSet<String> = addresses
+        .iter()
+        .map(|a| format!("fleet-{}", a.replace(':', "-")))
+        .collect();
+    assert_eq!(all, expected);
+    assert!(
+        seen.iter().all(|s| s.len() >= 4),
+        "both shards hold a fair share: {seen:?}"
+    );
+    for daemon in shards {
+        daemon.daemon.shutdown().await;
+    }
+}

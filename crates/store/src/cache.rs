@@ -1,8 +1,10 @@
 //! A small cache of decoded block groups. Sealed blocks never change (a
 //! rewrite deletes the block and inserts another), so a group decoded once
 //! serves every later query that reads it: a dashboard asking for the same
-//! 24 h every few seconds decodes only what sealed since. Bounded in bytes,
-//! least recently used out first; retention and thinning empty it.
+//! 24 h every few seconds decodes only what sealed since. Bounded in bytes:
+//! a full cache admits nothing more (an LRU would thrash on a query wider
+//! than itself) until retention or thinning empty it, or a smaller budget
+//! evicts the least recently used.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -137,8 +139,16 @@ impl GroupCache {
         Some(Arc::clone(&entry.0))
     }
 
-    /// Keeps `group` unless the cache was cleared since `epoch` or it alone
-    /// is over the budget.
+    /// Whether a range read should decode whole groups to keep them: not
+    /// when off, nor when full (a query wider than the cache would
+    /// otherwise evict, on every run, what its next run needs first).
+    pub(crate) fn has_room(&self) -> bool {
+        self.enabled() && self.lock().bytes < self.budget()
+    }
+
+    /// Keeps `group` unless the cache was cleared since `epoch`, it alone
+    /// is over a quarter of the budget, or there is no room: a full cache
+    /// keeps what it holds (retention and thinning empty it).
     pub(crate) fn insert(&self, epoch: u64, block: i64, name: &str, group: Arc<DecodedGroup>) {
         let budget = self.budget();
         let size = group.bytes();
@@ -146,7 +156,7 @@ impl GroupCache {
             return;
         }
         let mut inner = self.lock();
-        if inner.epoch != epoch {
+        if inner.epoch != epoch || inner.bytes + size > budget {
             return;
         }
         inner.clock += 1;
@@ -228,24 +238,26 @@ mod tests {
     }
 
     #[test]
-    fn least_recently_used_groups_leave_first_and_clears_refuse_stale_decodes() {
+    fn a_full_cache_keeps_what_it_holds_and_clears_refuse_stale_decodes() {
         let one = group(1000).bytes();
         let cache = GroupCache::new(one * 10);
         let epoch = cache.epoch();
-        for block in 0..8 {
-            cache.insert(epoch, block, "a", group(1000));
-        }
-        assert!(cache.get(0, "a").is_some());
-        for block in 8..12 {
+        for block in 0..12 {
             cache.insert(epoch, block, "a", group(1000));
         }
         assert!(cache.bytes() <= one * 10);
-        // Block 0 was used late, blocks 1.. were not.
+        assert!(!cache.has_room());
         assert!(cache.get(0, "a").is_some());
+        assert!(cache.get(9, "a").is_some());
+        assert!(cache.get(11, "a").is_none(), "no room, nothing evicted");
+        // A smaller budget evicts the least recently used.
+        cache.get(2, "a");
+        cache.set_budget(one * 4);
+        assert!(cache.get(2, "a").is_some());
         assert!(cache.get(1, "a").is_none());
-        assert!(cache.get(11, "a").is_some());
         cache.clear();
-        assert!(cache.get(11, "a").is_none());
+        assert!(cache.has_room());
+        assert!(cache.get(2, "a").is_none());
         cache.insert(epoch, 3, "a", group(1000));
         assert!(
             cache.get(3, "a").is_none(),

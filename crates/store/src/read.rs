@@ -355,11 +355,14 @@ impl Store {
         for (block, (positions, mut wanted)) in blocks {
             wanted.sort_unstable();
             wanted.dedup();
-            let cached = wanted.len() > FEW_POSITIONS && self.cache.enabled();
+            let cached = wanted.len() > FEW_POSITIONS && self.cache.has_room();
             let mut missing: Vec<&str> = Vec::new();
             let mut groups: Vec<Arc<DecodedGroup>> = Vec::new();
             for name in &selection.names {
-                match self.cache.get(block, name).filter(|_| cached) {
+                let hit = (wanted.len() > FEW_POSITIONS)
+                    .then(|| self.cache.get(block, name))
+                    .flatten();
+                match hit {
                     Some(group) => groups.push(group),
                     None => missing.push(name),
                 }

@@ -293,6 +293,17 @@ fn queries(runtime: &tokio::runtime::Runtime, dir: &Path) {
                 .expect("query")
         },
     );
+    store.set_block_cache_bytes(0);
+    time(
+        "signals_series: 10 engine signals, 24 h, 5 min step, block cache off",
+        15,
+        || {
+            runtime
+                .block_on(store.signals_series(engine, &page_signals, range))
+                .expect("query")
+        },
+    );
+    store.set_block_cache_bytes(llmwatch_store::DEFAULT_CACHE_BYTES);
     time(
         "signals_series: GPU util + memory, 24 h, 5 min step",
         15,

@@ -167,6 +167,17 @@ fn ingest(c: &mut Criterion) {
                 .expect("query")
         })
     });
+    // The same with the cache of decoded blocks off: a range never asked
+    // before, or the first request after a restart.
+    day_store.set_block_cache_bytes(0);
+    query.bench_function("signals_series_10_signals_24h_step_5m_uncached", |b| {
+        b.iter(|| {
+            runtime
+                .block_on(day_store.signals_series(target, &page_signals, range))
+                .expect("query")
+        })
+    });
+    day_store.set_block_cache_bytes(llmwatch_store::DEFAULT_CACHE_BYTES);
     query.finish();
 
     // Downsampling the day to one scrape a minute: a one-off (it deletes),

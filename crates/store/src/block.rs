@@ -123,8 +123,42 @@ pub(crate) fn encode_group(series: &[SeriesValues]) -> Vec<u8> {
 pub(crate) fn decode_group(
     blob: &[u8],
     positions: usize,
-    mut wanted: impl FnMut(u32) -> bool,
+    wanted: impl FnMut(u32) -> bool,
 ) -> Result<Vec<SeriesValues>, StoreError> {
+    let mut out = Vec::new();
+    for_each_stream(blob, wanted, |id, stream| {
+        out.push((id, codec::decode_stream(stream, positions)?));
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Like [`decode_group`], but only the values at `at` (ascending positions
+/// of a block with `positions` up scrapes), one per position: a range query
+/// at a coarse step reads a few of a block's scrapes.
+pub(crate) fn decode_group_at(
+    blob: &[u8],
+    positions: usize,
+    at: &[u32],
+    wanted: impl FnMut(u32) -> bool,
+) -> Result<Vec<SeriesValues>, StoreError> {
+    let mut out = Vec::new();
+    for_each_stream(blob, wanted, |id, stream| {
+        let mut values = Vec::with_capacity(at.len());
+        codec::decode_stream_at(stream, positions, at, &mut values)?;
+        out.push((id, values));
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Calls `each` with the id and value stream of every series of a group
+/// blob that `wanted` accepts, in id order.
+fn for_each_stream(
+    blob: &[u8],
+    mut wanted: impl FnMut(u32) -> bool,
+    mut each: impl FnMut(u32, &[u8]) -> Result<(), StoreError>,
+) -> Result<(), StoreError> {
     let mut r = ByteReader { bytes: blob };
     let count = usize::try_from(r.varint()?)
         .map_err(|_| StoreError::Corrupt("group series count".into()))?;
@@ -138,14 +172,13 @@ pub(crate) fn decode_group(
             .map_err(|_| StoreError::Corrupt("stream length".into()))?;
         directory.push((id, len));
     }
-    let mut out = Vec::new();
     for (id, len) in directory {
         let stream = r.take(len)?;
         if wanted(id) {
-            out.push((id, codec::decode_stream(stream, positions)?));
+            each(id, stream)?;
         }
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A head row on its way into a block.
@@ -174,15 +207,32 @@ pub(crate) fn seal<'n>(
     name_of: impl Fn(u32) -> Option<&'n str>,
 ) -> Result<Sealed, StoreError> {
     let up_count = rows.iter().filter(|row| row.health.up).count();
-    let mut columns: HashMap<u32, Vec<Option<f64>>> = HashMap::new();
+    // Series id → its column; pages repeat their lines, so the column of
+    // the line at the same place in the scrape before is tried first.
+    let mut column_of: HashMap<u32, usize, rustc_hash::FxBuildHasher> = HashMap::default();
+    let mut columns: Vec<SeriesValues> = Vec::new();
+    let mut previous: Vec<usize> = Vec::new();
     let mut sample_count = 0u64;
     for (position, row) in rows.iter().filter(|row| row.health.up).enumerate() {
-        if let Some(blob) = &row.samples {
-            for (id, value) in codec::decode(blob)? {
-                columns.entry(id).or_insert_with(|| vec![None; up_count])[position] = Some(value);
-                sample_count += 1;
+        let Some(blob) = &row.samples else { continue };
+        let mut index = 0;
+        codec::for_each_pair(blob, |id, value| {
+            let column = match previous.get(index) {
+                Some(&c) if columns[c].0 == id => c,
+                _ => *column_of.entry(id).or_insert_with(|| {
+                    columns.push((id, vec![None; up_count]));
+                    columns.len() - 1
+                }),
+            };
+            columns[column].1[position] = Some(value);
+            if index < previous.len() {
+                previous[index] = column;
+            } else {
+                previous.push(column);
             }
-        }
+            index += 1;
+        })?;
+        sample_count += index as u64;
     }
     let mut by_name: BTreeMap<&str, Vec<SeriesValues>> = BTreeMap::new();
     for (id, values) in columns {
@@ -258,6 +308,12 @@ mod tests {
         assert_eq!(bits(&all), bits(&series));
         let one = decode_group(&blob, 3, |id| id == 400).unwrap();
         assert_eq!(bits(&one), bits(&series[2..]));
+        let at = decode_group_at(&blob, 3, &[0, 2], |id| id != 3).unwrap();
+        let picked = vec![
+            (9, vec![Some(f64::NAN), Some(0.0)]),
+            (400, vec![None, Some(-0.0)]),
+        ];
+        assert_eq!(bits(&at), bits(&picked));
     }
 
     #[test]

@@ -23,47 +23,125 @@
 
 use crate::StoreError;
 
-const VERSION: u8 = 1;
+/// Head rows written before version 2: fixed 12-byte pairs.
+const VERSION_PAIRS: u8 = 1;
+/// Head rows now: varint ids as deltas, integers as varints.
+const VERSION: u8 = 2;
 const PAIR_BYTES: usize = 12;
+/// The first byte of a value stored as its 8 raw bytes (an integer's
+/// varint always has its lowest bit clear).
+const RAW_VALUE: u8 = 1;
 
-/// Packs `(series_id, value)` pairs (a head row).
+/// Packs `(series_id, value)` pairs (a head row): the count, then each id
+/// as the zigzag delta from the one before (a page's lines have
+/// consecutive ids: one byte), then each value: an exact integer as a
+/// varint of its zigzag shifted left one bit, anything else as
+/// [`RAW_VALUE`] and its 8 bytes. A vLLM page (counters, buckets) takes
+/// ≈ 4 bytes a sample instead of 12, so a head row fits in a page.
 pub fn encode(pairs: &[(u32, f64)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(1 + pairs.len() * PAIR_BYTES);
+    let mut out = Vec::with_capacity(8 + pairs.len() * 5);
     out.push(VERSION);
-    for (series_id, value) in pairs {
-        out.extend_from_slice(&series_id.to_le_bytes());
-        out.extend_from_slice(&value.to_le_bytes());
+    put_varint(&mut out, pairs.len() as u64);
+    let mut last = 0u32;
+    for (id, _) in pairs {
+        put_signed(&mut out, i64::from(*id) - i64::from(last));
+        last = *id;
+    }
+    for (_, value) in pairs {
+        match small_integer(*value) {
+            Some(n) => put_varint(&mut out, zigzag(n) << 1),
+            None => {
+                out.push(RAW_VALUE);
+                out.extend_from_slice(&value.to_le_bytes());
+            }
+        }
     }
     out
 }
 
-/// Unpacks what [`encode`] wrote; a blob of another version or a torn length is
-/// an error, never a panic.
+/// `value` as an integer that a varint keeps exactly (−0.0 is not one).
+fn small_integer(value: f64) -> Option<i64> {
+    const LIMIT: f64 = (1u64 << 52) as f64;
+    let negative_zero = value == 0.0 && value.is_sign_negative();
+    (value.fract() == 0.0 && value.abs() < LIMIT && !negative_zero).then_some(value as i64)
+}
+
+fn zigzag(n: i64) -> u64 {
+    ((n << 1) ^ (n >> 63)) as u64
+}
+
+/// Unpacks what [`encode`] wrote (or a version 1 row); a blob of another
+/// version or a torn length is an error, never a panic.
 pub fn decode(blob: &[u8]) -> Result<Vec<(u32, f64)>, StoreError> {
+    let mut out = Vec::new();
+    for_each_pair(blob, |id, value| out.push((id, value)))?;
+    Ok(out)
+}
+
+/// Calls `each` with every pair of a head row, in order.
+pub(crate) fn for_each_pair(blob: &[u8], mut each: impl FnMut(u32, f64)) -> Result<(), StoreError> {
     let Some((&version, body)) = blob.split_first() else {
         return Err(StoreError::Corrupt("empty samples blob".into()));
     };
-    if version != VERSION {
-        return Err(StoreError::Corrupt(format!(
-            "samples blob version {version}, expected {VERSION}"
-        )));
+    match version {
+        VERSION => for_each_varint_pair(body, each),
+        VERSION_PAIRS => {
+            if !body.len().is_multiple_of(PAIR_BYTES) {
+                return Err(StoreError::Corrupt(format!(
+                    "samples blob of {} bytes is not a whole number of {PAIR_BYTES}-byte pairs",
+                    body.len()
+                )));
+            }
+            for pair in body.chunks_exact(PAIR_BYTES) {
+                let (id, value) = pair.split_at(4);
+                let id = u32::from_le_bytes([id[0], id[1], id[2], id[3]]);
+                let mut value_bytes = [0u8; 8];
+                value_bytes.copy_from_slice(value);
+                each(id, f64::from_le_bytes(value_bytes));
+            }
+            Ok(())
+        }
+        other => Err(StoreError::Corrupt(format!(
+            "samples blob version {other}, expected {VERSION}"
+        ))),
     }
-    if !body.len().is_multiple_of(PAIR_BYTES) {
+}
+
+fn for_each_varint_pair(body: &[u8], mut each: impl FnMut(u32, f64)) -> Result<(), StoreError> {
+    let mut r = ByteReader { bytes: body };
+    let count =
+        usize::try_from(r.varint()?).map_err(|_| StoreError::Corrupt("head row count".into()))?;
+    if count > body.len() {
         return Err(StoreError::Corrupt(format!(
-            "samples blob of {} bytes is not a whole number of {PAIR_BYTES}-byte pairs",
+            "head row of {count} samples in {} bytes",
             body.len()
         )));
     }
-    Ok(body
-        .chunks_exact(PAIR_BYTES)
-        .map(|pair| {
-            let (id, value) = pair.split_at(4);
-            let id = u32::from_le_bytes([id[0], id[1], id[2], id[3]]);
-            let mut value_bytes = [0u8; 8];
-            value_bytes.copy_from_slice(value);
-            (id, f64::from_le_bytes(value_bytes))
-        })
-        .collect())
+    let mut ids = Vec::with_capacity(count);
+    let mut id = 0i64;
+    for _ in 0..count {
+        id = id.wrapping_add(r.signed()?);
+        ids.push(u32::try_from(id).map_err(|_| StoreError::Corrupt(format!("series id {id}")))?);
+    }
+    for id in ids {
+        let value = if r.bytes.first() == Some(&RAW_VALUE) {
+            let bytes: [u8; 8] = r.take(9)?[1..]
+                .try_into()
+                .map_err(|_| StoreError::Corrupt("torn value".into()))?;
+            f64::from_le_bytes(bytes)
+        } else {
+            let z = r.varint()? >> 1;
+            (((z >> 1) as i64) ^ -((z & 1) as i64)) as f64
+        };
+        each(id, value);
+    }
+    if !r.bytes.is_empty() {
+        return Err(StoreError::Corrupt(format!(
+            "{} bytes after a head row's samples",
+            r.bytes.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Writes bits most significant first.
@@ -118,6 +196,31 @@ impl<'a> BitReader<'a> {
         BitReader { bytes, pos: 0 }
     }
 
+    /// Bits not yet read.
+    #[inline]
+    fn remaining(&self) -> usize {
+        self.bytes.len() * 8 - self.pos
+    }
+
+    /// The next bits, most significant first, at least 57 of them valid
+    /// (fewer at the end of the stream, where the rest are zero).
+    #[inline]
+    fn peek(&self) -> u64 {
+        let first = self.pos / 8;
+        let word = match self.bytes.get(first..first + 8) {
+            // One unaligned load on the hot path.
+            Some(bytes) => u64::from_be_bytes(bytes.try_into().unwrap_or([0; 8])),
+            None => {
+                let mut word = [0u8; 8];
+                let tail = self.bytes.get(first..).unwrap_or(&[]);
+                word[..tail.len()].copy_from_slice(tail);
+                u64::from_be_bytes(word)
+            }
+        };
+        word << (self.pos % 8)
+    }
+
+    #[inline]
     pub(crate) fn read(&mut self, bits: u32) -> Result<u64, StoreError> {
         if bits > 32 {
             let high = self.read(bits - 32)?;
@@ -126,21 +229,35 @@ impl<'a> BitReader<'a> {
         if bits == 0 {
             return Ok(0);
         }
-        let end = self.pos + bits as usize;
-        if end > self.bytes.len() * 8 {
+        if bits as usize > self.remaining() {
             return Err(StoreError::Corrupt("value stream ends early".into()));
         }
-        let first = self.pos / 8;
-        let mut word = [0u8; 8];
-        let available = (self.bytes.len() - first).min(8);
-        word[..available].copy_from_slice(&self.bytes[first..first + available]);
-        let word = u64::from_be_bytes(word) << (self.pos % 8);
-        self.pos = end;
+        let word = self.peek();
+        self.pos += bits as usize;
         Ok(word >> (64 - bits))
     }
 
     pub(crate) fn bit(&mut self) -> Result<bool, StoreError> {
         Ok(self.read(1)? == 1)
+    }
+
+    /// Skips the run of zero bits ahead, at most `max`, and returns its
+    /// length: in a value stream each is a scrape whose value did not change.
+    #[inline]
+    fn skip_zeros(&mut self, max: usize) -> usize {
+        let mut skipped = 0;
+        while skipped < max {
+            let valid = self.remaining().min(57);
+            let run = (self.peek().leading_zeros() as usize)
+                .min(valid)
+                .min(max - skipped);
+            self.pos += run;
+            skipped += run;
+            if run < 57 {
+                break;
+            }
+        }
+        skipped
     }
 }
 
@@ -279,47 +396,60 @@ fn read_delta(r: &mut BitReader) -> Result<i64, StoreError> {
     Ok(unzigzag(r.read(DELTA_CLASSES[class])?))
 }
 
-fn read_value(r: &mut BitReader, state: &mut StreamState) -> Result<Option<u64>, StoreError> {
-    if !r.bit()? {
-        return Ok(state.present.then_some(state.last));
+/// Reads one value's code (see the module's table) and updates `state`.
+fn read_value(r: &mut BitReader, state: &mut StreamState) -> Result<(), StoreError> {
+    // The code's prefix is its count of leading ones: 0, 10, 110, 1110,
+    // 11110, or 11111.
+    let ones = r.peek().leading_ones().min(5);
+    let prefix = if ones == 5 { 5 } else { ones + 1 };
+    if prefix as usize > r.remaining() {
+        return Err(StoreError::Corrupt("value stream ends early".into()));
     }
-    if !r.bit()? {
-        let delta = read_delta(r)?;
-        let base = f64::from_bits(state.last) as i64;
-        state.last = (base.wrapping_add(delta) as f64).to_bits();
-    } else if !r.bit()? {
-        let places = r.read(3)? as usize;
-        if !(1..POW10.len()).contains(&places) {
-            return Err(StoreError::Corrupt(format!("{places} decimal places")));
+    r.pos += prefix as usize;
+    match ones {
+        0 => return Ok(()),
+        1 => {
+            let delta = read_delta(r)?;
+            let base = f64::from_bits(state.last) as i64;
+            state.last = (base.wrapping_add(delta) as f64).to_bits();
         }
-        let delta = read_delta(r)?;
-        let base = (f64::from_bits(state.last) * POW10[places]).round() as i64;
-        state.last = (base.wrapping_add(delta) as f64 / POW10[places]).to_bits();
-    } else if !r.bit()? {
-        let xor = if !r.bit()? {
-            let (wl, wt) = state
-                .window
-                .ok_or_else(|| StoreError::Corrupt("XOR window used before set".into()))?;
-            r.read(64 - wl - wt)? << wt
-        } else {
-            let lead = r.read(6)? as u32;
-            let len = r.read(6)? as u32 + 1;
-            if lead + len > 64 {
-                return Err(StoreError::Corrupt(format!(
-                    "XOR window of {lead} leading zeros and {len} bits"
-                )));
+        2 => {
+            let places = r.read(3)? as usize;
+            if !(1..POW10.len()).contains(&places) {
+                return Err(StoreError::Corrupt(format!("{places} decimal places")));
             }
-            let trail = 64 - lead - len;
-            state.window = Some((lead, trail));
-            r.read(len)? << trail
-        };
-        state.last ^= xor;
-    } else if !r.bit()? {
-        state.present = false;
-        return Ok(None);
+            let delta = read_delta(r)?;
+            let base = (f64::from_bits(state.last) * POW10[places]).round() as i64;
+            state.last = (base.wrapping_add(delta) as f64 / POW10[places]).to_bits();
+        }
+        3 => state.last ^= read_xor(r, state)?,
+        4 => {
+            state.present = false;
+            return Ok(());
+        }
+        _ => {}
     }
     state.present = true;
-    Ok(Some(state.last))
+    Ok(())
+}
+
+fn read_xor(r: &mut BitReader, state: &mut StreamState) -> Result<u64, StoreError> {
+    if !r.bit()? {
+        let (wl, wt) = state
+            .window
+            .ok_or_else(|| StoreError::Corrupt("XOR window used before set".into()))?;
+        return Ok(r.read(64 - wl - wt)? << wt);
+    }
+    let lead = r.read(6)? as u32;
+    let len = r.read(6)? as u32 + 1;
+    if lead + len > 64 {
+        return Err(StoreError::Corrupt(format!(
+            "XOR window of {lead} leading zeros and {len} bits"
+        )));
+    }
+    let trail = 64 - lead - len;
+    state.window = Some((lead, trail));
+    Ok(r.read(len)? << trail)
 }
 
 /// Stream kinds (the first byte of a stream).
@@ -350,6 +480,30 @@ pub fn encode_stream(values: &[Option<f64>]) -> Vec<u8> {
 
 /// Decodes `count` values written by [`encode_stream`].
 pub fn decode_stream(stream: &[u8], count: usize) -> Result<Vec<Option<f64>>, StoreError> {
+    let mut out = Vec::with_capacity(count.min(1 << 20));
+    decode_stream_into(stream, count, 0..count, &mut out)?;
+    Ok(out)
+}
+
+/// Decodes the values at `positions` (ascending, each below `count`) of a
+/// stream of `count` values, appending one to `out` per position. Decoding
+/// stops after the last position asked, and a run of unchanged values
+/// (one zero bit each) is skipped a machine word at a time.
+pub fn decode_stream_at(
+    stream: &[u8],
+    count: usize,
+    positions: &[u32],
+    out: &mut Vec<Option<f64>>,
+) -> Result<(), StoreError> {
+    decode_stream_into(stream, count, positions.iter().map(|p| *p as usize), out)
+}
+
+fn decode_stream_into(
+    stream: &[u8],
+    count: usize,
+    positions: impl Iterator<Item = usize>,
+    out: &mut Vec<Option<f64>>,
+) -> Result<(), StoreError> {
     let Some((&kind, body)) = stream.split_first() else {
         return Err(StoreError::Corrupt("empty value stream".into()));
     };
@@ -358,19 +512,49 @@ pub fn decode_stream(stream: &[u8], count: usize) -> Result<Vec<Option<f64>>, St
             let bytes: [u8; 8] = body.try_into().map_err(|_| {
                 StoreError::Corrupt(format!("constant stream of {} bytes", body.len()))
             })?;
-            Ok(vec![Some(f64::from_bits(u64::from_le_bytes(bytes))); count])
+            let value = Some(f64::from_bits(u64::from_le_bytes(bytes)));
+            for position in positions {
+                check_position(position, count)?;
+                out.push(value);
+            }
+            Ok(())
         }
         STREAM_CODED => {
             let mut r = BitReader::new(body);
             let mut state = StreamState::START;
-            let mut out = Vec::with_capacity(count);
-            for _ in 0..count {
-                out.push(read_value(&mut r, &mut state)?.map(f64::from_bits));
+            // Values decoded so far: `state` holds the value at `decoded - 1`.
+            let mut decoded = 0usize;
+            for position in positions {
+                check_position(position, count)?;
+                if position + 1 < decoded {
+                    return Err(StoreError::Corrupt(format!(
+                        "value {position} asked after value {}",
+                        decoded - 1
+                    )));
+                }
+                while decoded <= position {
+                    let same = r.skip_zeros(position + 1 - decoded);
+                    decoded += same;
+                    if decoded <= position {
+                        read_value(&mut r, &mut state)?;
+                        decoded += 1;
+                    }
+                }
+                out.push(state.present.then_some(f64::from_bits(state.last)));
             }
-            Ok(out)
+            Ok(())
         }
         other => Err(StoreError::Corrupt(format!("value stream kind {other}"))),
     }
+}
+
+fn check_position(position: usize, count: usize) -> Result<(), StoreError> {
+    if position >= count {
+        return Err(StoreError::Corrupt(format!(
+            "value {position} asked of a stream of {count}"
+        )));
+    }
+    Ok(())
 }
 
 /// Appends `value` as a LEB128 varint.
@@ -392,7 +576,15 @@ pub(crate) struct ByteReader<'a> {
 }
 
 impl<'a> ByteReader<'a> {
+    #[inline]
     pub(crate) fn varint(&mut self) -> Result<u64, StoreError> {
+        // One byte: ids a page apart, small counts and deltas.
+        if let Some((&byte, rest)) = self.bytes.split_first() {
+            if byte < 0x80 {
+                self.bytes = rest;
+                return Ok(u64::from(byte));
+            }
+        }
         let mut value = 0u64;
         for (i, byte) in self.bytes.iter().enumerate().take(10) {
             value |= u64::from(byte & 0x7f) << (7 * i);
@@ -404,6 +596,7 @@ impl<'a> ByteReader<'a> {
         Err(StoreError::Corrupt("torn varint".into()))
     }
 
+    #[inline]
     pub(crate) fn signed(&mut self) -> Result<i64, StoreError> {
         let z = self.varint()?;
         Ok(((z >> 1) as i64) ^ -((z & 1) as i64))
@@ -458,11 +651,30 @@ mod tests {
 
     #[test]
     fn head_rows_reject_torn_and_foreign_blobs() {
-        let mut blob = encode(&[(1, 1.0)]);
-        blob.pop();
-        assert!(decode(&blob).is_err());
+        let blob = encode(&[(1, 1.0), (2, 0.25)]);
+        for cut in 0..blob.len() {
+            assert!(decode(&blob[..cut]).is_err(), "cut at {cut}");
+        }
+        let mut long = blob.clone();
+        long.push(0);
+        assert!(decode(&long).is_err());
         assert!(decode(&[]).is_err());
         assert!(decode(&[9, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
+        // A version 1 row (written before) still reads; a torn one does not.
+        let mut v1 = vec![VERSION_PAIRS];
+        v1.extend_from_slice(&7u32.to_le_bytes());
+        v1.extend_from_slice(&2.5f64.to_le_bytes());
+        assert_eq!(decode(&v1).unwrap(), vec![(7, 2.5)]);
+        v1.pop();
+        assert!(decode(&v1).is_err());
+    }
+
+    #[test]
+    fn head_rows_of_counters_are_small() {
+        let pairs: Vec<(u32, f64)> = (0..400).map(|i| (1000 + i, f64::from(i * 977))).collect();
+        let blob = encode(&pairs);
+        assert!(blob.len() < 400 * 5, "{} bytes", blob.len());
+        assert_eq!(decode(&blob).unwrap(), pairs);
     }
 
     #[test]
@@ -566,6 +778,34 @@ mod tests {
         assert!(decode_stream(&stream[..stream.len() / 2], values.len()).is_err());
         assert!(decode_stream(&[7, 1, 2], 3).is_err());
         assert!(decode_stream(&[STREAM_CONSTANT, 1, 2], 3).is_err());
+        let mut out = Vec::new();
+        assert!(decode_stream_at(&stream, values.len(), &[60], &mut out).is_err());
+        assert!(decode_stream_at(&stream, values.len(), &[9, 3], &mut out).is_err());
+    }
+
+    #[test]
+    fn long_runs_of_unchanged_values_are_skipped_exactly() {
+        // Runs longer than one 57-bit peek, ending at and across byte edges.
+        let mut values = Vec::new();
+        for (run, value) in [
+            (1, 1.0),
+            (57, 2.0),
+            (58, 3.0),
+            (200, 4.0),
+            (7, 5.0),
+            (64, 6.0),
+        ] {
+            values.extend(std::iter::repeat_n(Some(value), run));
+        }
+        values.push(None);
+        values.extend(std::iter::repeat_n(None, 130));
+        values.push(Some(6.0));
+        assert_round_trip(&values);
+        let positions: Vec<u32> = (0..values.len() as u32).step_by(13).collect();
+        let mut at = Vec::new();
+        decode_stream_at(&encode_stream(&values), values.len(), &positions, &mut at).unwrap();
+        let expected: Vec<Option<f64>> = positions.iter().map(|p| values[*p as usize]).collect();
+        assert_eq!(bits(&at), bits(&expected));
     }
 
     #[test]
@@ -616,8 +856,36 @@ mod tests {
         }
 
         #[test]
+        fn decoding_at_positions_agrees_with_decoding_all(
+            values in prop::collection::vec(value(), 1..300),
+            picks in prop::collection::vec(any::<prop::sample::Index>(), 0..40),
+        ) {
+            let stream = encode_stream(&values);
+            let mut positions: Vec<u32> =
+                picks.iter().map(|i| i.index(values.len()) as u32).collect();
+            positions.sort_unstable();
+            let mut at = Vec::new();
+            decode_stream_at(&stream, values.len(), &positions, &mut at).unwrap();
+            let expected: Vec<Option<f64>> =
+                positions.iter().map(|p| values[*p as usize]).collect();
+            prop_assert_eq!(bits(&at), bits(&expected));
+        }
+
+        #[test]
+        fn head_rows_round_trip(pairs in prop::collection::vec((any::<u32>(), value()), 0..200)) {
+            let pairs: Vec<(u32, f64)> =
+                pairs.into_iter().map(|(id, v)| (id, v.unwrap_or(-0.0))).collect();
+            let back = decode(&encode(&pairs)).unwrap();
+            let as_bits = |p: &[(u32, f64)]| -> Vec<(u32, u64)> {
+                p.iter().map(|(i, v)| (*i, v.to_bits())).collect()
+            };
+            prop_assert_eq!(as_bits(&back), as_bits(&pairs));
+        }
+
+        #[test]
         fn garbage_never_panics(bytes in prop::collection::vec(any::<u8>(), 0..64), count in 0usize..100) {
             let _ = decode_stream(&bytes, count);
+            let _ = decode(&bytes);
         }
     }
 }

@@ -12,6 +12,7 @@
 
 mod alerts;
 mod block;
+mod cache;
 pub mod codec;
 mod lifecycle;
 mod live;
@@ -38,6 +39,7 @@ use sqlx::{Row, SqlitePool};
 
 pub use alerts::{AlertChanges, AlertEventRow, AlertRow};
 pub use block::BLOCK_SCRAPES;
+pub use cache::DEFAULT_CACHE_BYTES;
 pub use lifecycle::{Pruned, RetentionCutoffs};
 pub use live::{LiveChangeRow, LiveVerdictRow};
 pub use probes::{is_probe_signal, ProbeRow};
@@ -193,6 +195,14 @@ pub struct Store {
     thinned_until: Arc<std::sync::Mutex<std::collections::HashMap<i64, i64>>>,
     /// Per target, the head rows not yet sealed (count, oldest time).
     heads: Arc<std::sync::Mutex<HashMap<i64, write::Head>>>,
+    /// Per target, the engine last stored in `targets.engine` (so a scrape
+    /// writes it only when it changes, and reads need not ask SQLite).
+    engines: Arc<std::sync::Mutex<HashMap<i64, String>>>,
+    /// Per target, the series of its last page line by line (ingest's
+    /// fast path: the next page is compared, not hashed).
+    shapes: Arc<std::sync::Mutex<HashMap<i64, Arc<write::PageShape>>>>,
+    /// Decoded block groups, for range queries that come again.
+    cache: Arc<cache::GroupCache>,
 }
 
 impl Store {
@@ -221,12 +231,21 @@ impl Store {
             write_lock: Arc::new(tokio::sync::Mutex::new(())),
             thinned_until: Arc::default(),
             heads: Arc::default(),
+            engines: Arc::default(),
+            cache: Arc::default(),
+            shapes: Arc::default(),
         };
         store.load_series().await?;
         // Moves a database of an older layout (every scrape a head row) into
         // blocks; on a current one this only counts the heads.
         store.seal_backlog().await?;
         Ok(store)
+    }
+
+    /// Sets the memory the cache of decoded blocks may use (default
+    /// [`DEFAULT_CACHE_BYTES`]; 0 turns it off).
+    pub fn set_block_cache_bytes(&self, bytes: usize) {
+        self.cache.set_budget(bytes);
     }
 
     /// The underlying pool, for the other stores of the binary (probes, runs).
@@ -255,6 +274,8 @@ impl Store {
             }
         }
         *self.series.write().map_err(poisoned)? = cache;
+        // Page shapes name series by id: they are rebuilt from the new index.
+        self.shapes.lock().map_err(poisoned)?.clear();
         Ok(())
     }
 

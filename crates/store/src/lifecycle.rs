@@ -110,6 +110,8 @@ impl Store {
                     break;
                 }
                 let mut tx = self.pool.begin().await?;
+                // Cleared before and after: a block id may be reused.
+                self.cache.clear();
                 for row in &rows {
                     sqlx::query("DELETE FROM blocks WHERE id = ?")
                         .bind(row.try_get::<i64, _>("id")?)
@@ -118,6 +120,7 @@ impl Store {
                     pruned += u64::try_from(row.try_get::<i64, _>("scrape_count")?).unwrap_or(0);
                 }
                 tx.commit().await?;
+                self.cache.clear();
                 drop(_writer);
                 tokio::task::yield_now().await;
             }
@@ -209,6 +212,8 @@ impl Store {
             }
         }
         let mut tx = self.pool.begin().await?;
+        // Cleared before and after: the new block may get the old one's id.
+        self.cache.clear();
         sqlx::query("DELETE FROM blocks WHERE id = ?")
             .bind(block_id)
             .execute(&mut *tx)
@@ -218,6 +223,7 @@ impl Store {
             insert_block(&mut tx, target, &sealed).await?;
         }
         tx.commit().await?;
+        self.cache.clear();
         Ok(removed)
     }
 

@@ -16,6 +16,7 @@ use llmwatch_core::signals::{signals_between, Signal, Snapshot};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::block::{self, Health};
+use crate::cache::{DecodedGroup, DecodedSeries};
 use crate::series::{RawSample, SeriesDef, SeriesKind};
 use crate::write::health_of;
 use crate::{
@@ -191,6 +192,10 @@ impl Store {
 
     /// The engine a target's raw series are normalised as.
     async fn engine_of(&self, target: i64) -> Result<Engine, StoreError> {
+        let known = self.engines.lock().map_err(poisoned)?.get(&target).cloned();
+        if let Some(engine) = known.and_then(|name| Engine::from_str(&name).ok()) {
+            return Ok(engine);
+        }
         let engine: Option<String> = sqlx::query("SELECT engine FROM targets WHERE id = ?")
             .bind(target)
             .fetch_optional(&self.pool)
@@ -346,34 +351,65 @@ impl Store {
                 out.insert(Loc::Head(row.try_get("id")?), pairs);
             }
         }
-        let placeholders = vec!["?"; selection.names.len()].join(",");
-        let sql = format!(
-            "SELECT data FROM block_groups WHERE block_id = ? AND name IN ({placeholders})"
-        );
-        for (block, (positions, wanted)) in blocks {
-            let mut query = sqlx::query(AssertSqlSafe(sql.as_str())).bind(block);
+        let epoch = self.cache.epoch();
+        for (block, (positions, mut wanted)) in blocks {
+            wanted.sort_unstable();
+            wanted.dedup();
+            let cached = wanted.len() > FEW_POSITIONS && self.cache.has_room();
+            let mut missing: Vec<&str> = Vec::new();
+            let mut groups: Vec<Arc<DecodedGroup>> = Vec::new();
             for name in &selection.names {
-                query = query.bind(name);
-            }
-            for row in query.fetch_all(&self.pool).await? {
-                let data: Vec<u8> = row.try_get("data")?;
-                let series = block::decode_group(&data, positions as usize, |id| {
-                    selection.defs.contains_key(&id)
-                })?;
-                for &pos in &wanted {
-                    let loc = Loc::Block {
-                        block,
-                        pos,
-                        positions,
-                    };
-                    let slot = out.entry(loc).or_default();
-                    for (id, values) in &series {
-                        if let Some(Some(value)) = values.get(pos as usize) {
-                            slot.push((*id, *value));
-                        }
-                    }
+                let hit = (wanted.len() > FEW_POSITIONS)
+                    .then(|| self.cache.get(block, name))
+                    .flatten();
+                match hit {
+                    Some(group) => groups.push(group),
+                    None => missing.push(name),
                 }
             }
+            if missing.is_empty() {
+                pick(&mut out, block, positions, &wanted, &groups, selection);
+                continue;
+            }
+            let placeholders = vec!["?"; missing.len()].join(",");
+            // Only placeholders are interpolated; every value is bound.
+            let sql = format!(
+                "SELECT name, data FROM block_groups WHERE block_id = ? AND name IN ({placeholders})"
+            );
+            let mut query = sqlx::query(AssertSqlSafe(sql)).bind(block);
+            for name in &missing {
+                query = query.bind(*name);
+            }
+            let rows = query.fetch_all(&self.pool).await?;
+            let mut found: HashSet<&str> = HashSet::with_capacity(rows.len());
+            for row in &rows {
+                let name: &str = row.try_get("name")?;
+                let data: &[u8] = row.try_get("data")?;
+                found.insert(name);
+                let group = if cached {
+                    let all = block::decode_group(data, positions as usize, |_| true)?;
+                    let group = Arc::new(DecodedGroup {
+                        series: all.into_iter().map(DecodedSeries::new).collect(),
+                    });
+                    self.cache.insert(epoch, block, name, Arc::clone(&group));
+                    group
+                } else {
+                    let at = block::decode_group_at(data, positions as usize, &wanted, |id| {
+                        selection.defs.contains_key(&id)
+                    })?;
+                    pick_sparse(&mut out, block, positions, &wanted, at);
+                    continue;
+                };
+                groups.push(group);
+            }
+            if cached {
+                // A name the block does not hold is remembered as empty.
+                for name in missing.iter().filter(|name| !found.contains(**name)) {
+                    let empty = Arc::new(DecodedGroup { series: Vec::new() });
+                    self.cache.insert(epoch, block, name, empty);
+                }
+            }
+            pick(&mut out, block, positions, &wanted, &groups, selection);
         }
         Ok(out)
     }
@@ -692,6 +728,64 @@ impl Store {
             .collect();
         series.sort_by(|a, b| a.labels.cmp(&b.labels));
         Ok(series)
+    }
+}
+
+/// Up to this many positions of a block are decoded in place and not
+/// cached (the latest scrapes, one stored page); more is a range question,
+/// whose groups are decoded whole and kept for the next.
+const FEW_POSITIONS: usize = 2;
+
+/// Appends the selected series' values at `wanted` positions of a block
+/// from its decoded groups.
+fn pick(
+    out: &mut HashMap<Loc, Vec<(u32, f64)>>,
+    block: i64,
+    positions: u32,
+    wanted: &[u32],
+    groups: &[Arc<DecodedGroup>],
+    selection: &Selection,
+) {
+    let series: Vec<&DecodedSeries> = groups
+        .iter()
+        .flat_map(|group| group.series.iter())
+        .filter(|series| selection.defs.contains_key(&series.id))
+        .collect();
+    for &pos in wanted {
+        let loc = Loc::Block {
+            block,
+            pos,
+            positions,
+        };
+        let slot = out.entry(loc).or_default();
+        slot.extend(
+            series
+                .iter()
+                .filter_map(|series| Some((series.id, series.get(pos as usize)?))),
+        );
+    }
+}
+
+/// Appends values decoded at `wanted` positions (one per position).
+fn pick_sparse(
+    out: &mut HashMap<Loc, Vec<(u32, f64)>>,
+    block: i64,
+    positions: u32,
+    wanted: &[u32],
+    series: Vec<block::SeriesValues>,
+) {
+    for (k, &pos) in wanted.iter().enumerate() {
+        let loc = Loc::Block {
+            block,
+            pos,
+            positions,
+        };
+        let slot = out.entry(loc).or_default();
+        slot.extend(
+            series
+                .iter()
+                .filter_map(|(id, values)| Some((*id, (*values.get(k)?)?))),
+        );
     }
 }
 

@@ -279,6 +279,10 @@ impl SeriesCache {
             })
     }
 
+    pub(crate) fn def(&self, id: u32) -> Option<&Arc<SeriesDef>> {
+        self.defs.get(&id)
+    }
+
     pub(crate) fn name_of(&self, id: u32) -> Option<&str> {
         self.defs.get(&id).map(|def| def.name.as_str())
     }

@@ -2,13 +2,14 @@
 //! and a target whose head is full has its oldest rows sealed into a block in
 //! that same transaction, so a crash leaves either the rows or the block.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
 use llmwatch_core::redact::redact_urls_in;
 use sqlx::{Row, Sqlite, Transaction};
 
 use crate::block::{self, HeadRow, Health, BLOCK_SCRAPES};
-use crate::series::{SeriesCache, SeriesDef};
+use crate::series::{RawSample, SeriesCache, SeriesDef};
 use crate::{codec, poisoned, series_id, ScrapeRecord, Store, StoreError};
 
 /// A head older than this is sealed even when short (slow scrape intervals):
@@ -17,6 +18,24 @@ const HEAD_MAX_SPAN_MS: i64 = 3_600_000;
 /// The newest scrapes stay in the head when a block is sealed, so "now"
 /// reads head rows, never a whole block.
 const HEAD_KEEP: usize = 2;
+
+/// The series of a target's last scraped page, line by line.
+#[derive(Debug, Default)]
+pub(crate) struct PageShape {
+    series: Vec<(u32, Arc<SeriesDef>)>,
+}
+
+impl PageShape {
+    /// Whether `raw` has the same lines in the same order.
+    fn matches(&self, raw: &[RawSample]) -> bool {
+        self.series.len() == raw.len()
+            && self
+                .series
+                .iter()
+                .zip(raw)
+                .all(|((_, def), sample)| def.name == sample.name && def.labels == sample.labels)
+    }
+}
 
 /// What the store knows of a target's head without reading it.
 #[derive(Debug, Clone, Copy, Default)]
@@ -59,20 +78,42 @@ impl Store {
         let mut heads = self.heads.lock().map_err(poisoned)?.clone();
         let mut written = 0u64;
         let mut touched = BTreeSet::new();
+        // Engines this batch writes join the known ones after the commit.
+        let stored_engines = self.engines.lock().map_err(poisoned)?.clone();
+        let mut engines: HashMap<i64, String> = HashMap::new();
+        let mut shapes = self.shapes.lock().map_err(poisoned)?.clone();
+        let mut rows: Vec<HeadRowInsert> = Vec::with_capacity(batch.len());
         for scrape in batch {
-            let pairs = self.series_ids(&mut tx, scrape, &mut new_series).await?;
-            insert_head_row(&mut tx, scrape, &pairs).await?;
+            let pairs = self
+                .series_ids(&mut tx, scrape, &mut new_series, &mut shapes)
+                .await?;
+            rows.push((
+                scrape,
+                scrape.up.then(|| codec::encode(&pairs)),
+                pairs.len(),
+            ));
             if let Some(engine) = &scrape.engine {
-                sqlx::query("UPDATE targets SET engine = ? WHERE id = ? AND engine IS NOT ?")
-                    .bind(engine)
-                    .bind(scrape.target_id)
-                    .bind(engine)
-                    .execute(&mut *tx)
-                    .await?;
+                let known = engines
+                    .get(&scrape.target_id)
+                    .or_else(|| stored_engines.get(&scrape.target_id));
+                if known != Some(engine) {
+                    sqlx::query("UPDATE targets SET engine = ? WHERE id = ? AND engine IS NOT ?")
+                        .bind(engine)
+                        .bind(scrape.target_id)
+                        .bind(engine)
+                        .execute(&mut *tx)
+                        .await?;
+                    engines.insert(scrape.target_id, engine.clone());
+                }
             }
             heads.entry(scrape.target_id).or_default().add(scrape.ts_ms);
             touched.insert(scrape.target_id);
             written += pairs.len() as u64;
+        }
+        while !rows.is_empty() {
+            let chunk: Vec<HeadRowInsert> =
+                rows.drain(..rows.len().min(HEAD_ROWS_PER_INSERT)).collect();
+            insert_head_rows(&mut tx, chunk).await?;
         }
         for target in touched {
             while let Some(head) = heads.get_mut(&target).filter(|head| head.full()) {
@@ -84,29 +125,51 @@ impl Store {
         tx.commit().await?;
         self.series.write().map_err(poisoned)?.absorb(new_series);
         *self.heads.lock().map_err(poisoned)? = heads;
+        self.engines.lock().map_err(poisoned)?.extend(engines);
+        *self.shapes.lock().map_err(poisoned)? = shapes;
         Ok(written)
     }
 
     /// The series id of every sample of `scrape`, registering new series
     /// (in the database and in `new_series`, which joins the index after
-    /// the commit).
+    /// the commit). A page's lines come in the same order scrape after
+    /// scrape, so each raw line is first compared with the series at its
+    /// place in the target's last page (`shapes`); only lines that moved or
+    /// are new are looked up by hash.
     async fn series_ids(
         &self,
         tx: &mut Transaction<'_, Sqlite>,
         scrape: &ScrapeRecord,
         new_series: &mut SeriesCache,
+        shapes: &mut HashMap<i64, Arc<PageShape>>,
     ) -> Result<Vec<(u32, f64)>, StoreError> {
         let target = scrape.target_id;
         let mut pairs = Vec::with_capacity(scrape.raw.len() + scrape.samples.len());
-        let mut missing_raw = Vec::new();
+        let mut raw_ids: Vec<Option<u32>> = Vec::new();
         let mut missing_catalog = Vec::new();
+        let shape = shapes.get(&target).map(Arc::clone);
+        let same_shape = shape
+            .as_deref()
+            .is_some_and(|shape| shape.matches(&scrape.raw));
+        if same_shape {
+            if let Some(shape) = &shape {
+                pairs.extend(
+                    shape
+                        .series
+                        .iter()
+                        .zip(&scrape.raw)
+                        .map(|((id, _), sample)| (*id, sample.value)),
+                );
+            }
+        }
         {
             let cache = self.series.read().map_err(poisoned)?;
-            for (i, sample) in scrape.raw.iter().enumerate() {
-                match cache.id_of_raw(target, sample) {
-                    Some(id) => pairs.push((id, sample.value)),
-                    None => missing_raw.push(i),
-                }
+            if !same_shape {
+                raw_ids = scrape
+                    .raw
+                    .iter()
+                    .map(|sample| cache.id_of_raw(target, sample))
+                    .collect();
             }
             for (i, sample) in scrape.samples.iter().enumerate() {
                 match cache.id_of_catalog(target, sample) {
@@ -115,13 +178,26 @@ impl Store {
                 }
             }
         }
-        for i in missing_raw {
-            let sample = &scrape.raw[i];
-            let id = match new_series.id_of_raw(target, sample) {
-                Some(id) => id,
-                None => insert_series(tx, SeriesDef::raw(target, sample), new_series).await?,
-            };
-            pairs.push((id, sample.value));
+        if !same_shape {
+            for (slot, sample) in raw_ids.iter_mut().zip(&scrape.raw) {
+                if slot.is_none() {
+                    *slot = Some(match new_series.id_of_raw(target, sample) {
+                        Some(id) => id,
+                        None => {
+                            insert_series(tx, SeriesDef::raw(target, sample), new_series).await?
+                        }
+                    });
+                }
+            }
+            let shape = self.page_shape(&raw_ids, new_series)?;
+            pairs.extend(
+                shape
+                    .series
+                    .iter()
+                    .zip(&scrape.raw)
+                    .map(|((id, _), sample)| (*id, sample.value)),
+            );
+            shapes.insert(target, Arc::new(shape));
         }
         for i in missing_catalog {
             let sample = &scrape.samples[i];
@@ -132,6 +208,27 @@ impl Store {
             pairs.push((id, sample.value));
         }
         Ok(pairs)
+    }
+
+    /// The shape of a page whose lines have the series `ids`.
+    fn page_shape(
+        &self,
+        ids: &[Option<u32>],
+        new_series: &SeriesCache,
+    ) -> Result<PageShape, StoreError> {
+        let cache = self.series.read().map_err(poisoned)?;
+        let series = ids
+            .iter()
+            .map(|id| {
+                let id = id.ok_or_else(|| StoreError::Corrupt("a line without a series".into()))?;
+                let def = cache
+                    .def(id)
+                    .or_else(|| new_series.def(id))
+                    .ok_or_else(|| StoreError::Corrupt(format!("series {id} not indexed")))?;
+                Ok((id, Arc::clone(def)))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        Ok(PageShape { series })
     }
 
     /// Seals the `count` oldest head rows of `target` into a block and
@@ -251,26 +348,40 @@ async fn insert_series(
     Ok(id)
 }
 
-async fn insert_head_row(
+/// A scrape, its packed samples (none when down) and their count.
+type HeadRowInsert<'a> = (&'a ScrapeRecord, Option<Vec<u8>>, usize);
+
+/// Head rows per INSERT statement (8 bound values each; SQLite allows 32 766).
+const HEAD_ROWS_PER_INSERT: usize = 200;
+
+/// Inserts head rows with one statement: a round of many targets costs one
+/// trip to SQLite's thread, not one per scrape.
+async fn insert_head_rows(
     tx: &mut Transaction<'_, Sqlite>,
-    scrape: &ScrapeRecord,
-    pairs: &[(u32, f64)],
+    rows: Vec<HeadRowInsert<'_>>,
 ) -> Result<(), StoreError> {
-    let blob = scrape.up.then(|| codec::encode(pairs));
-    sqlx::query(
+    if rows.is_empty() {
+        return Ok(());
+    }
+    let values = vec!["(?, ?, ?, ?, ?, ?, ?, ?)"; rows.len()].join(", ");
+    // Only placeholders are interpolated; every value is bound.
+    let sql = format!(
         "INSERT INTO scrapes (target_id, ts_ms, up, duration_ms, body_bytes, error, sample_count, samples)
-         VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-    )
-    .bind(scrape.target_id)
-    .bind(scrape.ts_ms)
-    .bind(scrape.up)
-    .bind(scrape.duration_ms)
-    .bind(i64::try_from(scrape.body_bytes).unwrap_or(i64::MAX))
-    .bind(scrape.error.as_deref().map(redact_urls_in))
-    .bind(i64::try_from(pairs.len()).unwrap_or(i64::MAX))
-    .bind(blob)
-    .execute(&mut **tx)
-    .await?;
+         VALUES {values}"
+    );
+    let mut query = sqlx::query(sqlx::AssertSqlSafe(sql));
+    for (scrape, blob, count) in rows {
+        query = query
+            .bind(scrape.target_id)
+            .bind(scrape.ts_ms)
+            .bind(scrape.up)
+            .bind(scrape.duration_ms)
+            .bind(i64::try_from(scrape.body_bytes).unwrap_or(i64::MAX))
+            .bind(scrape.error.as_deref().map(redact_urls_in))
+            .bind(i64::try_from(count).unwrap_or(i64::MAX))
+            .bind(blob);
+    }
+    query.execute(&mut **tx).await?;
     Ok(())
 }
 

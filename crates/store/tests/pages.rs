@@ -437,3 +437,78 @@ async fn retention_and_thinning_cut_blocks_exactly() {
     let page = store.page_at(target, kept.ts_ms).await.unwrap().unwrap();
     assert_eq!(lines(&page.raw), lines(&pages[i]));
 }
+
+/// (labels, time) → value bits of every line named `name` in `pages`
+/// scraped at `T0 + i * STEP`, for the times `keep` accepts.
+fn expected_points(
+    pages: &[Vec<RawSample>],
+    name: &str,
+    keep: impl Fn(i64) -> bool,
+) -> BTreeMap<(Vec<(String, String)>, i64), u64> {
+    let mut out = BTreeMap::new();
+    for (i, page) in pages.iter().enumerate() {
+        let ts = T0 + i as i64 * STEP;
+        if keep(ts) {
+            for line in page.iter().filter(|l| l.name == name) {
+                out.insert((line.labels.clone(), ts), line.value.to_bits());
+            }
+        }
+    }
+    out
+}
+
+async fn stored_points(
+    store: &Store,
+    target: i64,
+    name: &str,
+) -> BTreeMap<(Vec<(String, String)>, i64), u64> {
+    let mut out = BTreeMap::new();
+    for series in store.raw_series(target, name, 0, i64::MAX).await.unwrap() {
+        for point in series.points {
+            out.insert((series.labels.clone(), point.ts_ms), point.value.to_bits());
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn range_reads_served_from_the_block_cache_follow_retention_and_thinning() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, target) = open(&dir).await;
+    let pages = loaded_pages(3 * BLOCK_SCRAPES);
+    let batch: Vec<ScrapeRecord> = pages
+        .iter()
+        .enumerate()
+        .map(|(i, raw)| record(target, T0 + i as i64 * STEP, raw.clone()))
+        .collect();
+    store.write_scrapes(&batch).await.unwrap();
+    let name = "vllm:e2e_request_latency_seconds_bucket";
+    let all = expected_points(&pages, name, |_| true);
+    assert!(
+        all.len() > 3 * BLOCK_SCRAPES,
+        "the histogram is on the page"
+    );
+    // Twice: decoded from the blocks, then from the cache.
+    assert_eq!(stored_points(&store, target, name).await, all);
+    assert_eq!(stored_points(&store, target, name).await, all);
+    // Retention deletes a block and rewrites the one straddling the cut;
+    // nothing of them may still come from the cache.
+    let cut = T0 + (BLOCK_SCRAPES as i64 + 100) * STEP;
+    store.prune(cut).await.unwrap();
+    let kept = expected_points(&pages, name, |ts| ts >= cut);
+    assert_eq!(stored_points(&store, target, name).await, kept);
+    // Thinning rewrites the older blocks, one scrape a minute kept.
+    let thin_before = T0 + 2 * BLOCK_SCRAPES as i64 * STEP;
+    store.downsample(thin_before, 60_000).await.unwrap();
+    let stored = stored_points(&store, target, name).await;
+    let times: std::collections::BTreeSet<i64> = stored.keys().map(|(_, ts)| *ts).collect();
+    let expected = expected_points(&pages, name, |ts| times.contains(&ts) && ts >= cut);
+    assert_eq!(stored, expected);
+    assert!(
+        times.iter().filter(|ts| **ts < thin_before).count() < 2 * (BLOCK_SCRAPES - 100) / 12 + 4,
+        "the old part is thinned to a minute"
+    );
+    // With the cache off the same answer comes from the blocks.
+    store.set_block_cache_bytes(0);
+    assert_eq!(stored_points(&store, target, name).await, expected);
+}

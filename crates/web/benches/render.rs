@@ -3,7 +3,7 @@
 //! of its 8-GPU dcgm source and a canary probe every 15 s; the page is
 //! rendered for the 24 h range (5-minute step) the way the handler does it.
 //!
-//! `cargo bench -p llmwatch --bench render -- --warm-up-time 1 --measurement-time 5`
+//! `cargo bench -p llmwatch-web --bench render -- --warm-up-time 1 --measurement-time 5`
 //!
 //! Three measurements split the cost: the whole page (store queries, charts,
 //! SVG, template), the store queries alone, and charts + SVG + template from
@@ -283,6 +283,32 @@ fn render(c: &mut Criterion) {
     group.bench_function("store_gpu_signals", |b| {
         b.iter(|| runtime.block_on(store.signals_series(gpu, GPU_SIGNALS, range)))
     });
+    group.finish();
+
+    // The same page with the store's cache of decoded blocks off: what the
+    // first request after a restart (or a range never asked before) costs.
+    store.set_block_cache_bytes(0);
+    let mut cold = c.benchmark_group("render_uncached");
+    cold.sample_size(10);
+    cold.bench_function("target_page_24h_5s_data", |b| {
+        b.iter(|| {
+            let page = runtime
+                .block_on(target_page(&store, &config, "vllm-a", "24h", END_MS))
+                .expect("page")
+                .expect("target");
+            page.render().expect("html")
+        })
+    });
+    cold.bench_function("store_engine_scrape_signals", |b| {
+        b.iter(|| runtime.block_on(store.signals_series(engine, &scrape_signals, range)))
+    });
+    cold.bench_function("store_gpu_signals", |b| {
+        b.iter(|| runtime.block_on(store.signals_series(gpu, GPU_SIGNALS, range)))
+    });
+    cold.finish();
+    store.set_block_cache_bytes(llmwatch_store::DEFAULT_CACHE_BYTES);
+
+    let mut group = c.benchmark_group("render");
     let mut series = runtime
         .block_on(store.signals_series(engine, TARGET_SIGNALS, range))
         .expect("engine");

@@ -11,6 +11,7 @@ pub mod api;
 pub mod auth;
 pub mod own_metrics;
 pub mod pages;
+pub mod prometheus;
 pub mod router;
 pub mod serve;
 pub mod state;

@@ -16,6 +16,8 @@ pub fn router(state: AppState) -> Router {
     let guarded = Router::new()
         .merge(pages::router())
         .merge(crate::api::router())
+        // Grafana's Prometheus data source: http://HOST:PORT/prometheus
+        .merge(crate::prometheus::router())
         .route("/logout", get(auth::logout_page).post(auth::logout))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

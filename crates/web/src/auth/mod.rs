@@ -50,6 +50,7 @@ pub async fn require_login(
     let path = request.uri().path();
     let is_page = request.method() == Method::GET
         && !path.starts_with("/api/")
+        && !path.starts_with("/prometheus/")
         && path != "/metrics"
         && path != "/events";
     if is_page {

@@ -21,6 +21,7 @@ impl Config {
         validate_server(self)?;
         validate_gpu_links(self)?;
         validate_sweep_limits(self)?;
+        crate::remote_write::validate_remote_write(&self.remote_write)?;
         validate_token(self)
     }
 }

@@ -13,6 +13,7 @@
 mod alerts;
 mod block;
 pub mod codec;
+mod export;
 mod lifecycle;
 mod live;
 mod probes;
@@ -38,6 +39,7 @@ use sqlx::{Row, SqlitePool};
 
 pub use alerts::{AlertChanges, AlertEventRow, AlertRow};
 pub use block::BLOCK_SCRAPES;
+pub use export::{ExportCursor, ExportedProbe, ExportedScrape, RemoteWriteCursor};
 pub use lifecycle::{Pruned, RetentionCutoffs};
 pub use live::{LiveChangeRow, LiveVerdictRow};
 pub use probes::{is_probe_signal, ProbeRow};

@@ -85,12 +85,13 @@ fn http() -> reqwest::Client {
 
 /// `GET /api/v1/query` at `time_ms`; the `data.result` array.
 async fn query(addr: SocketAddr, expr: &str, time_ms: i64) -> Vec<Json> {
+    let time = format!("{}.{:03}", time_ms / 1000, time_ms % 1000);
+    let url = format!(
+        "http://{addr}/api/v1/query?query={}&time={time}",
+        url_encode(expr)
+    );
     let answer: Json = http()
-        .get(format!("http://{addr}/api/v1/query"))
-        .query(&[
-            ("query", expr),
-            ("time", &format!("{}.{:03}", time_ms / 1000, time_ms % 1000)),
-        ])
+        .get(url)
         .send()
         .await
         .expect("prometheus answers")
@@ -102,6 +103,17 @@ async fn query(addr: SocketAddr, expr: &str, time_ms: i64) -> Vec<Json> {
         .as_array()
         .cloned()
         .unwrap_or_default()
+}
+
+fn url_encode(text: &str) -> String {
+    text.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
+                (b as char).to_string()
+            }
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
 }
 
 /// The sample timestamps (ms) of every series a range selector returns.

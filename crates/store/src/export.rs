@@ -321,8 +321,10 @@ impl Store {
             .unwrap_or(Engine::Generic))
     }
 
-    /// Canary probes (not sweep or bench requests) after probe `after_id`
-    /// and sent at or before `until_ms`, by id, at most `limit`.
+    /// Canary probes (not sweep or bench requests) after probe `after_id`,
+    /// by id, at most `limit`, up to (not including) the first one sent
+    /// after `until_ms`: ids are the order probes are stored in, so a
+    /// cursor by id never passes a probe that is stored later.
     pub async fn export_probes(
         &self,
         after_id: i64,
@@ -332,16 +334,15 @@ impl Store {
         let rows = sqlx::query(
             "SELECT id, target_id, ts_ms, api, model, ok, ttfb_s, ttft_s, tpot_s, e2e_s,
                     output_tokens
-             FROM probes WHERE id > ? AND run_id IS NULL AND ts_ms <= ? ORDER BY id LIMIT ?",
+             FROM probes WHERE id > ? AND run_id IS NULL ORDER BY id LIMIT ?",
         )
         .bind(after_id)
-        .bind(until_ms)
         .bind(i64::try_from(limit).unwrap_or(i64::MAX))
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
             .map(|row| {
-                Ok(ExportedProbe {
+                Ok::<_, StoreError>(ExportedProbe {
                     id: row.try_get("id")?,
                     target_id: row.try_get("target_id")?,
                     ts_ms: row.try_get("ts_ms")?,
@@ -355,6 +356,7 @@ impl Store {
                     output_tokens: row.try_get("output_tokens")?,
                 })
             })
+            .take_while(|probe| !matches!(probe, Ok(p) if p.ts_ms > until_ms))
             .collect()
     }
 

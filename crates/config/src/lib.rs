@@ -4,10 +4,12 @@
 use std::path::{Path, PathBuf};
 
 pub mod discovery;
+mod remote_write;
 mod schema;
 mod secrets;
 mod validate;
 
+pub use remote_write::{RemoteWriteAuth, RemoteWriteConfig, RemoteWriteQueue};
 pub use schema::*;
 pub use validate::check_name;
 

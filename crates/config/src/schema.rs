@@ -28,6 +28,9 @@ pub struct Config {
     /// http_sd), added and removed while the daemon runs.
     #[serde(default)]
     pub discovery: Vec<DiscoveryConfig>,
+    /// `[[remote_write]]` endpoints (see `remote_write.rs`).
+    #[serde(default)]
+    pub remote_write: Vec<crate::remote_write::RemoteWriteConfig>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -681,12 +684,12 @@ fn default_probe_api() -> ProbeApi {
     ProbeApi::Chat
 }
 
-fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
+pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
     let text = String::deserialize(deserializer)?;
     parse_duration(&text).map_err(serde::de::Error::custom)
 }
 
-fn optional_duration<'de, D: Deserializer<'de>>(
+pub(crate) fn optional_duration<'de, D: Deserializer<'de>>(
     deserializer: D,
 ) -> Result<Option<Duration>, D::Error> {
     let text = Option::<String>::deserialize(deserializer)?;

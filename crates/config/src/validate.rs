@@ -22,6 +22,7 @@ impl Config {
         validate_gpu_links(self)?;
         validate_sweep_limits(self)?;
         validate_discovery(self, &names)?;
+        crate::remote_write::validate_remote_write(&self.remote_write)?;
         validate_token(self)
     }
 }

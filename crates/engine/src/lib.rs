@@ -5,7 +5,7 @@
 //! - `runners`: the canary prober, load sweeps and their schedule, the live
 //!   diagnosis.
 //! - `alerts`: rule evaluation over stored signals and verdicts.
-//! - `sinks`: where alerts go (webhooks, Alertmanager).
+//! - `sinks`: where alerts go (webhooks, Alertmanager), and remote write.
 //! - `targets`: the watched targets now (configured and discovered).
 //!
 //! It never serves HTTP or renders pages (that is `llmwatch-web`) and never
@@ -32,4 +32,6 @@ pub enum StartError {
     Rules(String),
     #[error("{field}: {message}")]
     Notifier { field: String, message: String },
+    #[error("{field}: {message}")]
+    RemoteWrite { field: String, message: String },
 }

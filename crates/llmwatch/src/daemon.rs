@@ -274,6 +274,11 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     .await
     .context("preparing the API")?;
     api.sweeps = sweep_slots.clone();
+    let remote_write =
+        llmwatch_engine::sinks::remote_write::spawn_all(&config, &store, &shutdown_rx, &mut tasks)?;
+    if let Ok(mut slot) = api.own_metrics.remote_write.lock() {
+        *slot = remote_write;
+    }
     let app = web::router(web::AppState {
         store: store.clone(),
         auth: Arc::new(llmwatch_web::auth::Auth::new(token)),

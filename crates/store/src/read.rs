@@ -89,7 +89,7 @@ pub struct RawSeries {
 
 /// The catalog samples of one scrape's values: catalog series as they are,
 /// raw series through `normalize` as one page.
-fn catalog_samples(
+pub(crate) fn catalog_samples(
     defs: &HashMap<u32, Arc<SeriesDef>>,
     engine: Engine,
     pairs: &[(u32, f64)],

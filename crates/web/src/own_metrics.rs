@@ -12,6 +12,7 @@ use llmwatch_core::alerts::AlertState;
 use llmwatch_store::{ProbeRow, Store, StoreError, SweepStatus, TargetRow};
 
 use llmwatch_engine::alerts::AlertsHandle;
+use llmwatch_engine::sinks::remote_write::RemoteWriteCounters;
 use llmwatch_engine::sources::scrape::ScrapeCounters;
 use llmwatch_engine::telemetry::HistogramSnapshot;
 
@@ -112,6 +113,8 @@ pub struct OwnMetrics {
     folded: tokio::sync::Mutex<Folded>,
     /// Failures to read the store while rendering.
     pub render_failures: AtomicU64,
+    /// The `[[remote_write]]` endpoints' counters (set once they start).
+    pub remote_write: std::sync::Mutex<Vec<std::sync::Arc<RemoteWriteCounters>>>,
 }
 
 /// Probes folded per render at most (the rest on the next one).
@@ -126,6 +129,7 @@ impl OwnMetrics {
                 by_key: BTreeMap::new(),
             }),
             render_failures: AtomicU64::new(0),
+            remote_write: Default::default(),
         })
     }
 
@@ -158,6 +162,9 @@ impl OwnMetrics {
         write_scrape_counters(&mut page, counters);
         write_sweep_verdicts(&mut page, store).await?;
         write_alerts(&mut page, alerts);
+        if let Ok(endpoints) = self.remote_write.lock() {
+            write_remote_write(&mut page, &endpoints);
+        }
         page.gauge(
             "llmwatch_store_size_bytes",
             "Size of the SQLite database.",
@@ -475,6 +482,67 @@ fn write_alerts(page: &mut Exposition, alerts: &AlertsHandle) {
                 },
             )
         }),
+    );
+}
+
+/// Each `[[remote_write]]` endpoint's progress, lag and failures.
+fn write_remote_write(page: &mut Exposition, endpoints: &[std::sync::Arc<RemoteWriteCounters>]) {
+    if endpoints.is_empty() {
+        return;
+    }
+    let label = |c: &RemoteWriteCounters| vec![("endpoint", c.name.clone())];
+    let counters: [(&str, &str, fn(&RemoteWriteCounters) -> &AtomicU64); 5] = [
+        (
+            "llmwatch_remote_write_samples_sent_total",
+            "Samples the remote-write receiver accepted.",
+            |c| &c.samples_sent,
+        ),
+        (
+            "llmwatch_remote_write_samples_dropped_total",
+            "Samples refused for good (HTTP 4xx but 429) and not retried.",
+            |c| &c.samples_dropped,
+        ),
+        (
+            "llmwatch_remote_write_samples_failed_total",
+            "Samples of attempts that failed (5xx, 429, timeout, connection) and were retried.",
+            |c| &c.samples_failed,
+        ),
+        (
+            "llmwatch_remote_write_requests_total",
+            "Remote-write requests made, retries included.",
+            |c| &c.requests,
+        ),
+        (
+            "llmwatch_remote_write_retries_total",
+            "Remote-write requests retried after a failure.",
+            |c| &c.retries,
+        ),
+    ];
+    for (name, help, field) in counters {
+        page.counter(
+            name,
+            help,
+            endpoints
+                .iter()
+                .map(|c| (label(c), field(c).load(Ordering::Relaxed))),
+        );
+    }
+    page.gauge(
+        "llmwatch_remote_write_cursor_timestamp_seconds",
+        "Unix time of the newest scrape sent (the endpoint's durable cursor).",
+        endpoints.iter().map(|c| {
+            (
+                label(c),
+                c.cursor_ms.load(Ordering::Relaxed) as f64 / 1000.0,
+            )
+        }),
+    );
+    page.gauge(
+        "llmwatch_remote_write_lag_seconds",
+        "How far the cursor is behind the newest stored scrape.",
+        endpoints
+            .iter()
+            .map(|c| (label(c), c.lag_ms.load(Ordering::Relaxed) as f64 / 1000.0)),
     );
 }
 

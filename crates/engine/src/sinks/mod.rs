@@ -1,3 +1,5 @@
-//! Where alert notifications go: webhooks and Alertmanager.
+//! Where data leaves llmwatch: alert notifications (webhooks, Alertmanager)
+//! and remote write.
 
 pub mod notify;
+pub mod remote_write;

@@ -25,7 +25,6 @@ const DEADLINE: Duration = Duration::from_secs(30);
 /// A Prometheus with the remote-write receiver on, killed on drop.
 struct Prometheus {
     child: Child,
-    addr: SocketAddr,
 }
 
 impl Drop for Prometheus {
@@ -59,7 +58,7 @@ async fn start_prometheus(dir: &Path, addr: SocketAddr) -> Prometheus {
         .stderr(Stdio::null())
         .spawn()
         .expect("prometheus is installed (Debian package `prometheus`); this test must not skip");
-    let prometheus = Prometheus { child, addr };
+    let prometheus = Prometheus { child };
     let client = http();
     wait_for("prometheus ready", DEADLINE, || {
         let client = client.clone();
@@ -205,7 +204,7 @@ async fn samples_reach_prometheus_and_a_down_receiver_gets_the_backlog() {
         .expect("read")
         .expect("a page");
     assert_eq!(page.ts_ms, ts);
-    let result = query(prom_addr, "{target=\"sim\",job=\"llmwatch\"}[1ms]", ts).await;
+    let result = query(prom_addr, "{target=\"sim\",job=\"engine\"}[1ms]", ts).await;
     let mut received: BTreeMap<BTreeMap<String, String>, f64> = BTreeMap::new();
     for series in &result {
         let labels: BTreeMap<String, String> =

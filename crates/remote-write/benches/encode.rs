@@ -13,7 +13,10 @@ use llmwatch_core::exposition::{detect_format, parse_lenient};
 use llmwatch_remote_write::{encode, series_labels, Label, WriteRequestBuilder};
 
 /// (name, labels, value) of every sample line of the captured page.
-fn page() -> Vec<(String, Vec<(String, String)>, f64)> {
+/// One page line: name, labels, value.
+type Line = (String, Vec<(String, String)>, f64);
+
+fn page() -> Vec<Line> {
     let body = std::fs::read(
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("../../fixtures/vllm-live/metrics_vllm_idle.txt"),
@@ -36,7 +39,7 @@ fn page() -> Vec<(String, Vec<(String, String)>, f64)> {
 
 const SCRAPES: i64 = 4;
 
-fn build(lines: &[(String, Vec<(String, String)>, f64)], cached: &[Vec<Label>]) -> Vec<u8> {
+fn build(lines: &[Line], cached: &[Vec<Label>]) -> Vec<u8> {
     let mut builder = WriteRequestBuilder::new();
     for scrape in 0..SCRAPES {
         for (i, (_, _, value)) in lines.iter().enumerate() {

@@ -269,7 +269,7 @@ mod tests {
         let labels_b = || series_labels("b", &[], &[("job", "j")]);
         builder.push(1, labels_a, 1_000, 1.0);
         builder.push(2, labels_b, 1_000, f64::NAN);
-        builder.push(1, || unreachable_labels(), 2_000, 2.5);
+        builder.push(1, unreachable_labels, 2_000, 2.5);
         assert_eq!(builder.samples(), 3);
         let expected = builder.request().clone();
         let body = builder.finish();

@@ -195,13 +195,13 @@ impl Store {
         let mut defs: HashMap<i64, HashMap<u32, Arc<SeriesDef>>> = HashMap::new();
         let mut engines: HashMap<i64, Engine> = HashMap::new();
         for c in chosen {
-            if !defs.contains_key(&c.target_id) {
+            if let std::collections::hash_map::Entry::Vacant(slot) = defs.entry(c.target_id) {
                 let of_target = self
                     .series
                     .read()
                     .map_err(poisoned)?
                     .of_target(c.target_id, |_| true);
-                defs.insert(c.target_id, of_target);
+                slot.insert(of_target);
                 if with_catalog {
                     engines.insert(c.target_id, self.target_engine(c.target_id).await?);
                 }

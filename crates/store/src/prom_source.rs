@@ -149,16 +149,28 @@ fn scraped_labels(target: &TargetRow, name: &str, labels: &[(String, String)]) -
         ("instance", instance.as_str()),
         ("target", target.name.as_str()),
     ];
+    // As Prometheus' scrape loop (`resolveConflictingExposedLabels`): a
+    // scraped label that clashes with an attached one moves to the first
+    // free `exported_…` name, shorter names first; the others stay.
     let mut out: BTreeMap<String, String> = BTreeMap::new();
+    let mut clashing: Vec<(&String, &String)> = Vec::new();
     for (key, value) in labels {
         if value.is_empty() {
             continue;
         }
-        let mut key = key.clone();
-        while attached.iter().any(|(k, _)| *k == key) || key == NAME_LABEL {
-            key = format!("exported_{key}");
+        if attached.iter().any(|(k, _)| k == key) || key == NAME_LABEL {
+            clashing.push((key, value));
+        } else {
+            out.insert(key.clone(), value.clone());
         }
-        out.insert(key, value.clone());
+    }
+    clashing.sort_by_key(|(key, _)| key.len());
+    for (key, value) in clashing {
+        let mut name = format!("exported_{key}");
+        while out.contains_key(&name) || attached.iter().any(|(k, _)| *k == name) {
+            name = format!("exported_{name}");
+        }
+        out.insert(name, value.clone());
     }
     for (key, value) in attached {
         out.insert(key.to_string(), value.to_string());
@@ -657,8 +669,9 @@ mod tests {
         );
         let get = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
         assert_eq!(get("job"), Some("engine"));
-        assert_eq!(get("exported_job"), Some("theirs"));
-        assert_eq!(get("exported_exported_job"), Some("older"));
+        // Prometheus keeps the scraped `exported_job` and moves `job` on.
+        assert_eq!(get("exported_job"), Some("older"));
+        assert_eq!(get("exported_exported_job"), Some("theirs"));
         assert_eq!(get("instance"), Some("10.0.0.1:8000"));
         assert_eq!(get("target"), Some("sim"));
         assert_eq!(get("empty"), None);

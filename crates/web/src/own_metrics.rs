@@ -485,13 +485,20 @@ fn write_alerts(page: &mut Exposition, alerts: &AlertsHandle) {
     );
 }
 
+/// A counter of an endpoint: its name, help, and where it is kept.
+type EndpointCounter = (
+    &'static str,
+    &'static str,
+    fn(&RemoteWriteCounters) -> &AtomicU64,
+);
+
 /// Each `[[remote_write]]` endpoint's progress, lag and failures.
 fn write_remote_write(page: &mut Exposition, endpoints: &[std::sync::Arc<RemoteWriteCounters>]) {
     if endpoints.is_empty() {
         return;
     }
     let label = |c: &RemoteWriteCounters| vec![("endpoint", c.name.clone())];
-    let counters: [(&str, &str, fn(&RemoteWriteCounters) -> &AtomicU64); 5] = [
+    let counters: [EndpointCounter; 5] = [
         (
             "llmwatch_remote_write_samples_sent_total",
             "Samples the remote-write receiver accepted.",

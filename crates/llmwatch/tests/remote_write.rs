@@ -257,7 +257,17 @@ async fn samples_reach_prometheus_and_a_down_receiver_gets_the_backlog() {
         .map(String::as_str)
         .collect();
     assert!(names.contains(&"up"), "{names:?}");
-    assert!(names.contains(&"llmwatch_signal"), "{names:?}");
+    // Signals are llmwatch's own: `job="llmwatch"`, one per signal.
+    let signals = query(
+        prom_addr,
+        "llmwatch_signal{target=\"sim\",job=\"llmwatch\"}[1ms]",
+        ts,
+    )
+    .await;
+    assert!(
+        signals.iter().any(|s| s["metric"]["signal"].is_string()),
+        "{signals:?}"
+    );
 
     // A canary probe's TTFT as stored.
     let probe = wait_for("a stored canary", DEADLINE, || async {

@@ -9,7 +9,8 @@
 //! scrape is stamped when it starts and stored when it ends), so a cursor
 //! never passes a scrape that lands later.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use crate::read::split_locs;
+use std::collections::{HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::Arc;
 
@@ -239,23 +240,7 @@ impl Store {
         locs: &HashSet<Loc>,
     ) -> Result<Result<HashMap<Loc, Vec<(u32, f64)>>, Moved>, StoreError> {
         let mut out: HashMap<Loc, Vec<(u32, f64)>> = HashMap::with_capacity(locs.len());
-        let mut heads = Vec::new();
-        let mut blocks: BTreeMap<i64, (u32, Vec<u32>)> = BTreeMap::new();
-        for loc in locs {
-            match *loc {
-                Loc::Head(id) => heads.push(id),
-                Loc::Block {
-                    block,
-                    pos,
-                    positions,
-                } => blocks
-                    .entry(block)
-                    .or_insert((positions, Vec::new()))
-                    .1
-                    .push(pos),
-                Loc::Down => {}
-            }
-        }
+        let (heads, blocks) = split_locs(locs);
         for chunk in heads.chunks(500) {
             let placeholders = vec!["?"; chunk.len()].join(",");
             // Only placeholders are interpolated; every value is bound.

@@ -314,23 +314,7 @@ impl Store {
         selection: &Selection,
     ) -> Result<HashMap<Loc, Vec<(u32, f64)>>, StoreError> {
         let mut out: HashMap<Loc, Vec<(u32, f64)>> = HashMap::with_capacity(locs.len());
-        let mut heads = Vec::new();
-        let mut blocks: BTreeMap<i64, (u32, Vec<u32>)> = BTreeMap::new();
-        for loc in locs {
-            match *loc {
-                Loc::Head(id) => heads.push(id),
-                Loc::Block {
-                    block,
-                    pos,
-                    positions,
-                } => blocks
-                    .entry(block)
-                    .or_insert((positions, Vec::new()))
-                    .1
-                    .push(pos),
-                Loc::Down => {}
-            }
-        }
+        let (heads, blocks) = split_locs(locs);
         if selection.names.is_empty() {
             return Ok(out);
         }
@@ -794,3 +778,29 @@ fn pick_sparse(
 const LATEST_UP_SCRAPES_BEFORE: &str =
     "SELECT id, ts_ms, up, duration_ms, body_bytes, error, sample_count FROM scrapes
      WHERE target_id = ? AND up = 1 AND ts_ms <= ? ORDER BY ts_ms DESC LIMIT ?";
+
+/// Per block id: its position count and the positions wanted.
+pub(crate) type BlockPositions = BTreeMap<i64, (u32, Vec<u32>)>;
+
+/// `locs` split by where they live: head row ids, and per block its
+/// position count and the positions wanted.
+pub(crate) fn split_locs(locs: &HashSet<Loc>) -> (Vec<i64>, BlockPositions) {
+    let mut heads = Vec::new();
+    let mut blocks = BlockPositions::new();
+    for loc in locs {
+        match *loc {
+            Loc::Head(id) => heads.push(id),
+            Loc::Block {
+                block,
+                pos,
+                positions,
+            } => blocks
+                .entry(block)
+                .or_insert((positions, Vec::new()))
+                .1
+                .push(pos),
+            Loc::Down => {}
+        }
+    }
+    (heads, blocks)
+}

@@ -952,14 +952,18 @@ fn summary_of_a_balanced_sweep() {
         lines[0],
         "7 step(s) from concurrency 1 to concurrency 64; 7 usable, 0 left out."
     );
+    assert_eq!(
+        lines[1],
+        "Judged against the objectives (p95 TTFT ≤ 1.0 s, p95 ITL ≤ 50 ms, error rate ≤ 1 %)."
+    );
     assert!(
-        lines[1].starts_with("Saturation at concurrency 16: 1100 output tok/s (4.30 req/s)"),
+        lines[2].starts_with("Saturation at concurrency 16: 1100 output tok/s (4.30 req/s)"),
         "{lines:#?}"
     );
     assert!(
-        lines[2].starts_with("Max sustainable load: concurrency 32 (1150 output tok/s")
-            && lines[2].contains("p95 TTFT ≤ 1.0 s, p95 ITL ≤ 50 ms, error rate ≤ 1 %")
-            && lines[2].contains("concurrency 64 misses: p95 TTFT 1.9 s > 1.0 s"),
+        lines[3].starts_with("Max sustainable load: concurrency 32 (1150 output tok/s")
+            && lines[3].contains("p95 TTFT ≤ 1.0 s, p95 ITL ≤ 50 ms, error rate ≤ 1 %")
+            && lines[3].contains("concurrency 64 misses: p95 TTFT 1.9 s > 1.0 s"),
         "{lines:#?}"
     );
 }
@@ -1029,7 +1033,7 @@ fn one_step_sweep() {
         lines[0],
         "1 step(s) at concurrency 1; 1 usable, 0 left out."
     );
-    assert!(lines[1].starts_with("No saturation point"), "{lines:#?}");
+    assert!(lines[2].starts_with("No saturation point"), "{lines:#?}");
 }
 
 #[test]

@@ -181,6 +181,11 @@ async fn reruns_send_new_prompts_unless_asked_to_reuse_them() {
     let (second, stderr) = bench_run(&url, &[]).await;
     assert_eq!(second["successful"], 10);
     assert_eq!(second["total_cached_tokens"], 0, "rerun hit the cache");
+    assert_eq!(
+        second["server_prefix_cache_hit_ratio"], 0.0,
+        "the server's own counters agree"
+    );
+    assert!(second["cache_contaminated"].is_null(), "{second}");
     assert!(!stderr.contains("--reuse-prompts"), "{stderr}");
 
     let (_, _) = bench_run(&url, &["--reuse-prompts"]).await;
@@ -188,6 +193,61 @@ async fn reruns_send_new_prompts_unless_asked_to_reuse_them() {
     let cached = reused["total_cached_tokens"].as_u64().unwrap();
     assert!(cached >= 10 * 256, "reused prompts should hit: {cached}");
     assert!(stderr.contains("--reuse-prompts"), "{stderr}");
+}
+
+/// Issue 11: against a server that reports no cached tokens per request
+/// (vLLM's default, without `--enable-prompt-tokens-details`) but whose
+/// prefix-cache counters show random prompts hitting the cache, the run
+/// says the per-request figure is missing, shows the counters' hit ratio
+/// and labels the run cache-contaminated, in the table and the JSON.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_judged_by_the_servers_cache_counters_is_labelled() {
+    let mut config =
+        llmwatch_sim::SimConfig::new(llmwatch_sim::Profile::named("balanced").unwrap());
+    config.model = "counters-model".to_string();
+    config.time_scale = 8.0;
+    config.prompt_tokens_details = false;
+    config.report_all_cached = true;
+    let sim = Sim::start(config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(llmwatch_sim::serve(listener, sim.router()));
+
+    let dir = tempfile::tempdir().unwrap();
+    let json_path = dir.path().join("run.json");
+    let (ok, stdout, stderr) = llmwatch(&[
+        "bench",
+        "--url",
+        &url,
+        "--shape",
+        "256x8",
+        "--concurrency",
+        "2",
+        "--requests",
+        "10",
+        "--json",
+        &json_path.display().to_string(),
+    ])
+    .await;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(stdout.contains("not reported by the server"), "{stdout}");
+    assert!(
+        stdout.contains("Prefix-cache hit ratio (server):         1.000"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("Cache hygiene:") && stdout.contains("CONTAMINATED"),
+        "{stdout}"
+    );
+    let result: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+    assert_eq!(result["cached_tokens_unreported"], 10);
+    assert_eq!(result["server_prefix_cache_hit_ratio"], 1.0);
+    let why = result["cache_contaminated"].as_str().unwrap_or_default();
+    assert!(
+        why.contains("server's counters") && why.contains("0.00 intended"),
+        "{why}"
+    );
 }
 
 /// Issue 11: a shape past the model's context is refused before any

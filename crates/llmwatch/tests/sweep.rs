@@ -558,12 +558,24 @@ async fn a_request_rate_ramp_runs_open_loop_steps() {
 /// saturation verdict.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn steps_whose_random_prompts_hit_the_cache_are_marked_and_left_out() {
+    cache_contaminated_sweep(true, &["1.00 observed", "0.00 intended"]).await;
+}
+
+/// The same against a server that reports no cached tokens per request
+/// (vLLM's default): its prefix-cache counters over each step judge.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_per_request_cached_tokens_the_servers_counters_judge() {
+    cache_contaminated_sweep(false, &["server's counters", "1.00", "0.00 intended"]).await;
+}
+
+async fn cache_contaminated_sweep(prompt_tokens_details: bool, reason_has: &[&str]) {
     let _serial = SERIAL.lock().await;
     let mut config =
         llmwatch_sim::SimConfig::new(llmwatch_sim::Profile::named("balanced").unwrap());
     config.model = MODEL.to_string();
     config.time_scale = 8.0;
     config.report_all_cached = true;
+    config.prompt_tokens_details = prompt_tokens_details;
     let sim = Sim::start(config).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
@@ -582,10 +594,7 @@ async fn steps_whose_random_prompts_hit_the_cache_are_marked_and_left_out() {
     assert_eq!(report.steps.len(), 3);
     for step in &report.steps {
         let why = step.step.cache_contaminated.as_deref().unwrap_or("");
-        assert!(
-            why.contains("1.00 observed") && why.contains("0.00 intended"),
-            "{why:?}"
-        );
+        assert!(reason_has.iter().all(|part| why.contains(part)), "{why:?}");
     }
     assert!(report.verdict.saturation.is_none());
     assert!(

@@ -49,7 +49,7 @@ impl Canary {
     /// Uses a calibrated prompt length (see [`crate::Calibrator`]), so the
     /// server sees exactly the shape's input tokens where it can count them.
     pub fn with_calibration(mut self, calibration: &Calibration) -> Canary {
-        self.prompts = PromptGenerator::new(PromptKind::Random, calibration.words, rand::random());
+        self.prompts = PromptGenerator::calibrated(PromptKind::Random, calibration, rand::random());
         self
     }
 

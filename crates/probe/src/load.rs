@@ -22,7 +22,9 @@ use crate::client::{ProbeClient, ProbeRequest};
 use crate::record::{Api, ProbeError, ProbeRecord};
 use crate::result::{Objectives, RunResult, RunStats};
 use crate::selfcheck::{CpuSource, Monitor, Monitored, SelfCheckLimits};
-use crate::shape::{approx_words, Calibration, Calibrator, PromptGenerator, PromptKind, Shape};
+use crate::shape::{
+    approx_words, Calibration, Calibrator, Padding, PromptGenerator, PromptKind, Shape,
+};
 
 /// How load is applied.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
@@ -134,8 +136,10 @@ impl Workload {
     ) -> Workload {
         let calibration = Calibration {
             words: approx_words(shape.input_tokens),
+            padding: Padding::NONE,
             tokens: None,
             exact: false,
+            spread: None,
         };
         Workload::with_calibration(api, model, shape, kind, seed, calibration)
     }
@@ -154,7 +158,7 @@ impl Workload {
             shape,
             temperature: 0.0,
             calibration,
-            generator: PromptGenerator::new(kind, calibration.words, seed),
+            generator: PromptGenerator::calibrated(kind, &calibration, seed),
         }
     }
 
@@ -162,6 +166,12 @@ impl Workload {
     /// (`--reuse-prompts`): cache hits are then expected, not a fault.
     pub fn reuse_prompts(&mut self) {
         self.generator = self.generator.clone().reusing_prompts();
+    }
+
+    /// The share of input tokens meant to hit the prefix cache, or `None`
+    /// when prompts are deliberately reused (hits are then expected).
+    pub fn intended_hit_ratio(&self) -> Option<f64> {
+        (!self.reuses_prompts()).then(|| self.generator.kind().intended_hit_ratio())
     }
 
     /// True when prompts repeat across runs (see [`Workload::reuse_prompts`]).

@@ -84,8 +84,36 @@ pub fn render_table(r: &RunResult) -> String {
         format!("{:.2}", r.duration_s),
     );
     line(&mut out, "Total input tokens:", r.total_input_tokens);
-    line(&mut out, "Cached input tokens:", r.total_cached_tokens);
-    if r.total_input_tokens > 0 {
+    let per_request = &r.input_tokens_per_request;
+    if let (Some(min), Some(median), Some(max)) =
+        (per_request.min, per_request.p50, per_request.max)
+    {
+        line(
+            &mut out,
+            "Input tokens per request (min/med/max):",
+            format!("{min:.0} / {median:.0} / {max:.0}"),
+        );
+    }
+    if r.cached_tokens_unreported_by_all() {
+        line(
+            &mut out,
+            "Cached input tokens:",
+            "not reported by the server",
+        );
+    } else {
+        line(&mut out, "Cached input tokens:", r.total_cached_tokens);
+    }
+    if let Some(ratio) = r.server_prefix_cache_hit_ratio {
+        line(
+            &mut out,
+            "Prefix-cache hit ratio (server):",
+            format!("{ratio:.3}"),
+        );
+    }
+    if let Some(why) = &r.cache_contaminated {
+        line(&mut out, "Cache hygiene:", format!("CONTAMINATED: {why}"));
+    }
+    if r.total_input_tokens > 0 && !r.cached_tokens_unreported_by_all() {
         line(
             &mut out,
             "Prefix-cache hit ratio:",

@@ -74,12 +74,30 @@ pub struct RunResult {
     pub total_input_tokens: u64,
     /// Requests whose prompt tokens the server did not report.
     pub input_tokens_unreported: u64,
+    /// Server-reported prompt tokens per request (min/median/max…): shows
+    /// whether every request got the asked input length.
+    #[serde(default)]
+    pub input_tokens_per_request: Summary,
     /// Output tokens of successful requests.
     pub total_output_tokens: u64,
     /// Successful requests whose output tokens were counted by the client.
     pub output_tokens_estimated: u64,
     /// Server-reported cached prompt tokens (prefix-cache hits).
     pub total_cached_tokens: u64,
+    /// Requests whose usage carried no cached-token count (vLLM sends it
+    /// only with `--enable-prompt-tokens-details`): when it is every
+    /// request, `total_cached_tokens` says nothing about the cache.
+    #[serde(default)]
+    pub cached_tokens_unreported: u64,
+    /// The server's prefix-cache hit ratio over the run from its own
+    /// counters (hits / queries, all its clients), when the caller scraped them.
+    #[serde(default)]
+    pub server_prefix_cache_hit_ratio: Option<f64>,
+    /// Why the run's cache hits contradict its workload (random prompts
+    /// that hit the cache), when the caller judged it; such a run measured
+    /// a warm cache.
+    #[serde(default)]
+    pub cache_contaminated: Option<String>,
     pub request_throughput: f64,
     pub output_throughput: f64,
     pub total_token_throughput: f64,
@@ -128,9 +146,11 @@ pub struct RunStats {
     successful: u64,
     total_input_tokens: u64,
     input_tokens_unreported: u64,
+    input_tokens: Distribution,
     total_output_tokens: u64,
     output_tokens_estimated: u64,
     total_cached_tokens: u64,
+    cached_tokens_unreported: u64,
     good_requests: u64,
     output_events: u64,
     event_tokens: u64,
@@ -161,9 +181,11 @@ impl RunStats {
             successful: 0,
             total_input_tokens: 0,
             input_tokens_unreported: 0,
+            input_tokens: d(),
             total_output_tokens: 0,
             output_tokens_estimated: 0,
             total_cached_tokens: 0,
+            cached_tokens_unreported: 0,
             good_requests: 0,
             output_events: 0,
             event_tokens: 0,
@@ -192,10 +214,16 @@ impl RunStats {
         self.requests += 1;
         let usage = r.usage.as_ref();
         match usage.and_then(|u| u.prompt_tokens) {
-            Some(p) => self.total_input_tokens += p,
+            Some(p) => {
+                self.total_input_tokens += p;
+                self.input_tokens.add(p as f64);
+            }
             None => self.input_tokens_unreported += 1,
         }
-        self.total_cached_tokens += usage.and_then(|u| u.cached_tokens).unwrap_or(0);
+        match usage.and_then(|u| u.cached_tokens) {
+            Some(cached) => self.total_cached_tokens += cached,
+            None => self.cached_tokens_unreported += 1,
+        }
         if r.is_ok() {
             self.successful += 1;
             self.total_output_tokens += r.output_tokens;
@@ -252,6 +280,7 @@ impl RunStats {
         self.total_output_tokens += o.total_output_tokens;
         self.output_tokens_estimated += o.output_tokens_estimated;
         self.total_cached_tokens += o.total_cached_tokens;
+        self.cached_tokens_unreported += o.cached_tokens_unreported;
         self.good_requests += o.good_requests;
         self.output_events += o.output_events;
         self.event_tokens += o.event_tokens;
@@ -265,6 +294,7 @@ impl RunStats {
             }
         }
         let pairs = [
+            (&mut self.input_tokens, &o.input_tokens),
             (&mut self.ttfb, &o.ttfb),
             (&mut self.ttft, &o.ttft),
             (&mut self.ttfo, &o.ttfo),
@@ -315,9 +345,13 @@ impl RunStats {
             duration_s: secs,
             total_input_tokens: self.total_input_tokens,
             input_tokens_unreported: self.input_tokens_unreported,
+            input_tokens_per_request: self.input_tokens.summary(),
             total_output_tokens: self.total_output_tokens,
             output_tokens_estimated: self.output_tokens_estimated,
             total_cached_tokens: self.total_cached_tokens,
+            cached_tokens_unreported: self.cached_tokens_unreported,
+            server_prefix_cache_hit_ratio: None,
+            cache_contaminated: None,
             request_throughput: per_s(self.successful as f64),
             output_throughput: per_s(self.total_output_tokens as f64),
             total_token_throughput: per_s(
@@ -349,6 +383,11 @@ impl RunStats {
 }
 
 impl RunResult {
+    /// True when no request's usage said how many prompt tokens were cached.
+    pub fn cached_tokens_unreported_by_all(&self) -> bool {
+        self.requests > 0 && self.cached_tokens_unreported >= self.requests
+    }
+
     /// Aggregates measured records (pure; also usable on stored records):
     /// one [`RunStats`] fed every record, the records kept in the result.
     pub fn from_records(

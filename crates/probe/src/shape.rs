@@ -143,6 +143,16 @@ impl PromptKind {
         }
     }
 
+    /// The share of input tokens this kind of prompt is meant to find in
+    /// the prefix cache: 0 for random and RAG prompts (unique nonce first),
+    /// the chosen ratio for shared-prefix.
+    pub fn intended_hit_ratio(self) -> f64 {
+        match self {
+            PromptKind::SharedPrefix { hit_ratio } => hit_ratio,
+            PromptKind::Random | PromptKind::Rag { .. } => 0.0,
+        }
+    }
+
     /// A stable name for cache keys and reports.
     pub fn label(&self) -> String {
         match self {
@@ -203,8 +213,14 @@ fn push_words(out: &mut String, rng: &mut StdRng, n: u32) {
 /// (vLLM's hash-chained blocks, SGLang's radix tree) match from the first
 /// token, so a unique start defeats every later block — and it makes the
 /// calibrated token count hold for every request, not just the sample.
-/// The nonce is 16 decimal digits: every tokenizer splits a fixed-width
-/// digit run into a fixed number of tokens, which hex would not guarantee.
+/// The nonce is 16 decimal digits joined by `-` (`[3-1-4-…]`). A plain digit
+/// run is not a fixed number of tokens on a byte-level BPE: its merges
+/// depend on the digits (on vLLM 0.32 with a 4 096-token BPE, 16-digit runs
+/// counted 78–83 tokens in the same prompt). With a separator every digit
+/// is a pre-token of its own — GPT-2/Llama-3 pre-tokenizer regexes split
+/// digits from punctuation, SentencePiece models split digits — so the
+/// nonce counts the same on every tokenizer we know; [`Calibrator`] checks
+/// it on the target anyway.
 #[derive(Debug, Clone)]
 pub struct PromptGenerator {
     kind: PromptKind,
@@ -264,6 +280,17 @@ impl PromptGenerator {
         }
     }
 
+    /// The generator a calibration found: its word count and padding.
+    pub fn calibrated(kind: PromptKind, calibration: &Calibration, seed: u64) -> PromptGenerator {
+        PromptGenerator::new(kind, calibration.words, seed).with_padding(calibration.padding)
+    }
+
+    /// Appends `padding` to every prompt (see [`Padding`]).
+    pub fn with_padding(mut self, padding: Padding) -> PromptGenerator {
+        self.tail.push_str(&padding.text());
+        self
+    }
+
     /// The same prompts as any other generator of this kind, length and
     /// seed: for deliberate prefix-cache experiments (`--reuse-prompts`).
     pub fn reusing_prompts(mut self) -> PromptGenerator {
@@ -294,9 +321,61 @@ impl PromptGenerator {
             ^ i;
         let mut rng = StdRng::seed_from_u64(mixed);
         let nonce: u64 = rng.random_range(0..10_000_000_000_000_000);
-        format!("{}[{nonce:016}] {}", self.head, self.tail)
+        let mut out = String::with_capacity(self.head.len() + NONCE_CHARS + self.tail.len());
+        out.push_str(&self.head);
+        out.push('[');
+        for (k, digit) in format!("{nonce:016}").chars().enumerate() {
+            if k > 0 {
+                out.push('-');
+            }
+            out.push(digit);
+        }
+        out.push_str("] ");
+        out.push_str(&self.tail);
+        out
     }
 }
+
+/// Text appended to a prompt to reach an exact token count when one more
+/// word would overshoot: `count` repeats of one of [`PADDING_UNITS`], each
+/// a pre-token of its own that most vocabularies hold as a single token.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Padding {
+    pub unit: u8,
+    pub count: u8,
+}
+
+/// Candidate one-token units, tried in order.
+const PADDING_UNITS: [&str; 6] = [" a", ".", ",", " I", "!", " x"];
+
+impl Padding {
+    pub const NONE: Padding = Padding { unit: 0, count: 0 };
+
+    /// Paddings of `short` units, one per unit kind; none past 16 units
+    /// (a gap that large means the count is not a count).
+    fn candidates(short: u32) -> impl Iterator<Item = Padding> {
+        let count = u8::try_from(short).ok().filter(|c| *c <= 16);
+        (0..PADDING_UNITS.len() as u8).filter_map(move |unit| {
+            Some(Padding {
+                unit,
+                count: count?,
+            })
+        })
+    }
+
+    fn text(self) -> String {
+        PADDING_UNITS
+            .get(usize::from(self.unit))
+            .map_or_else(String::new, |u| u.repeat(usize::from(self.count)))
+    }
+}
+
+/// `[`, 16 digits, 15 separators, `] `.
+const NONCE_CHARS: usize = 1 + 16 + 15 + 2;
+
+/// Prompts tokenized with different nonces to check that the nonce does not
+/// change the count (see [`PromptGenerator`]).
+const NONCE_SAMPLES: u64 = 6;
 
 /// A non-zero salt from the OS-seeded thread generator.
 fn fresh_salt() -> u64 {
@@ -314,10 +393,42 @@ pub struct Calibrator {
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Calibration {
     pub words: u32,
+    /// One-token units appended after the words to reach the exact count.
+    #[serde(default)]
+    pub padding: Padding,
     /// Tokens the target counted for that word count, when it could count.
     pub tokens: Option<u32>,
-    /// False when the target had no `/tokenize` and `words` is ≈0.75/token.
+    /// False when the target had no `/tokenize` and `words` is ≈0.75/token,
+    /// or when prompts that differ only in their nonce counted differently
+    /// (`spread`).
     pub exact: bool,
+    /// The fewest and most tokens counted over sample prompts of that word
+    /// count when they differed: the target's tokenizer splits the nonce
+    /// irregularly, so input lengths will vary about that much.
+    #[serde(default)]
+    pub spread: Option<(u32, u32)>,
+}
+
+impl Calibration {
+    /// Why the input length is not exact, for the run's notes; `None` when it is.
+    pub fn inexact_reason(&self) -> Option<String> {
+        match (self.exact, self.spread, self.tokens) {
+            (true, _, _) => None,
+            (false, Some((lo, hi)), _) => Some(format!(
+                "prompts that differ only in their nonce counted {lo}–{hi} tokens on the \
+                 target's /tokenize, so input lengths vary by up to {} tokens",
+                hi - lo
+            )),
+            (false, None, Some(t)) => Some(format!(
+                "the closest prompt the target's /tokenize allowed counted {t} tokens"
+            )),
+            (false, None, None) => Some(
+                "the target has no /tokenize; prompt length is approximate \
+                 (≈0.75 words per token; server-reported tokens are recorded)"
+                    .to_string(),
+            ),
+        }
+    }
 }
 
 impl Calibrator {
@@ -358,8 +469,10 @@ impl Calibrator {
         let result = match count(approx).await {
             None => Calibration {
                 words: approx,
+                padding: Padding::NONE,
                 tokens: None,
                 exact: false,
+                spread: None,
             },
             Some(t0) => {
                 // Bracket [lo, hi] with tokens(lo) <= target < tokens(hi).
@@ -388,14 +501,42 @@ impl Calibrator {
                         None => break,
                     }
                 }
-                let tokens = match best.1 {
+                let words = lo.max(1);
+                let mut tokens = match best.1 {
                     Some(t) => Some(t),
-                    None => count(lo.max(1)).await,
+                    None => count(words).await,
                 };
+                // One more word may add several tokens: top the prompt up
+                // with a padding of one-token units to the exact count.
+                let mut padding = Padding::NONE;
+                if let Some(short) = tokens.and_then(|t| input_tokens.checked_sub(t)) {
+                    if short > 0 {
+                        for candidate in Padding::candidates(short) {
+                            let text = PromptGenerator::new(kind, words, 1)
+                                .with_padding(candidate)
+                                .prompt(0);
+                            if tokenize_count(client, api, model, &text).await == Some(input_tokens)
+                            {
+                                padding = candidate;
+                                tokens = Some(input_tokens);
+                                break;
+                            }
+                        }
+                    }
+                }
+                let spread = nonce_spread(tokens, |i| {
+                    let text = PromptGenerator::new(kind, words, 1)
+                        .with_padding(padding)
+                        .prompt(i);
+                    async move { tokenize_count(client, api, model, &text).await }
+                })
+                .await;
                 Calibration {
-                    words: lo.max(1),
+                    words,
+                    padding,
                     tokens,
-                    exact: true,
+                    exact: tokens == Some(input_tokens) && spread.is_none(),
+                    spread,
                 }
             }
         };
@@ -404,6 +545,22 @@ impl Calibrator {
         }
         result
     }
+}
+
+/// The (fewest, most) tokens over [`NONCE_SAMPLES`] prompts that differ
+/// only in their nonce, when they differ from each other or from
+/// `calibrated` (the count of prompt 0); `None` when all agree.
+async fn nonce_spread<F, Fut>(calibrated: Option<u32>, count_prompt: F) -> Option<(u32, u32)>
+where
+    F: Fn(u64) -> Fut,
+    Fut: std::future::Future<Output = Option<u32>>,
+{
+    let mut counts: Vec<u32> = calibrated.into_iter().collect();
+    for i in 1..=NONCE_SAMPLES {
+        counts.extend(count_prompt(i).await);
+    }
+    let (lo, hi) = (counts.iter().min()?, counts.iter().max()?);
+    (lo != hi).then_some((*lo, *hi))
 }
 
 /// Token count of `text` from the target's `/tokenize`: vLLM/SGLang shape
@@ -500,8 +657,14 @@ mod tests {
     fn random_prompts_differ_at_the_start() {
         let g = PromptGenerator::new(PromptKind::Random, 100, 7);
         let (a, b) = (g.prompt(0), g.prompt(1));
-        assert_ne!(a[..18], b[..18]);
-        assert_eq!(a[18..], b[18..]);
+        // `[d-d-…-d] `: single digits apart, so no BPE merges a digit run.
+        let nonce = &a[..NONCE_CHARS];
+        assert!(nonce.starts_with('[') && nonce.ends_with("] "), "{nonce:?}");
+        let digits: Vec<&str> = nonce[1..NONCE_CHARS - 2].split('-').collect();
+        assert_eq!(digits.len(), 16, "{nonce:?}");
+        assert!(digits.iter().all(|d| d.len() == 1 && d.as_bytes()[0].is_ascii_digit()));
+        assert_ne!(a[..NONCE_CHARS], b[..NONCE_CHARS]);
+        assert_eq!(a[NONCE_CHARS..], b[NONCE_CHARS..]);
         assert_eq!(a, g.prompt(0));
         assert_eq!(a.split_whitespace().count(), 101);
     }

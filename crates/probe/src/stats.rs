@@ -162,22 +162,32 @@ impl Distribution {
         };
     }
 
-    /// The summary in milliseconds: exact where the samples were kept.
+    /// The summary in milliseconds (values went in as nanoseconds): exact
+    /// where the samples were kept.
     pub fn summary_ms(&self) -> Summary {
+        self.summary_divided_by(1e6)
+    }
+
+    /// The summary in the values' own unit (counts such as prompt tokens).
+    pub fn summary(&self) -> Summary {
+        self.summary_divided_by(1.0)
+    }
+
+    fn summary_divided_by(&self, unit: f64) -> Summary {
         match &self.exact {
-            Some(v) => Summary::from_values(v.iter().map(|x| x / 1e6).collect(), self.missing),
-            None => self.histogram_summary_ms(),
+            Some(v) => Summary::from_values(v.iter().map(|x| x / unit).collect(), self.missing),
+            None => self.histogram_summary(unit),
         }
     }
 
-    fn histogram_summary_ms(&self) -> Summary {
+    fn histogram_summary(&self, unit: f64) -> Summary {
         let h = &self.hist;
-        let ms = |ns: u64| h.median_equivalent(ns) as f64 / 1e6;
+        let ms = |ns: u64| h.median_equivalent(ns) as f64 / unit;
         let q = |q: f64| (!h.is_empty()).then(|| ms(h.value_at_quantile(q)));
         Summary {
             n: h.len(),
             missing: self.missing,
-            mean: (!h.is_empty()).then(|| h.mean() / 1e6),
+            mean: (!h.is_empty()).then(|| h.mean() / unit),
             p50: q(0.50),
             p90: q(0.90),
             p95: q(0.95),

@@ -290,8 +290,11 @@ async fn tokenize(State(inner): State<AppState>, body: Bytes) -> Result<Response
     let req: TokenizeRequest = parse(&body)?;
     check_model(&inner, req.model.as_deref())?;
     let tokens = match (&req.prompt, &req.messages) {
-        (Some(p), _) => tokenizer::encode(p, req.add_special_tokens.unwrap_or(true)),
-        (None, Some(m)) => tokenizer::encode(&messages_text(m), true),
+        (Some(p), _) => inner
+            .config
+            .tokenizer
+            .encode(p, req.add_special_tokens.unwrap_or(true)),
+        (None, Some(m)) => inner.config.tokenizer.encode(&messages_text(m), true),
         (None, None) => {
             return Err(ApiError::bad_request(
                 "Either `prompt` or `messages` is required.".to_string(),
@@ -346,9 +349,11 @@ async fn completions(State(inner): State<AppState>, body: Bytes) -> Result<Respo
     check_n(req.n)?;
     let prompt =
         match req.prompt {
-            PromptInput::Text(t) => tokenizer::encode(&t, true),
+            PromptInput::Text(t) => inner.config.tokenizer.encode(&t, true),
             PromptInput::Ids(ids) => ids,
-            PromptInput::Texts(mut v) if v.len() == 1 => tokenizer::encode(&v.remove(0), true),
+            PromptInput::Texts(mut v) if v.len() == 1 => {
+                inner.config.tokenizer.encode(&v.remove(0), true)
+            }
             PromptInput::IdLists(mut v) if v.len() == 1 => v.remove(0),
             _ => return Err(ApiError::bad_request(
                 "Batched prompts are not supported by the simulator; send one prompt per request."
@@ -384,7 +389,10 @@ async fn chat_completions(
             "`messages` must not be empty.".to_string(),
         ));
     }
-    let prompt = tokenizer::encode(&messages_text(&req.messages), true);
+    let prompt = inner
+        .config
+        .tokenizer
+        .encode(&messages_text(&req.messages), true);
     generate(
         inner,
         arrival,

@@ -62,6 +62,9 @@ pub(crate) struct PageConfig {
     pub(crate) max_num_seqs: usize,
     pub(crate) kv_bytes_total: u64,
     pub(crate) start_unix: f64,
+    /// The page claims every queried prompt token as a prefix-cache hit
+    /// (see `SimConfig::report_all_cached`).
+    pub(crate) report_all_cached: bool,
 }
 
 fn parse_labels(s: &str) -> Vec<(String, String)> {
@@ -295,6 +298,7 @@ impl Template {
             "num_request_max" => cfg.max_num_seqs as f64,
             "kv_cache_usage_perc" => stats.kv_usage,
             "prefix_cache_queries_total" => stats.prefix_queries as f64,
+            "prefix_cache_hits_total" if cfg.report_all_cached => stats.prefix_queries as f64,
             "prefix_cache_hits_total" => stats.prefix_hits as f64,
             "num_preemptions_total" => stats.preemptions as f64,
             "prompt_tokens_total" => stats.prompt_tokens as f64,
@@ -345,6 +349,7 @@ mod tests {
             max_num_seqs: 64,
             kv_bytes_total: 1_073_741_824,
             start_unix: 1.7962045395368457e9,
+            report_all_cached: false,
         }
     }
 

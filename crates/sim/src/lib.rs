@@ -46,6 +46,7 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 pub use profile::{Profile, Shape};
+pub use tokenizer::{TextTokenizer, ToyTokenizer};
 
 /// Errors of the simulator's public API.
 #[derive(Debug, thiserror::Error)]
@@ -103,12 +104,16 @@ pub struct SimConfig {
     /// with `--enable-prompt-tokens-details`; on by default here because
     /// llmwatch's cache-hygiene checks read it).
     pub prompt_tokens_details: bool,
-    /// Report every prompt token as cached, whatever the prefix cache did:
-    /// a server whose cache hits contradict any random workload (for
-    /// llmwatch's cache-hygiene checks). Off by default.
+    /// Report every prompt token as cached, whatever the prefix cache did —
+    /// in usage (with `prompt_tokens_details`) and in the page's
+    /// `prefix_cache_hits_total`: a server whose cache hits contradict any
+    /// random workload (for llmwatch's cache-hygiene checks). Off by default.
     pub report_all_cached: bool,
     /// `Hostname` label of the GPU page.
     pub hostname: String,
+    /// What counts prompt tokens (`/tokenize`, `usage.prompt_tokens`, the
+    /// prefix cache): the toy tokenizer unless a real one is plugged in.
+    pub tokenizer: Arc<dyn TextTokenizer>,
 }
 
 impl SimConfig {
@@ -124,6 +129,7 @@ impl SimConfig {
             prompt_tokens_details: true,
             report_all_cached: false,
             hostname: "llmwatch-sim".to_string(),
+            tokenizer: Arc::new(ToyTokenizer),
         }
     }
 
@@ -319,6 +325,7 @@ impl Sim {
             max_num_seqs: p.max_num_seqs,
             kv_bytes_total: p.kv_bytes_per_block * p.num_gpu_blocks as u64,
             start_unix,
+            report_all_cached: config.report_all_cached,
         };
         let gpu = gpu::GpuState::new(&config);
         Ok(Sim {

@@ -82,6 +82,26 @@ pub fn pieces(text: &str) -> Vec<&str> {
     out
 }
 
+/// Turns prompt text into token ids. The simulator's own toy tokenizer is
+/// the default; a test plugs in a real one ([`crate::SimConfig::tokenizer`])
+/// to hold a client to a real BPE's irregular counts (digit runs merge
+/// differently from one number to the next).
+pub trait TextTokenizer: Send + Sync + std::fmt::Debug {
+    /// Token ids of `text`, with the beginning-of-sequence token first when
+    /// `add_special`.
+    fn encode(&self, text: &str, add_special: bool) -> Vec<u32>;
+}
+
+/// The built-in toy tokenizer (see the module docs).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ToyTokenizer;
+
+impl TextTokenizer for ToyTokenizer {
+    fn encode(&self, text: &str, add_special: bool) -> Vec<u32> {
+        encode(text, add_special)
+    }
+}
+
 /// Token ids of `text`, with [`BOS_ID`] first when `add_bos`.
 pub fn encode(text: &str, add_bos: bool) -> Vec<u32> {
     let mut ids = Vec::with_capacity(text.len() / 3 + 1);

@@ -251,6 +251,19 @@ pub fn cache_hygiene(intended: f64, input_tokens: u64, cached_tokens: u64) -> Op
     })
 }
 
+/// The cache-hygiene verdict from the server's own prefix-cache counters
+/// (hits / queries over the run's window), for servers that do not report
+/// cached tokens per request (vLLM without `--enable-prompt-tokens-details`).
+/// The counters see every client of the server, so the reason says so.
+pub fn cache_hygiene_from_counters(intended: f64, hit_rate: f64) -> Option<String> {
+    (hit_rate.is_finite() && hit_rate > intended + CACHE_HIT_ALLOWANCE).then(|| {
+        format!(
+            "prefix-cache hit ratio {hit_rate:.2} on the server's counters over the run \
+             (all its clients), {intended:.2} intended: the prompts hit the cache"
+        )
+    })
+}
+
 impl StepResult {
     /// A step at `load` with no measurements yet; the I/O side and tests fill
     /// in the fields they have.
@@ -507,6 +520,9 @@ pub fn summary_lines(verdict: &SweepVerdict) -> Vec<String> {
         verdict.usable_steps.len(),
         verdict.excluded_steps.len()
     ));
+    // Stated even when no step is usable, so a reader knows what the
+    // verdicts would have been judged against.
+    lines.push(format!("Judged against {}.", describe_objectives(&verdict.objectives)));
     for ex in &verdict.excluded_steps {
         lines.push(format!(
             "Step {} ({}) left out of the verdicts: {}.",

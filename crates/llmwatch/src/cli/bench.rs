@@ -14,7 +14,10 @@ use llmwatch_probe::{
 };
 
 use llmwatch_config::parse_duration;
+use llmwatch_core::analysis::{cache_hygiene, cache_hygiene_from_counters};
 use llmwatch_engine::runners::canary::{context_limit, discover_model};
+use llmwatch_engine::runners::sweep::default_metrics_url;
+use llmwatch_engine::runners::sweep::evidence::{evidence_for_window, Scraper};
 
 /// What to send and how to measure it: the flags `llmwatch bench` and
 /// `llmwatch sweep` share.
@@ -228,9 +231,9 @@ pub async fn refuse_a_shape_past_the_context(
 /// Runs the bench; returns its result and where its records were written.
 pub async fn bench(args: &BenchArgs) -> anyhow::Result<(RunResult, Option<PathBuf>)> {
     let (client, workload, config) = prepare(args).await?;
-    if !workload.calibration.exact {
+    if let Some(why) = workload.calibration.inexact_reason() {
         eprintln!(
-            "note: {} has no /tokenize; prompt length is approximate (server-reported tokens are recorded)",
+            "note: {}: input length not exact: {why}",
             llmwatch_core::redact::redact_url(&args.url)
         );
     }
@@ -257,9 +260,38 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<(RunResult, Option<PathBu
             .map_or(Records::Discard, |w| Records::Stream(w.sink())),
         ..RunOptions::default()
     };
-    let result = pool
+    // The server's prefix-cache counters over the run: the hygiene check's
+    // evidence where usage carries no cached tokens (vLLM's default).
+    let intended_hit_ratio = workload.intended_hit_ratio();
+    let scraper = Scraper::start(
+        client.http().clone(),
+        default_metrics_url(&args.url),
+        None,
+        Duration::from_secs(5),
+    );
+    let run_started_ms = llmwatch_engine::now_ms();
+    let run = pool
         .run(config, options, move |i| workload.request(i))
-        .await?;
+        .await;
+    let scraped = scraper.finish().await;
+    let mut result = run?;
+    let run_ended_ms = llmwatch_engine::now_ms();
+    result.server_prefix_cache_hit_ratio =
+        evidence_for_window(&scraped, run_started_ms, run_ended_ms, run_ended_ms)
+            .prefix_cache_hit_rate;
+    result.cache_contaminated = intended_hit_ratio.and_then(|intended| {
+        if result.cached_tokens_unreported_by_all() {
+            result
+                .server_prefix_cache_hit_ratio
+                .and_then(|rate| cache_hygiene_from_counters(intended, rate))
+        } else {
+            cache_hygiene(
+                intended,
+                result.total_input_tokens,
+                result.total_cached_tokens,
+            )
+        }
+    });
     if let Some(w) = writer {
         w.finish()?;
     }

@@ -2,6 +2,7 @@
 //! binds 127.0.0.1:0. The timing-accuracy tests live in `tests/accuracy/`,
 //! a binary of their own, so nothing else runs beside them.
 
+mod bpe;
 mod faults;
 mod fixtures;
 mod helpers;

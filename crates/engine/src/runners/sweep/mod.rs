@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use llmwatch_core::analysis::{
-    analyze_sweep, cache_hygiene, compare_cards, summary_lines, AnalysisConfig, CardDiff,
-    ExperimentCard, Load, Objectives, Quantiles, ServerEvidence, StepResult, SweepVerdict,
-    WorkloadHints,
+    analyze_sweep, cache_hygiene, cache_hygiene_from_counters, compare_cards, summary_lines,
+    AnalysisConfig, CardDiff, ExperimentCard, Load, Objectives, Quantiles, ServerEvidence,
+    StepResult, SweepVerdict, WorkloadHints,
 };
 use llmwatch_probe::{
     Api, Bound, Calibrator, ClientConfig, ClientError, MeasuringThread, Monitored, ProbeClient,
@@ -282,12 +282,9 @@ impl SweepSettings {
     }
 
     fn metrics_url(&self) -> String {
-        self.metrics_url.clone().unwrap_or_else(|| {
-            join_url(
-                self.url.trim_end_matches('/').trim_end_matches("/v1"),
-                "/metrics",
-            )
-        })
+        self.metrics_url
+            .clone()
+            .unwrap_or_else(|| default_metrics_url(&self.url))
     }
 
     /// Checks the ladder against the cap and every number for sense, so a
@@ -845,7 +842,15 @@ async fn run_step(
         .count();
     let mut step = step_result(load, start_ms, end_ms, &run, evidence);
     step.cache_contaminated = intended_hit_ratio(settings).and_then(|intended| {
-        cache_hygiene(intended, run.total_input_tokens, run.total_cached_tokens)
+        if run.cached_tokens_unreported_by_all() {
+            // No per-request cached tokens: the server's own counters over
+            // the step's window judge instead.
+            step.server
+                .prefix_cache_hit_rate
+                .and_then(|rate| cache_hygiene_from_counters(intended, rate))
+        } else {
+            cache_hygiene(intended, run.total_input_tokens, run.total_cached_tokens)
+        }
     });
     Ok(StepReport {
         index: 0,
@@ -855,6 +860,15 @@ async fn run_step(
         scrapes_in_window,
         stored_id: None,
     })
+}
+
+/// A server's metrics page when none is configured: `/metrics` at its root
+/// (the base URL may end in `/v1`).
+pub fn default_metrics_url(base_url: &str) -> String {
+    join_url(
+        base_url.trim_end_matches('/').trim_end_matches("/v1"),
+        "/metrics",
+    )
 }
 
 /// Where a sweep's steps run.
@@ -968,13 +982,7 @@ pub fn step_result(
 /// and RAG prompts, the chosen ratio for shared-prefix; `None` (no check)
 /// when prompts are reused on purpose.
 fn intended_hit_ratio(settings: &SweepSettings) -> Option<f64> {
-    if settings.reuse_prompts {
-        return None;
-    }
-    Some(match settings.prompt {
-        PromptKind::SharedPrefix { hit_ratio } => hit_ratio,
-        PromptKind::Random | PromptKind::Rag { .. } => 0.0,
-    })
+    (!settings.reuse_prompts).then(|| settings.prompt.intended_hit_ratio())
 }
 
 /// The run's summary without its per-request records (those are stored as

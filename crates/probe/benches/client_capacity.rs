@@ -93,7 +93,8 @@ async fn read_request(sock: &mut TcpStream, buf: &mut Vec<u8>) -> Option<String>
     }
 }
 
-/// The prompt is `id events interval_us phase_us`.
+/// The prompt is `id events interval_us phase_us`; any other prompt (a peer
+/// tool's random text) gets 64 zero-delay events, unstamped.
 async fn serve_conn(mut sock: TcpStream, stamps: Stamps) {
     let _ = sock.set_nodelay(true);
     let chunk = http_chunk(CHUNK);
@@ -102,9 +103,12 @@ async fn serve_conn(mut sock: TcpStream, stamps: Stamps) {
     let mut buf = Vec::new();
     while let Some(body) = read_request(&mut sock, &mut buf).await {
         let v: serde_json::Value = serde_json::from_str(&body).unwrap_or_default();
-        let prompt = v["messages"][0]["content"].as_str().unwrap_or("0 1 0 0");
+        let prompt = v["messages"][0]["content"].as_str().unwrap_or_default();
         let p: Vec<u64> = prompt.split(' ').filter_map(|x| x.parse().ok()).collect();
-        let (id, n, interval, phase) = (p[0], p[1], p[2], p[3]);
+        let (id, n, interval, phase) = match p[..] {
+            [id, n, interval, phase] => (Some(id), n, interval, phase),
+            _ => (None, 64, 0, 0),
+        };
         let head = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n";
         if sock.write_all(head).await.is_err() {
             return;
@@ -126,7 +130,9 @@ async fn serve_conn(mut sock: TcpStream, stamps: Stamps) {
         if sock.write_all(&tail).await.is_err() {
             return;
         }
-        stamps.lock().unwrap().insert(id, mine);
+        if let Some(id) = id {
+            stamps.lock().unwrap().insert(id, mine);
+        }
     }
 }
 
@@ -302,6 +308,84 @@ fn box_state() -> String {
     )
 }
 
+/// `vllm bench serve`, the field's reference client, run against the same
+/// loopback server where it is installed (`BENCH_VLLM`; it needs a local
+/// tokenizer to make its random prompts, `BENCH_VLLM_TOKENIZER`).
+struct VllmBench {
+    vllm: String,
+    tokenizer: String,
+}
+
+impl VllmBench {
+    fn from_env() -> Option<VllmBench> {
+        Some(VllmBench {
+            vllm: std::env::var("BENCH_VLLM").ok()?,
+            tokenizer: std::env::var("BENCH_VLLM_TOKENIZER").ok()?,
+        })
+    }
+
+    /// Requests per second it reports at `streams` concurrent streams.
+    fn run(&self, addr: std::net::SocketAddr, streams: u32, requests: u64) -> Result<f64, String> {
+        let (streams, requests) = (streams.to_string(), requests.to_string());
+        let base_url = format!("http://{addr}");
+        let mut args = vec![
+            "-c",
+            "0",
+            &self.vllm,
+            "bench",
+            "serve",
+            "--backend",
+            "openai-chat",
+            "--endpoint",
+            "/v1/chat/completions",
+            "--base-url",
+            &base_url,
+            "--model",
+            "m",
+            "--tokenizer",
+            &self.tokenizer,
+            "--dataset-name",
+            "random",
+            "--random-input-len",
+            "32",
+            "--random-output-len",
+            "64",
+            "--ignore-eos",
+            "--num-prompts",
+            &requests,
+            "--max-concurrency",
+            &streams,
+            "--request-rate",
+            "inf",
+        ];
+        // Pinned to one core like the one-worker client above, where taskset exists.
+        let pinned = std::process::Command::new("taskset")
+            .arg("-V")
+            .output()
+            .is_ok();
+        if !pinned {
+            args.drain(..3); // `-c 0 vllm`: vllm is then the program itself
+        }
+        let program = if pinned { "taskset" } else { &self.vllm };
+        let output = std::process::Command::new(program)
+            .args(&args)
+            .output()
+            .map_err(|e| e.to_string())?;
+        let stdout = String::from_utf8_lossy(&output.stdout);
+        stdout
+            .lines()
+            .find_map(|l| l.strip_prefix("Request throughput (req/s):"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or_else(|| {
+                let stderr = String::from_utf8_lossy(&output.stderr);
+                format!(
+                    "no throughput line; stderr tail: {}",
+                    &stderr[stderr.len().saturating_sub(300)..]
+                )
+            })
+    }
+}
+
 fn raise_fd_limit() {
     // SAFETY: plain getrlimit/setrlimit on a local struct.
     unsafe {
@@ -387,6 +471,20 @@ fn main() {
                     s.result.failed
                 );
             }
+        }
+        if let Some(peer) = VllmBench::from_env() {
+            println!("{}", box_state());
+            println!("\nPhase A, peer: `vllm bench serve` against the same server (chat, 64 events, --ignore-eos), pinned to one core");
+            println!("{:>8} {:>9} {:>10} {:>10}", "streams", "requests", "req/s", "events/s");
+            for &c in sizes {
+                let requests = if quick { 1_000 } else { 4_000 }.max(u64::from(c) * 2);
+                match peer.run(addr, c, requests) {
+                    Ok(req_s) => println!("{c:>8} {requests:>9} {req_s:>10.0} {:>10.0}", req_s * 65.0),
+                    Err(why) => println!("{c:>8} {requests:>9} vllm bench serve failed: {why}"),
+                }
+            }
+        } else {
+            println!("\n(`vllm bench serve` beside phase A: set BENCH_VLLM=path/to/vllm and BENCH_VLLM_TOKENIZER=a local tokenizer directory)");
         }
         println!("{}", box_state());
         println!("\nPhase B: paced streams (1 event / 50 ms each); timing error (us) = client parse − server write");

@@ -662,7 +662,9 @@ mod tests {
         assert!(nonce.starts_with('[') && nonce.ends_with("] "), "{nonce:?}");
         let digits: Vec<&str> = nonce[1..NONCE_CHARS - 2].split('-').collect();
         assert_eq!(digits.len(), 16, "{nonce:?}");
-        assert!(digits.iter().all(|d| d.len() == 1 && d.as_bytes()[0].is_ascii_digit()));
+        assert!(digits
+            .iter()
+            .all(|d| d.len() == 1 && d.as_bytes()[0].is_ascii_digit()));
         assert_ne!(a[..NONCE_CHARS], b[..NONCE_CHARS]);
         assert_eq!(a[NONCE_CHARS..], b[NONCE_CHARS..]);
         assert_eq!(a, g.prompt(0));

@@ -522,7 +522,10 @@ pub fn summary_lines(verdict: &SweepVerdict) -> Vec<String> {
     ));
     // Stated even when no step is usable, so a reader knows what the
     // verdicts would have been judged against.
-    lines.push(format!("Judged against {}.", describe_objectives(&verdict.objectives)));
+    lines.push(format!(
+        "Judged against {}.",
+        describe_objectives(&verdict.objectives)
+    ));
     for ex in &verdict.excluded_steps {
         lines.push(format!(
             "Step {} ({}) left out of the verdicts: {}.",

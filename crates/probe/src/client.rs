@@ -290,20 +290,32 @@ impl ProbeClient {
         sent: Instant,
     ) -> Result<Instant, ProbeError> {
         let cfg = &self.inner.config;
-        let mut rb = self
-            .inner
-            .http
-            .post(url)
-            .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-            .header(ACCEPT, HeaderValue::from_static("text/event-stream"))
-            .body(body);
-        if let Some(key) = &cfg.api_key {
-            rb = rb.bearer_auth(key.expose());
-        }
-        let resp = rb
-            .send()
-            .await
-            .map_err(|e| classify(&e, url, self.inner.https))?;
+        let body = bytes::Bytes::from(body);
+        let mut resends = 0;
+        let resp = loop {
+            let mut rb = self
+                .inner
+                .http
+                .post(url)
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .header(ACCEPT, HeaderValue::from_static("text/event-stream"))
+                .body(body.clone());
+            if let Some(key) = &cfg.api_key {
+                rb = rb.bearer_auth(key.expose());
+            }
+            match rb.send().await {
+                Ok(resp) => break resp,
+                Err(e) if resends < MAX_RESENDS && closed_before_any_response(&e) => {
+                    // llama-server closes every connection after a stream
+                    // while advertising keep-alive: a pooled connection can
+                    // be dead by the time it is reused, and the server never
+                    // read the request. Resent at once on another connection;
+                    // the time lost stays in this request's timings.
+                    resends += 1;
+                }
+                Err(e) => return Err(classify(&e, url, self.inner.https)),
+            }
+        };
         rec.ttfb_ns = Some(ns(sent.elapsed()));
         crate::measure::note_activity();
         let status = resp.status();
@@ -487,6 +499,19 @@ async fn read_error_body(mut resp: reqwest::Response) -> String {
         Err(_) if text.trim().is_empty() => "(empty body)".to_string(),
         Err(_) => truncate(text.trim(), 300),
     }
+}
+
+/// How often a request is resent after its pooled connection turned out to
+/// be closed (one per idle connection the server may have dropped at once).
+const MAX_RESENDS: u32 = 3;
+
+/// A send that failed because the connection closed before any response
+/// byte: hyper's `IncompleteMessage` (its message, since hyper is not a
+/// direct dependency to downcast to).
+fn closed_before_any_response(e: &reqwest::Error) -> bool {
+    !e.is_connect()
+        && !e.is_timeout()
+        && reqwest_chain(e).contains("connection closed before message completed")
 }
 
 /// Maps a transport error to what a user can act on. TLS failures surface

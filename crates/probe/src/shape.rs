@@ -575,49 +575,78 @@ pub async fn tokenize_count(
     model: &str,
     text: &str,
 ) -> Option<u32> {
-    let url = format!("{}/tokenize", client.base_url());
-    let mut bodies = Vec::with_capacity(3);
+    let base = client.base_url();
+    let tokenize = format!("{base}/tokenize");
+    let messages = serde_json::json!([{ "role": "user", "content": text }]);
     if api == Api::Chat {
-        bodies.push(serde_json::json!({
+        // vLLM and SGLang apply the chat template themselves.
+        let body = serde_json::json!({
             "model": model,
-            "messages": [{ "role": "user", "content": text }],
+            "messages": messages,
             "add_generation_prompt": true,
-        }));
+        });
+        if let Some(c) = count_of(post_json(client, &tokenize, &body).await?.as_ref(), text) {
+            return Some(c);
+        }
+        // llama-server's /tokenize does not: render the template with its
+        // /apply-template first, or the count misses the template's tokens.
+        let body = serde_json::json!({ "messages": messages });
+        let rendered = post_json(client, &format!("{base}/apply-template"), &body).await?;
+        if let Some(prompt) = rendered.as_ref().and_then(|v| v["prompt"].as_str()) {
+            let body = serde_json::json!({ "content": prompt, "add_special": true });
+            if let Some(c) = count_of(post_json(client, &tokenize, &body).await?.as_ref(), prompt) {
+                return Some(c);
+            }
+        }
     }
-    bodies.push(serde_json::json!({ "model": model, "prompt": text, "add_special_tokens": true }));
-    bodies.push(serde_json::json!({ "content": text, "add_special": true }));
+    let bodies = [
+        serde_json::json!({ "model": model, "prompt": text, "add_special_tokens": true }),
+        serde_json::json!({ "content": text, "add_special": true }),
+    ];
     for body in bodies {
-        let mut rb = client
-            .http()
-            .post(&url)
-            .timeout(std::time::Duration::from_secs(30))
-            .json(&body);
-        if let Some(k) = &client.config().api_key {
-            rb = rb.bearer_auth(k.expose());
-        }
-        let Ok(resp) = rb.send().await else {
-            return None;
-        };
-        if !resp.status().is_success() {
-            continue;
-        }
-        let Ok(v) = resp.json::<serde_json::Value>().await else {
-            continue;
-        };
-        let counted = v
-            .get("count")
-            .and_then(|c| c.as_u64())
-            .or_else(|| {
-                v.get("tokens")
-                    .and_then(|t| t.as_array())
-                    .map(|t| t.len() as u64)
-            })
-            .filter(|c| *c > 0 || text.is_empty());
-        if let Some(c) = counted {
-            return u32::try_from(c).ok();
+        if let Some(c) = count_of(post_json(client, &tokenize, &body).await?.as_ref(), text) {
+            return Some(c);
         }
     }
     None
+}
+
+/// The JSON answer of a POST: `None` (the outer option) when the server
+/// cannot be reached, `Some(None)` when it answers with an error or not JSON.
+async fn post_json(
+    client: &crate::client::ProbeClient,
+    url: &str,
+    body: &serde_json::Value,
+) -> Option<Option<serde_json::Value>> {
+    let mut rb = client
+        .http()
+        .post(url)
+        .timeout(std::time::Duration::from_secs(30))
+        .json(body);
+    if let Some(k) = &client.config().api_key {
+        rb = rb.bearer_auth(k.expose());
+    }
+    let resp = rb.send().await.ok()?;
+    if !resp.status().is_success() {
+        return Some(None);
+    }
+    Some(resp.json::<serde_json::Value>().await.ok())
+}
+
+/// The token count in a `/tokenize` answer: vLLM's `count`, or the length
+/// of llama.cpp's `tokens`. Zero tokens for non-empty text is no count.
+fn count_of(answer: Option<&serde_json::Value>, text: &str) -> Option<u32> {
+    let v = answer?;
+    let counted = v
+        .get("count")
+        .and_then(|c| c.as_u64())
+        .or_else(|| {
+            v.get("tokens")
+                .and_then(|t| t.as_array())
+                .map(|t| t.len() as u64)
+        })
+        .filter(|c| *c > 0 || text.is_empty())?;
+    u32::try_from(counted).ok()
 }
 
 #[cfg(test)]

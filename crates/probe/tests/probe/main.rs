@@ -6,6 +6,7 @@ mod bpe;
 mod faults;
 mod fixtures;
 mod helpers;
+mod llamacpp;
 mod load;
 mod sim;
 mod sse_prop;

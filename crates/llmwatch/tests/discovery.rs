@@ -38,6 +38,21 @@ async fn targets_json(base: &str) -> Vec<Value> {
     body["targets"].as_array().cloned().unwrap_or_default()
 }
 
+/// The state of the `always` alert on `target`, from `/api/v1/alerts`.
+async fn alert_state(base: &str, target: &str) -> Option<String> {
+    let body: Value = reqwest::get(format!("{base}/api/v1/alerts"))
+        .await
+        .ok()?
+        .json()
+        .await
+        .ok()?;
+    body["alerts"]
+        .as_array()?
+        .iter()
+        .find(|a| a["rule"] == "always" && a["target"] == target)
+        .and_then(|a| a["state"].as_str().map(str::to_string))
+}
+
 /// Scrapes stored for `name` so far (0 when the store does not know it).
 async fn scrapes_of(daemon: &common::TestDaemon, name: &str) -> usize {
     let store = &daemon.daemon.store;
@@ -58,9 +73,14 @@ async fn file_sd_changes_add_and_remove_targets_while_running() {
     let dir = tempfile::tempdir().expect("temporary directory");
     let sd_file = dir.path().join("fleet.json");
     std::fs::write(&sd_file, sd_document(&[&a], "east")).expect("sd file written");
+    // A rule that holds on every scraped target: it fires for a, and must
+    // resolve once a leaves the fleet.
     let toml = format!(
-        "[[discovery]]\nname = \"fleet\"\nfiles = [\"{}/*.json\"]\nrefresh_interval = \"1s\"\n\
-         [discovery.target]\nscrape_interval = \"300ms\"\n",
+        "[server]\nalert_interval = \"300ms\"\n\
+         [[discovery]]\nname = \"fleet\"\nfiles = [\"{}/*.json\"]\nrefresh_interval = \"1s\"\n\
+         [discovery.target]\nscrape_interval = \"300ms\"\n\
+         [[alerts]]\nname = \"always\"\nsignal = \"requests_running\"\nop = \">=\"\n\
+         threshold = \"0\"\nwindow = \"1m\"\nfor = \"0s\"\n",
         dir.path().display()
     );
     let daemon = common::spawn_daemon(&toml).await;
@@ -81,6 +101,11 @@ async fn file_sd_changes_add_and_remove_targets_while_running() {
     assert_eq!(entry["labels"]["zone"], "east", "{entry}");
     assert_eq!(entry["discovered_by"], "fleet");
     assert_eq!(entry["watched"], true);
+    common::wait_for("the alert firing for a", WITHIN, || {
+        let (base, name_a) = (base.clone(), name_a.clone());
+        async move { (alert_state(&base, &name_a).await.as_deref() == Some("firing")).then_some(()) }
+    })
+    .await;
 
     // Rewritten: a leaves, b comes. b is scraped; a's scrapes stop.
     std::fs::write(&sd_file, sd_document(&[&b], "west")).expect("sd file rewritten");
@@ -95,6 +120,13 @@ async fn file_sd_changes_add_and_remove_targets_while_running() {
             let listed = targets_json(&base).await;
             let a = listed.iter().find(|t| t["name"] == name_a.as_str())?;
             (a["watched"] == false).then_some(())
+        }
+    })
+    .await;
+    common::wait_for("a's alert resolved after a left", WITHIN, || {
+        let (base, name_a) = (base.clone(), name_a.clone());
+        async move {
+            (alert_state(&base, &name_a).await.as_deref() == Some("resolved")).then_some(())
         }
     })
     .await;

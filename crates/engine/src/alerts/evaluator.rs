@@ -254,6 +254,22 @@ async fn evaluate_round(
             }
         }
     }
+    // A target that left the watched set (discovery removed it) has no
+    // signal any more: its live alerts resolve, as Prometheus' do when their
+    // series vanish (after `keep_firing_for`), instead of firing forever.
+    let gone: Vec<(String, String)> = entries
+        .iter()
+        .filter(|((_, target), entry)| {
+            !targets.contains(target)
+                && matches!(entry.alert.state, AlertState::Firing | AlertState::Pending)
+        })
+        .map(|(key, _)| key.clone())
+        .collect();
+    for (rule_name, target) in gone {
+        if let Some(rule) = handle.rules.iter().find(|r| r.name == rule_name) {
+            observe(settings, rule, &target, None, now, entries, &mut outcome);
+        }
+    }
     let current = settle(entries, &mut outcome.changes, now);
     if let Ok(mut shared) = handle.current.write() {
         *shared = current;

@@ -276,6 +276,9 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     api.sweeps = sweep_slots.clone();
     let remote_write =
         llmwatch_engine::sinks::remote_write::spawn_all(&config, &store, &shutdown_rx, &mut tasks)?;
+    if let Ok(mut slot) = api.own_metrics.discovery.lock() {
+        *slot = (!config.discovery.is_empty()).then(|| discovery_counters.clone());
+    }
     if let Ok(mut slot) = api.own_metrics.remote_write.lock() {
         *slot = remote_write;
     }

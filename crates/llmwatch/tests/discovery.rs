@@ -38,6 +38,18 @@ async fn targets_json(base: &str) -> Vec<Value> {
     body["targets"].as_array().cloned().unwrap_or_default()
 }
 
+/// The value of an unlabelled series on the daemon's own `/metrics`.
+async fn own_metric(base: &str, name: &str) -> Option<f64> {
+    let page = reqwest::get(format!("{base}/metrics"))
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    page.lines()
+        .find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+}
+
 /// The state of the `always` alert on `target`, from `/api/v1/alerts`.
 async fn alert_state(base: &str, target: &str) -> Option<String> {
     let body: Value = reqwest::get(format!("{base}/api/v1/alerts"))
@@ -101,6 +113,9 @@ async fn file_sd_changes_add_and_remove_targets_while_running() {
     assert_eq!(entry["labels"]["zone"], "east", "{entry}");
     assert_eq!(entry["discovered_by"], "fleet");
     assert_eq!(entry["watched"], true);
+    let own = own_metric(&base, "llmwatch_discovery_targets").await;
+    assert_eq!(own, Some(1.0), "one target found");
+    assert!(own_metric(&base, "llmwatch_discovery_refreshes_total").await >= Some(1.0));
     common::wait_for("the alert firing for a", WITHIN, || {
         let (base, name_a) = (base.clone(), name_a.clone());
         async move { (alert_state(&base, &name_a).await.as_deref() == Some("firing")).then_some(()) }
@@ -158,6 +173,10 @@ async fn file_sd_changes_add_and_remove_targets_while_running() {
     })
     .await;
     assert!(daemon.daemon.targets.names().contains(&name_b.to_string()));
+    assert!(
+        own_metric(&base, "llmwatch_discovery_failures_total").await >= Some(1.0),
+        "the broken file is counted"
+    );
     daemon.daemon.shutdown().await;
 }
 

@@ -13,6 +13,7 @@ use llmwatch_store::{ProbeRow, Store, StoreError, SweepStatus, TargetRow};
 
 use llmwatch_engine::alerts::AlertsHandle;
 use llmwatch_engine::sinks::remote_write::RemoteWriteCounters;
+use llmwatch_engine::sources::discovery::DiscoveryCounters;
 use llmwatch_engine::sources::scrape::ScrapeCounters;
 use llmwatch_engine::telemetry::HistogramSnapshot;
 
@@ -115,6 +116,8 @@ pub struct OwnMetrics {
     pub render_failures: AtomicU64,
     /// The `[[remote_write]]` endpoints' counters (set once they start).
     pub remote_write: std::sync::Mutex<Vec<std::sync::Arc<RemoteWriteCounters>>>,
+    /// Service discovery's counters, when `[[discovery]]` groups run.
+    pub discovery: std::sync::Mutex<Option<std::sync::Arc<DiscoveryCounters>>>,
 }
 
 /// Probes folded per render at most (the rest on the next one).
@@ -130,6 +133,7 @@ impl OwnMetrics {
             }),
             render_failures: AtomicU64::new(0),
             remote_write: Default::default(),
+            discovery: Default::default(),
         })
     }
 
@@ -164,6 +168,9 @@ impl OwnMetrics {
         write_alerts(&mut page, alerts);
         if let Ok(endpoints) = self.remote_write.lock() {
             write_remote_write(&mut page, &endpoints);
+        }
+        if let Ok(Some(discovery)) = self.discovery.lock().as_deref() {
+            write_discovery(&mut page, discovery);
         }
         page.gauge(
             "llmwatch_store_size_bytes",
@@ -482,6 +489,25 @@ fn write_alerts(page: &mut Exposition, alerts: &AlertsHandle) {
                 },
             )
         }),
+    );
+}
+
+/// Service discovery: refreshes, unreadable sources, targets found.
+fn write_discovery(page: &mut Exposition, discovery: &DiscoveryCounters) {
+    page.counter(
+        "llmwatch_discovery_refreshes_total",
+        "Refreshes of the [[discovery]] groups (file_sd and http_sd).",
+        [(Vec::new(), discovery.refreshes.load(Ordering::Relaxed))],
+    );
+    page.counter(
+        "llmwatch_discovery_failures_total",
+        "Discovery sources that could not be read or parsed (the last good list was kept).",
+        [(Vec::new(), discovery.failures.load(Ordering::Relaxed))],
+    );
+    page.gauge(
+        "llmwatch_discovery_targets",
+        "Targets the discovery groups found for this shard in their last refresh.",
+        [(Vec::new(), discovery.targets.load(Ordering::Relaxed) as f64)],
     );
 }
 

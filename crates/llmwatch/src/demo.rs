@@ -4,6 +4,8 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
@@ -77,7 +79,7 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
         database.display().to_string()
     );
     let mut load = Vec::new();
-    let mut sweep_target = None;
+    let mut sweep_targets = Vec::new();
     for target in TARGETS {
         let (sim, engine, gpu) =
             sim::start(&SimArgs::loopback(target.profile, MODEL, 1.0).with_gpu_page()).await?;
@@ -92,13 +94,16 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
              [targets.probe]\ninterval = \"5s\"\nshape = \"64x16\"\napi = \"chat\"\n",
             target.name
         ));
-        if sweep_target.is_none() {
-            sweep_target = Some((
-                target.name,
-                url.clone(),
-                gpu.map(|g| format!("http://{g}/metrics")),
-            ));
-        }
+        let background = Background {
+            paused: Arc::new(AtomicBool::new(false)),
+            sim: sim.clone(),
+        };
+        sweep_targets.push((
+            target.name,
+            url.clone(),
+            gpu.map(|g| format!("http://{g}/metrics")),
+            background.clone(),
+        ));
         if let Some(gpu) = gpu {
             toml.push_str(&format!(
                 "[[gpus]]\nname = \"{}-gpus\"\ndcgm_url = \"http://{gpu}/metrics\"\ninterval = \"2s\"\n",
@@ -116,6 +121,7 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
                 target.prompt_words,
                 target.max_tokens,
                 worker,
+                background.paused.clone(),
             )));
         }
         engine_urls.push((target.name.to_string(), url));
@@ -131,16 +137,17 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
     );
     let config = Config::parse(&toml, Path::new("<demo>")).context("demo config")?;
     let daemon = daemon::start(config).await?;
-    // A short sweep of the first target at start, so the sweep page has
-    // something to show (stored like any sweep).
-    if let Some((name, url, gpu_url)) = sweep_target {
-        load.push(tokio::spawn(demo_sweep(
-            daemon.store.clone(),
-            name,
-            url,
-            gpu_url,
-        )));
-    }
+    // Short sweeps at start, stored like any sweep: the healthy target's,
+    // then the KV-starved one's, with its background load paused (a sweep
+    // measures the server alone); it finds the knee and names the KV cache.
+    let store = daemon.store.clone();
+    load.push(tokio::spawn(async move {
+        for (name, url, gpu_url, background) in sweep_targets {
+            background.pause_until_idle().await;
+            demo_sweep(store.clone(), name, url, gpu_url).await;
+            background.paused.store(false, Ordering::Relaxed);
+        }
+    }));
     Ok(RunningDemo {
         daemon,
         engine_urls,
@@ -165,7 +172,8 @@ pub async fn run(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Resul
     Ok(())
 }
 
-/// The demo's sweep: concurrency 1…64, short steps.
+/// One of the demo's sweeps: concurrency 1…64 on the healthy target, 1…8
+/// on the busy KV-starved one; short steps.
 async fn demo_sweep(
     store: llmwatch_store::Store,
     name: &'static str,
@@ -177,14 +185,29 @@ async fn demo_sweep(
     settings.gpu_url = gpu_url;
     settings.model = Some(MODEL.to_string());
     settings.api = llmwatch_probe::Api::Completions;
-    settings.shape = llmwatch_probe::Shape {
-        input_tokens: 128,
-        output_tokens: 32,
-    };
-    settings.ladder =
-        llmwatch_engine::runners::sweep::Ladder::Concurrency(vec![1, 2, 4, 8, 16, 32, 64]);
-    settings.requests_per_step = 12;
-    settings.requests_per_slot = 2;
+    let kv_starved = TARGETS
+        .iter()
+        .any(|t| t.name == name && t.profile == "kv-starved");
+    if kv_starved {
+        // Long prompts fill its small KV cache from concurrency 8 on.
+        settings.shape = llmwatch_probe::Shape {
+            input_tokens: 512,
+            output_tokens: 128,
+        };
+        settings.ladder =
+            llmwatch_engine::runners::sweep::Ladder::Concurrency(vec![1, 2, 4, 8, 16]);
+        settings.requests_per_step = 8;
+        settings.requests_per_slot = 1;
+    } else {
+        settings.shape = llmwatch_probe::Shape {
+            input_tokens: 128,
+            output_tokens: 32,
+        };
+        settings.ladder =
+            llmwatch_engine::runners::sweep::Ladder::Concurrency(vec![1, 2, 4, 8, 16, 32, 64]);
+        settings.requests_per_step = 12;
+        settings.requests_per_slot = 2;
+    }
     settings.min_step_duration = Duration::from_secs(2);
     settings.scrape_interval = Duration::from_millis(500);
     // The simulated engines share this machine's cores with the measuring
@@ -200,17 +223,45 @@ async fn demo_sweep(
     }
 }
 
+/// A target's background load: paused while its sweep runs.
+#[derive(Clone)]
+struct Background {
+    paused: Arc<AtomicBool>,
+    sim: llmwatch_sim::Sim,
+}
+
+impl Background {
+    /// Pauses the load and waits (at most a minute) until the engine has
+    /// finished what it was running.
+    async fn pause_until_idle(&self) {
+        self.paused.store(true, Ordering::Relaxed);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while tokio::time::Instant::now() < deadline {
+            let now = self.sim.snapshot();
+            if now.running == 0 && now.waiting == 0 {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+}
+
 /// One client that streams completions back to back, so the simulated
-/// engines have something to show.
+/// engines have something to show; it idles while `paused`.
 async fn background_stream_loop(
     client: reqwest::Client,
     base_url: String,
     prompt_words: usize,
     max_tokens: u32,
     worker: usize,
+    paused: Arc<AtomicBool>,
 ) {
     let mut round = 0usize;
     loop {
+        if paused.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            continue;
+        }
         round += 1;
         // A unique first word keeps these prompts out of the prefix cache.
         let prompt = format!(

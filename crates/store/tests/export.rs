@@ -112,8 +112,8 @@ async fn every_scrape_once_in_order_in_bounded_batches() {
                 .map(|(_, def, value)| {
                     assert_eq!(def.kind, SeriesKind::Raw);
                     RawSample {
-                        name: def.name.clone(),
-                        labels: def.labels.clone(),
+                        name: def.name.as_str().into(),
+                        labels: def.labels.as_slice().into(),
                         value: *value,
                     }
                 })

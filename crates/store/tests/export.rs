@@ -79,7 +79,7 @@ async fn filled(store: &Store) -> (i64, i64, Written) {
 fn as_lines(samples: &[RawSample]) -> BTreeMap<(String, Vec<(String, String)>), u64> {
     samples
         .iter()
-        .map(|s| ((s.name.clone(), s.labels.clone()), s.value.to_bits()))
+        .map(|s| ((s.name.to_string(), s.labels.to_vec()), s.value.to_bits()))
         .collect()
 }
 

@@ -232,7 +232,7 @@ async fn samples_reach_prometheus_and_a_down_receiver_gets_the_backlog() {
                 )
             })
             .collect();
-        labels.insert("__name__".into(), line.name.clone());
+        labels.insert("__name__".into(), line.name.to_string());
         labels.insert("job".into(), "engine".into());
         labels.insert("instance".into(), instance.clone());
         labels.insert("target".into(), "sim".into());

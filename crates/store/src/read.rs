@@ -665,8 +665,8 @@ impl Store {
             };
             match def.kind {
                 SeriesKind::Raw => page.raw.push(RawSample {
-                    name: def.name.clone(),
-                    labels: def.labels.clone(),
+                    name: def.name.as_str().into(),
+                    labels: def.labels.as_slice().into(),
                     value,
                 }),
                 SeriesKind::Catalog { .. } => page.catalog.extend(def.catalog_sample(value)),

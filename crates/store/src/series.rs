@@ -16,31 +16,74 @@ use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
 use llmwatch_core::exposition::Exposition;
 
 /// One sample line of a scraped page, as the server wrote it.
+///
+/// Name and labels are shared (`Arc`): a target's page has the same lines
+/// scrape after scrape, so [`RawSample::all_of_like`] gives a new page the
+/// previous page's strings instead of allocating ~3 000 of them, and the
+/// writer recognises an unchanged line by pointer.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RawSample {
     /// The sample name, e.g. `vllm:e2e_request_latency_seconds_bucket`.
-    pub name: String,
+    pub name: Arc<str>,
     /// Label pairs in page order, values unescaped.
-    pub labels: Vec<(String, String)>,
+    pub labels: Arc<[(String, String)]>,
     pub value: f64,
 }
 
 impl RawSample {
     /// Every sample line of a parsed page, in page order.
     pub fn all_of(page: &Exposition) -> Vec<RawSample> {
-        page.families
+        RawSample::all_of_like(page, &[])
+    }
+
+    /// Every sample line of `page`, sharing the name and labels of the line
+    /// at the same place in `previous` (the target's last page) when they
+    /// are equal, and a name with the line before when it repeats
+    /// (histogram buckets).
+    pub fn all_of_like(page: &Exposition, previous: &[RawSample]) -> Vec<RawSample> {
+        let mut lines: Vec<RawSample> = Vec::with_capacity(previous.len());
+        let samples = page
+            .families
             .iter()
-            .flat_map(|family| family.samples.iter())
-            .map(|sample| RawSample {
-                name: sample.name.to_string(),
-                labels: sample
-                    .labels
-                    .iter()
-                    .map(|label| (label.name.to_string(), label.value.to_string()))
-                    .collect(),
-                value: sample.value,
-            })
-            .collect()
+            .flat_map(|family| family.samples.iter());
+        for (i, sample) in samples.enumerate() {
+            let same_labels = |labels: &[(String, String)]| {
+                labels.len() == sample.labels.len()
+                    && labels
+                        .iter()
+                        .zip(&sample.labels)
+                        .all(|((name, value), label)| {
+                            *name == *label.name && *value == *label.value
+                        })
+            };
+            let line = match previous.get(i) {
+                Some(old) if *old.name == *sample.name && same_labels(&old.labels) => RawSample {
+                    name: Arc::clone(&old.name),
+                    labels: Arc::clone(&old.labels),
+                    value: sample.value,
+                },
+                _ => RawSample {
+                    name: match lines.last() {
+                        Some(before) if *before.name == *sample.name => Arc::clone(&before.name),
+                        _ => Arc::from(sample.name.as_ref()),
+                    },
+                    labels: sample
+                        .labels
+                        .iter()
+                        .map(|label| (label.name.to_string(), label.value.to_string()))
+                        .collect(),
+                    value: sample.value,
+                },
+            };
+            lines.push(line);
+        }
+        lines
+    }
+
+    /// Whether `other` is the same line (name and labels), by pointer first.
+    pub fn same_line(&self, other: &RawSample) -> bool {
+        (Arc::ptr_eq(&self.name, &other.name) || self.name == other.name)
+            && (Arc::ptr_eq(&self.labels, &other.labels) || self.labels == other.labels)
     }
 }
 
@@ -70,8 +113,8 @@ impl SeriesDef {
     pub fn raw(target_id: i64, sample: &RawSample) -> SeriesDef {
         SeriesDef {
             target_id,
-            name: sample.name.clone(),
-            labels: sample.labels.clone(),
+            name: sample.name.to_string(),
+            labels: sample.labels.to_vec(),
             kind: SeriesKind::Raw,
         }
     }
@@ -258,8 +301,8 @@ impl SeriesCache {
             .find(|id| {
                 self.defs.get(id).is_some_and(|def| {
                     def.target_id == target_id
-                        && def.name == sample.name
-                        && def.labels == sample.labels
+                        && *def.name == *sample.name
+                        && *def.labels == *sample.labels
                 })
             })
     }
@@ -277,10 +320,6 @@ impl SeriesCache {
                             if metric == sample.metric && same_part(part, sample.part))
                 })
             })
-    }
-
-    pub(crate) fn def(&self, id: u32) -> Option<&Arc<SeriesDef>> {
-        self.defs.get(&id)
     }
 
     pub(crate) fn name_of(&self, id: u32) -> Option<&str> {
@@ -330,7 +369,7 @@ mod tests {
         let mut cache = SeriesCache::default();
         let raw = RawSample {
             name: "vllm:num_requests_running".into(),
-            labels: vec![("model_name".into(), "m".into())],
+            labels: vec![("model_name".into(), "m".into())].into(),
             value: 1.0,
         };
         let catalog = NormalizedSample {

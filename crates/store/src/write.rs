@@ -22,18 +22,29 @@ const HEAD_KEEP: usize = 2;
 /// The series of a target's last scraped page, line by line.
 #[derive(Debug, Default)]
 pub(crate) struct PageShape {
-    series: Vec<(u32, Arc<SeriesDef>)>,
+    ids: Vec<u32>,
+    /// The page's lines (their values are not used): a scrape that shares
+    /// their names and labels is recognised by pointer.
+    lines: Vec<RawSample>,
 }
 
 impl PageShape {
     /// Whether `raw` has the same lines in the same order.
     fn matches(&self, raw: &[RawSample]) -> bool {
-        self.series.len() == raw.len()
+        self.lines.len() == raw.len()
             && self
-                .series
+                .lines
                 .iter()
                 .zip(raw)
-                .all(|((_, def), sample)| def.name == sample.name && def.labels == sample.labels)
+                .all(|(line, sample)| line.same_line(sample))
+    }
+
+    /// (series id, value) of every line of `raw`, a page of this shape.
+    fn pairs<'a>(&'a self, raw: &'a [RawSample]) -> impl Iterator<Item = (u32, f64)> + 'a {
+        self.ids
+            .iter()
+            .zip(raw)
+            .map(|(id, sample)| (*id, sample.value))
     }
 }
 
@@ -153,13 +164,7 @@ impl Store {
             .is_some_and(|shape| shape.matches(&scrape.raw));
         if same_shape {
             if let Some(shape) = &shape {
-                pairs.extend(
-                    shape
-                        .series
-                        .iter()
-                        .zip(&scrape.raw)
-                        .map(|((id, _), sample)| (*id, sample.value)),
-                );
+                pairs.extend(shape.pairs(&scrape.raw));
             }
         }
         {
@@ -189,14 +194,15 @@ impl Store {
                     });
                 }
             }
-            let shape = self.page_shape(&raw_ids, new_series)?;
-            pairs.extend(
-                shape
-                    .series
-                    .iter()
-                    .zip(&scrape.raw)
-                    .map(|((id, _), sample)| (*id, sample.value)),
-            );
+            let ids = raw_ids
+                .into_iter()
+                .map(|id| id.ok_or_else(|| StoreError::Corrupt("a line without a series".into())))
+                .collect::<Result<Vec<u32>, StoreError>>()?;
+            let shape = PageShape {
+                ids,
+                lines: scrape.raw.clone(),
+            };
+            pairs.extend(shape.pairs(&scrape.raw));
             shapes.insert(target, Arc::new(shape));
         }
         for i in missing_catalog {
@@ -208,27 +214,6 @@ impl Store {
             pairs.push((id, sample.value));
         }
         Ok(pairs)
-    }
-
-    /// The shape of a page whose lines have the series `ids`.
-    fn page_shape(
-        &self,
-        ids: &[Option<u32>],
-        new_series: &SeriesCache,
-    ) -> Result<PageShape, StoreError> {
-        let cache = self.series.read().map_err(poisoned)?;
-        let series = ids
-            .iter()
-            .map(|id| {
-                let id = id.ok_or_else(|| StoreError::Corrupt("a line without a series".into()))?;
-                let def = cache
-                    .def(id)
-                    .or_else(|| new_series.def(id))
-                    .ok_or_else(|| StoreError::Corrupt(format!("series {id} not indexed")))?;
-                Ok((id, Arc::clone(def)))
-            })
-            .collect::<Result<_, StoreError>>()?;
-        Ok(PageShape { series })
     }
 
     /// Seals the `count` oldest head rows of `target` into a block and

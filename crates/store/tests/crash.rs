@@ -135,7 +135,7 @@ fn kill_9_loses_at_most_the_batch_in_flight() {
                     .unwrap();
                 let bits = |p: &[RawSample]| -> Vec<(String, u64)> {
                     p.iter()
-                        .map(|s| (s.name.clone(), s.value.to_bits()))
+                        .map(|s| (s.name.to_string(), s.value.to_bits()))
                         .collect()
                 };
                 let mut want = bits(&page);

@@ -79,7 +79,7 @@ async fn filled(store: &Store) -> (i64, i64, Written) {
 fn as_lines(samples: &[RawSample]) -> BTreeMap<(String, Vec<(String, String)>), u64> {
     samples
         .iter()
-        .map(|s| ((s.name.clone(), s.labels.clone()), s.value.to_bits()))
+        .map(|s| ((s.name.to_string(), s.labels.to_vec()), s.value.to_bits()))
         .collect()
 }
 
@@ -112,8 +112,8 @@ async fn every_scrape_once_in_order_in_bounded_batches() {
                 .map(|(_, def, value)| {
                     assert_eq!(def.kind, SeriesKind::Raw);
                     RawSample {
-                        name: def.name.clone(),
-                        labels: def.labels.clone(),
+                        name: def.name.as_str().into(),
+                        labels: def.labels.as_slice().into(),
                         value: *value,
                     }
                 })

@@ -76,7 +76,7 @@ type Lines = BTreeMap<(String, Vec<(String, String)>), u64>;
 fn lines(samples: &[RawSample]) -> Lines {
     samples
         .iter()
-        .map(|s| ((s.name.clone(), s.labels.clone()), s.value.to_bits()))
+        .map(|s| ((s.name.to_string(), s.labels.to_vec()), s.value.to_bits()))
         .collect()
 }
 
@@ -87,6 +87,55 @@ async fn open(dir: &tempfile::TempDir) -> (Store, i64) {
         .await
         .unwrap();
     (store, target)
+}
+
+/// A page parsed after another shares the strings of its unchanged lines
+/// (what the scrape loop does), allocates the changed ones, and the store
+/// keeps every line of both exactly.
+#[tokio::test]
+async fn a_page_shares_the_strings_of_the_last_pages_unchanged_lines() {
+    let first_body =
+        "# TYPE req counter\nreq_total{code=\"200\"} 1\nreq_total{code=\"500\"} 2\nup 1\n";
+    let second_body =
+        "# TYPE req counter\nreq_total{code=\"200\"} 5\nreq_total{code=\"404\"} 6\nup 1\n";
+    let first = parse_page(first_body.as_bytes());
+    let (page, _) = parse_lenient(
+        second_body.as_bytes(),
+        detect_format(None, second_body.as_bytes()),
+    );
+    let second = RawSample::all_of_like(&page, &first);
+    assert_eq!(second, parse_page(second_body.as_bytes()));
+    assert!(std::sync::Arc::ptr_eq(&first[0].labels, &second[0].labels));
+    assert!(!std::sync::Arc::ptr_eq(&first[1].labels, &second[1].labels));
+    assert!(std::sync::Arc::ptr_eq(&first[2].name, &second[2].name));
+    // A histogram's lines of one name share it within a page too.
+    assert!(std::sync::Arc::ptr_eq(&second[0].name, &second[1].name));
+
+    let dir = tempfile::tempdir().unwrap();
+    let (store, target) = open(&dir).await;
+    store
+        .write_scrapes(&[record(target, 1_000, first.clone())])
+        .await
+        .unwrap();
+    store
+        .write_scrapes(&[record(target, 2_000, second.clone())])
+        .await
+        .unwrap();
+    for (ts_ms, lines) in [(1_000, &first), (2_000, &second)] {
+        let stored = store.page_at(target, ts_ms).await.unwrap().unwrap();
+        let mut got: Vec<_> = stored
+            .raw
+            .iter()
+            .map(|s| (s.name.to_string(), s.labels.to_vec(), s.value))
+            .collect();
+        let mut want: Vec<_> = lines
+            .iter()
+            .map(|s| (s.name.to_string(), s.labels.to_vec(), s.value))
+            .collect();
+        got.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        want.sort_by(|a, b| a.partial_cmp(b).unwrap());
+        assert_eq!(got, want, "page at {ts_ms}");
+    }
 }
 
 #[tokio::test]
@@ -145,7 +194,7 @@ fn normalized(raw: &[RawSample]) -> Vec<NormalizedSample> {
     let mut families: Vec<MetricFamily> = Vec::new();
     for s in raw {
         let sample = Sample {
-            name: Cow::Borrowed(s.name.as_str()),
+            name: Cow::Borrowed(&*s.name),
             labels: s
                 .labels
                 .iter()
@@ -158,10 +207,10 @@ fn normalized(raw: &[RawSample]) -> Vec<NormalizedSample> {
             timestamp: None,
             exemplar: None,
         };
-        match families.iter_mut().find(|f| f.name == s.name) {
+        match families.iter_mut().find(|f| *f.name == *s.name) {
             Some(family) => family.samples.push(sample),
             None => families.push(MetricFamily {
-                name: Cow::Borrowed(s.name.as_str()),
+                name: Cow::Borrowed(&*s.name),
                 metric_type: MetricType::Unknown,
                 help: None,
                 unit: None,
@@ -449,8 +498,8 @@ fn expected_points(
     for (i, page) in pages.iter().enumerate() {
         let ts = T0 + i as i64 * STEP;
         if keep(ts) {
-            for line in page.iter().filter(|l| l.name == name) {
-                out.insert((line.labels.clone(), ts), line.value.to_bits());
+            for line in page.iter().filter(|l| *l.name == *name) {
+                out.insert((line.labels.to_vec(), ts), line.value.to_bits());
             }
         }
     }

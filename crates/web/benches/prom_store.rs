@@ -104,7 +104,7 @@ async fn fill_store(store: &Store, series: &[Series], targets: &[Target]) {
                     continue;
                 }
                 raw.push(RawSample {
-                    name: s.labels.metric_name().unwrap_or("").to_string(),
+                    name: s.labels.metric_name().unwrap_or("").into(),
                     labels: s
                         .labels
                         .pairs()

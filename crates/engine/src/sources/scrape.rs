@@ -126,16 +126,43 @@ pub struct Understood {
 pub fn understand(page: &Page, engine: EngineChoice) -> Understood {
     let format = detect_format(page.content_type.as_deref(), &page.body);
     let (exposition, parse_errors) = parse_lenient(&page.body, format);
-    let engine = match engine {
-        EngineChoice::Fixed(engine) => engine,
-        EngineChoice::Auto => detect_engine(&exposition),
-    };
+    let engine = engine_of(engine, &exposition);
     Understood {
         engine,
         samples: normalize(engine, &exposition),
         raw: RawSample::all_of(&exposition),
         families: exposition.families.len(),
         parse_errors,
+    }
+}
+
+/// What a scrape keeps of a page: every sample line and the engine.
+pub struct PageLines {
+    pub engine: Engine,
+    pub raw: Vec<RawSample>,
+    pub families: usize,
+    pub parse_errors: Vec<llmwatch_core::exposition::ParseError>,
+}
+
+/// Parses a page into its lines without normalising it: the store keeps
+/// raw lines and signals are normalised when read, so the scrape path
+/// skips the catalog (a fifth of a scrape's instructions). Lines equal to
+/// the same line of `previous` (the target's last page) share its strings.
+pub fn page_lines(page: &Page, engine: EngineChoice, previous: &[RawSample]) -> PageLines {
+    let format = detect_format(page.content_type.as_deref(), &page.body);
+    let (exposition, parse_errors) = parse_lenient(&page.body, format);
+    PageLines {
+        engine: engine_of(engine, &exposition),
+        raw: RawSample::all_of_like(&exposition, previous),
+        families: exposition.families.len(),
+        parse_errors,
+    }
+}
+
+fn engine_of(choice: EngineChoice, page: &llmwatch_core::exposition::Exposition) -> Engine {
+    match choice {
+        EngineChoice::Fixed(engine) => engine,
+        EngineChoice::Auto => detect_engine(page),
     }
 }
 
@@ -172,15 +199,25 @@ impl ScrapeCounters {
             self.failures.fetch_add(1, Ordering::Relaxed);
         }
         if let Ok(mut map) = self.per_target.lock() {
-            let entry = map.entry(name.to_string()).or_default();
-            entry.0 += 1;
-            entry.1 += u64::from(!up);
+            // Looked up by `&str` first: the name is copied once per target.
+            let failed = u64::from(!up);
+            match map.get_mut(name) {
+                Some(entry) => *entry = (entry.0 + 1, entry.1 + failed),
+                None => {
+                    map.insert(name.to_string(), (1, failed));
+                }
+            }
         }
     }
 }
 
-/// Scrapes `job.url` once and describes the outcome.
-pub async fn scrape_once(client: &reqwest::Client, job: &ScrapeJob) -> ScrapeRecord {
+/// Scrapes `job.url` once and describes the outcome; `previous` is the
+/// target's last page (or nothing), whose line strings the new page shares.
+pub async fn scrape_once(
+    client: &reqwest::Client,
+    job: &ScrapeJob,
+    previous: &[RawSample],
+) -> ScrapeRecord {
     let ts_ms = now_ms();
     let started = Instant::now();
     let fetched = fetch_page(client, &job.url, job.timeout, job.max_body_bytes).await;
@@ -200,7 +237,7 @@ pub async fn scrape_once(client: &reqwest::Client, job: &ScrapeJob) -> ScrapeRec
         Err(err) => record.error = Some(err.to_string()),
         Ok(page) => {
             record.body_bytes = page.body.len() as u64;
-            let understood = understand(&page, job.engine);
+            let understood = page_lines(&page, job.engine, previous);
             if understood.families == 0 && !understood.parse_errors.is_empty() {
                 record.error = Some(format!(
                     "unparseable page: {} ({} errors)",
@@ -239,8 +276,12 @@ pub async fn run_scrape_loop(
     // Up to 2 % of the interval (at most 250 ms), fresh each time.
     let max_jitter = (job.interval / 50).min(Duration::from_millis(250));
     let mut ticker = JitteredTicker::new(&job.name, job.interval, max_jitter);
+    let mut last_page: Vec<RawSample> = Vec::new();
     while ticker.tick(&mut shutdown).await {
-        let record = scrape_once(&client, &job).await;
+        let record = scrape_once(&client, &job, &last_page).await;
+        if record.up {
+            last_page.clone_from(&record.raw);
+        }
         counters.count(&job.name, record.up);
         if !record.up {
             tracing::warn!(
@@ -256,8 +297,15 @@ pub async fn run_scrape_loop(
     }
 }
 
-/// Writes records as they come, in batches: whatever has queued up since the
-/// last commit goes into one transaction.
+/// How long the writer gathers records after the first of a batch. Targets
+/// are scraped at phases spread over their interval, so without it nearly
+/// every scrape was a transaction of its own; a commit (WAL frames, index
+/// pages, checkpoints) cost more than the rest of the write.
+pub const WRITE_GATHER: Duration = Duration::from_millis(100);
+
+/// Writes records in batches: the first record waits up to [`WRITE_GATHER`]
+/// for others (or until the batch is full), and the batch goes into one
+/// transaction.
 pub async fn run_writer(
     store: Store,
     mut records: mpsc::Receiver<ScrapeRecord>,
@@ -266,6 +314,15 @@ pub async fn run_writer(
     const MAX_BATCH: usize = 256;
     let mut batch = Vec::with_capacity(MAX_BATCH);
     while records.recv_many(&mut batch, MAX_BATCH).await > 0 {
+        let gather_until = tokio::time::Instant::now() + WRITE_GATHER;
+        while batch.len() < MAX_BATCH {
+            let room = MAX_BATCH - batch.len();
+            match tokio::time::timeout_at(gather_until, records.recv_many(&mut batch, room)).await {
+                // More came, or the senders are gone (the batch is still written).
+                Ok(received) if received > 0 => {}
+                Ok(_) | Err(_) => break,
+            }
+        }
         let started = Instant::now();
         let written = store.write_scrapes(&batch).await;
         counters.write_latency.observe(started.elapsed());

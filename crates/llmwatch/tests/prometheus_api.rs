@@ -35,14 +35,22 @@ async fn running() -> (llmwatch_sim::Sim, std::net::SocketAddr, common::TestDaem
     let test = spawn_daemon(&toml).await;
     let base = format!("{}/prometheus/api/v1", test.base_url());
     let http = client();
-    wait_for("a canary probe and GPU scrapes", Duration::from_secs(20), || {
-        let (http, base) = (http.clone(), base.clone());
-        async move {
-            let q = enc("count(llmwatch_canary_success) + count(DCGM_FI_DEV_GPU_UTIL) + count(vllm:num_requests_running)");
-            let (_, body) = get(&http, &format!("{base}/query?query={q}"), Some(TOKEN)).await;
-            (body["data"]["result"].as_array().map_or(0, Vec::len) == 1).then_some(())
-        }
-    })
+    // Three engine scrapes stored, so every rate() below has two samples.
+    wait_for(
+        "a canary probe, GPU and engine scrapes",
+        Duration::from_secs(20),
+        || {
+            let (http, base) = (http.clone(), base.clone());
+            async move {
+                let q = enc(
+                    "count(llmwatch_canary_success) + count(DCGM_FI_DEV_GPU_UTIL) \
+                 + count(count_over_time(vllm:generation_tokens_total[1m]) >= 3)",
+                );
+                let (_, body) = get(&http, &format!("{base}/query?query={q}"), Some(TOKEN)).await;
+                (body["data"]["result"].as_array().map_or(0, Vec::len) == 1).then_some(())
+            }
+        },
+    )
     .await;
     (sim, engine, test)
 }

@@ -77,7 +77,7 @@ pub mod docs {
     const DURATION: &str = r#"{"type": "string", "examples": ["15", "15s", "1m30s"]}"#;
     const PROMQL: &str = r#"{"type": "string", "minLength": 1, "examples": ["up", "sum by (job) (rate(vllm:generation_tokens_total[5m]))"]}"#;
     const SELECTOR: &str = r#"{"type": "string", "minLength": 1, "examples": ["up", "{__name__=~\"vllm:.*\", job=\"engine\"}"]}"#;
-    const LIMIT_SCHEMA: &str = r#"{"type": "integer", "minimum": 0, "maximum": 1000000000}"#;
+    const LIMIT_SCHEMA: &str = r#"{"type": "integer", "minimum": 0}"#;
 
     const QUERY_TEXT: PromParam = required("query", PROMQL, "The PromQL expression.");
     const TIMEOUT: PromParam = form(

@@ -493,14 +493,39 @@ async fn openapi_documents_every_route() {
             "GET /api/v1/targets/{name}/signals",
             "POST /api/v1/sweeps",
             "POST /api/v1/sweeps/{id}/cancel",
+            "GET /prometheus/api/v1/label/{name}/values",
+            "GET /prometheus/api/v1/labels",
+            "GET /prometheus/api/v1/metadata",
+            "GET /prometheus/api/v1/query",
+            "GET /prometheus/api/v1/query_exemplars",
+            "GET /prometheus/api/v1/query_range",
+            "GET /prometheus/api/v1/rules",
+            "GET /prometheus/api/v1/series",
+            "GET /prometheus/api/v1/status/buildinfo",
+            "POST /prometheus/api/v1/labels",
+            "POST /prometheus/api/v1/query",
+            "POST /prometheus/api/v1/query_exemplars",
+            "POST /prometheus/api/v1/query_range",
+            "POST /prometheus/api/v1/series",
         ]
+        .into_iter()
+        .map(String::from)
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect::<Vec<_>>()
     );
     // Every route the router serves is in the document: both come from
-    // `api::routes()`.
-    let served: Vec<String> = llmwatch_web::api::routes()
+    // `api::routes()` and `prometheus::routes()`.
+    let mut served: Vec<String> = llmwatch_web::api::routes()
         .iter()
         .map(|(doc, _)| format!("{} {}", doc.method.to_uppercase(), doc.path))
         .collect();
+    for (route, _) in llmwatch_web::prometheus::routes::<llmwatch_web::AppState>() {
+        served.push(format!("GET {}", route.path));
+        if route.post {
+            served.push(format!("POST {}", route.path));
+        }
+    }
     for route in &served {
         assert!(documented.contains(route), "{route} undocumented");
     }

@@ -58,6 +58,14 @@ pub(crate) fn eval_aggregate<'e>(
     let out = match op {
         token::T_TOPK | token::T_BOTTOMK => {
             let k = param_scalar(ev, a, t)?;
+            // Prometheus converts k with `int64(k)` after this check, so
+            // NaN and values past ±2^63 fail the query, at every step.
+            if !(k >= i64::MIN as f64 && k <= i64::MAX as f64) {
+                return Err(exec(format!(
+                    "Scalar value {} overflows int64",
+                    format_value(k)
+                )));
+            }
             select_k(samples, &a.modifier, k, op == token::T_TOPK)
         }
         token::T_COUNT_VALUES => {
@@ -185,14 +193,11 @@ fn select_k(
     k: f64,
     top: bool,
 ) -> Vec<Sample> {
-    if k.is_nan() || k < 1.0 {
+    // k is within i64 here (checked by the caller); Go truncates it.
+    if k < 1.0 {
         return Vec::new();
     }
-    let k = if k >= usize::MAX as f64 {
-        usize::MAX
-    } else {
-        k as usize
-    };
+    let k = k as usize;
     let mut out = Vec::new();
     for (_, mut g) in grouped(samples, modifier) {
         g.sort_by(|a, b| cmp_for_k(a.v, b.v, top));

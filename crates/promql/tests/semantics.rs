@@ -290,6 +290,23 @@ fn aggregations_group_by_and_without() {
     assert_eq!(top[0].metric.get("job"), Some("b"), "topk keeps the labels");
     let bottom = vector(&src, "bottomk by (job) (1, g)", 0);
     assert_eq!(bottom.len(), 2);
+    assert!(
+        vector(&src, "topk(0.9, g)", 0).is_empty(),
+        "k truncates to 0"
+    );
+    assert_eq!(vector(&src, "topk(2.9, g)", 0).len(), 2, "k truncates to 2");
+    // k goes through Go's int64: NaN and ±Inf fail the query, even with
+    // nothing to select (Prometheus 2.42: "Scalar value NaN overflows int64").
+    for q in [
+        "topk(NaN, g)",
+        "bottomk(+Inf, g)",
+        "topk(-Inf, nothing)",
+        "topk(1e19, g)",
+    ] {
+        let err = instant_query(&src, q, 0, &QueryOptions::default()).unwrap_err();
+        assert!(err.to_string().contains("overflows int64"), "{q}: {err}");
+        assert_eq!(err.error_type(), "execution", "{q}");
+    }
     let mean = 14.0 / 3.0;
     let var = [1.0, 3.0, 10.0]
         .iter()

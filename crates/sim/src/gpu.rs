@@ -9,7 +9,8 @@
 //! whole KV pool, so its FB_USED is flat; the simulator lets memory follow
 //! the cache so that GPU memory and KV usage can be seen to move together.)
 //! Utilisation follows the recent step mix: prefill drives the tensor pipe,
-//! decode drives DRAM; idle decays to zero within a few seconds.
+//! decode drives DRAM; idle decays to zero within a few seconds and then
+//! reads exactly idle (every value constant).
 
 use std::fmt::Write as _;
 use std::sync::Mutex;

@@ -223,6 +223,22 @@ struct Activity {
 
 const ACTIVITY_TAU_S: f64 = 1.0;
 
+/// Activity below this reads as none: the GPU page of an idle engine is
+/// then constant (DCGM's integer utilisation reads 0 there too), so two
+/// scrapers sampling it at different instants see the same values.
+const IDLE_ACTIVITY: f64 = 0.005;
+
+/// (busy, prefill) decayed over `idle_s` seconds without a step; zero once
+/// busy has decayed under [`IDLE_ACTIVITY`].
+fn decayed_activity(busy: f64, prefill: f64, idle_s: f64) -> (f64, f64) {
+    let k = (-idle_s / ACTIVITY_TAU_S).exp();
+    if busy * k < IDLE_ACTIVITY {
+        (0.0, 0.0)
+    } else {
+        (busy * k, prefill * k)
+    }
+}
+
 /// State shared between the engine task and the HTTP handlers.
 pub(crate) struct Shared {
     stats: Mutex<stats::Stats>,
@@ -270,8 +286,7 @@ impl Shared {
     pub(crate) fn activity(&self) -> (f64, f64) {
         let a = self.activity.lock().unwrap_or_else(|e| e.into_inner());
         let idle = (Instant::now() - a.last).as_secs_f64();
-        let k = (-idle / ACTIVITY_TAU_S).exp();
-        (a.busy * k, a.prefill * k)
+        decayed_activity(a.busy, a.prefill, idle)
     }
 }
 
@@ -438,6 +453,17 @@ pub async fn serve_with_shutdown(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn activity_decays_then_reads_idle_exactly() {
+        let (busy, prefill) = decayed_activity(0.8, 0.2, 1.0);
+        assert!((busy - 0.8 * (-1.0f64).exp()).abs() < 1e-12);
+        assert!((prefill - 0.2 * (-1.0f64).exp()).abs() < 1e-12);
+        // ln(0.8 / 0.005) ≈ 5.1 time constants later the page stops moving.
+        assert_eq!(decayed_activity(0.8, 0.2, 5.2), (0.0, 0.0));
+        assert_eq!(decayed_activity(0.8, 0.2, 60.0), (0.0, 0.0));
+        assert_eq!(decayed_activity(0.0, 0.0, 0.0), (0.0, 0.0));
+    }
 
     #[test]
     fn flavor_parses() {

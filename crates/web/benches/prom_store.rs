@@ -1,8 +1,10 @@
-//! Query latency of the dashboard set over 24 h of data *through the
-//! store*: what `/prometheus/api/v1/query_range` does (read the selections
-//! from SQLite into a `MemorySource`, evaluate, serialise) beside a real
-//! Prometheus 2.42 holding the same samples. A fixed workload, timed once
-//! per engine after a warm-up:
+//! Query latency of the dashboard set over 24 h of data, llmwatch's
+//! `/prometheus/api/v1/query_range` beside a real Prometheus 2.42 holding
+//! the same samples, both through their HTTP APIs on loopback with the same
+//! client (one HTTP/1.0 request at a time), so the comparison is like for
+//! like. llmwatch's part is also timed in-process (store read, evaluation,
+//! JSON; no HTTP) to show what HTTP adds. A fixed workload, timed once per
+//! engine after a warm-up:
 //! `cargo bench -p llmwatch-web --bench prom_store`.
 //!
 //! Data: the promql crate's generator (the vLLM page's first instance, the
@@ -11,7 +13,8 @@
 //! three targets (every line kept, sealed into blocks as the daemon does).
 //! Prometheus gets the same series under the labels llmwatch's API gives
 //! them (`job` = target kind, `instance`, `target`), as TSDB blocks built by
-//! promtool in 1 h pieces.
+//! promtool in 1 h pieces. The dashboard expressions and the data come from
+//! the promql crate's test helpers (`tests/common`), shared, not copied.
 
 #[path = "../../promql/tests/common/mod.rs"]
 mod common;
@@ -189,6 +192,38 @@ fn time_each(
     (total, each, errors)
 }
 
+/// Serves llmwatch's Prometheus API over `store` on a loopback port.
+fn serve_llmwatch(runtime: &tokio::runtime::Runtime, store: &Store) -> std::net::SocketAddr {
+    let router = llmwatch_web::prometheus::router().with_state(store.clone());
+    runtime.block_on(async {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let addr = listener.local_addr().expect("local address");
+        tokio::spawn(async move {
+            if let Err(e) = axum::serve(listener, router).await {
+                eprintln!("llmwatch's API stopped: {e}");
+            }
+        });
+        addr
+    })
+}
+
+/// One line of the results table.
+fn report(what: &str, total: Duration, each: &[Duration], errors: usize) -> String {
+    let at = |q: usize| {
+        each.get(each.len() * q / 100)
+            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
+    };
+    format!(
+        "{what}: total {:.2} s, median {:.1} ms, p95 {:.1} ms, max {:.1} ms, {errors} errors",
+        total.as_secs_f64(),
+        at(50),
+        at(95),
+        each.last().map_or(0.0, |d| d.as_secs_f64() * 1000.0),
+    )
+}
+
 fn main() {
     let began = Instant::now();
     let generated = common::generate_for(&["first:vllm", "dcgm"], START_MS, DAY_MS, 5_000);
@@ -229,6 +264,7 @@ fn main() {
         loaded.elapsed().as_secs_f64()
     );
     let prom = start_prometheus(dir.path());
+    let ours_addr = serve_llmwatch(&runtime, &store);
 
     let queries = queries();
     let opts = QueryOptions {
@@ -236,7 +272,23 @@ fn main() {
         ..QueryOptions::default()
     };
     let (start, end) = (START_MS, START_MS + DAY_MS);
-    let ours = |q: &str| {
+    let path = |q: &str| {
+        format!(
+            "/api/v1/query_range?query={}&start={}&end={}&step={}",
+            url_encode(q),
+            secs(start),
+            secs(end),
+            STEP_MS / 1000
+        )
+    };
+    let ours_http = |q: &str| {
+        matches!(
+            http_get(ours_addr, &format!("/prometheus{}", path(q))),
+            Ok((200, _))
+        )
+    };
+    let theirs = |q: &str| matches!(http_get(prom.addr, &path(q)), Ok((200, _)));
+    let ours_in_process = |q: &str| {
         runtime.block_on(async {
             match source_for(&store, q, start, end, &opts, LIMITS).await {
                 Ok(source) => range_query(&source, q, start, end, STEP_MS, &opts)
@@ -246,35 +298,47 @@ fn main() {
             }
         })
     };
-    let theirs = |q: &str| {
-        let path = format!(
-            "/api/v1/query_range?query={}&start={}&end={}&step=60",
-            url_encode(q),
-            secs(start),
-            secs(end)
-        );
-        matches!(http_get(prom.addr, &path), Ok((200, _)))
-    };
+    // The floor of one loopback request: a query that reads nothing.
+    let trivial = ["vector(1)".to_string()];
+    let (ours_floor, _, _) = time_each(&trivial, ours_http);
+    let (prom_floor, _, _) = time_each(&trivial, theirs);
     let warm = &queries[..queries.len().min(30)];
-    time_each(warm, ours);
+    time_each(warm, ours_http);
     time_each(warm, theirs);
-    let (ours_total, ours_each, ours_errors) = time_each(&queries, ours);
+    let (ours_total, ours_each, ours_errors) = time_each(&queries, ours_http);
     let (prom_total, prom_each, prom_errors) = time_each(&queries, theirs);
-    let median = |v: &[Duration]| v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64() * 1000.0);
-    let p95 = |v: &[Duration]| {
-        v.get(v.len() * 95 / 100)
-            .map_or(0.0, |d| d.as_secs_f64() * 1000.0)
-    };
+    let (local_total, local_each, local_errors) = time_each(&queries, ours_in_process);
+    let median = |v: &[Duration]| v.get(v.len() / 2).map_or(0.0, |d| d.as_secs_f64());
     println!(
-        "{} dashboard range queries, 24 h at a 60 s step: llmwatch store+engine {:.2} s (median {:.1} ms, p95 {:.1} ms, {ours_errors} errors) | \
-         prometheus {:.2} s (median {:.1} ms, p95 {:.1} ms, {prom_errors} errors) | ratio ours/prometheus {:.2}",
+        "{} dashboard range queries, 24 h at a {} s step, one at a time:",
         queries.len(),
-        ours_total.as_secs_f64(),
-        median(&ours_each),
-        p95(&ours_each),
-        prom_total.as_secs_f64(),
-        median(&prom_each),
-        p95(&prom_each),
-        ours_total.as_secs_f64() / prom_total.as_secs_f64()
+        STEP_MS / 1000
+    );
+    println!(
+        "  {}",
+        report("llmwatch HTTP", ours_total, &ours_each, ours_errors)
+    );
+    println!(
+        "  {}",
+        report("Prometheus HTTP", prom_total, &prom_each, prom_errors)
+    );
+    println!(
+        "  {}",
+        report(
+            "llmwatch in-process",
+            local_total,
+            &local_each,
+            local_errors
+        )
+    );
+    println!(
+        "  one loopback request answering vector(1): llmwatch {:.2} ms, Prometheus {:.2} ms",
+        ours_floor.as_secs_f64() * 1000.0,
+        prom_floor.as_secs_f64() * 1000.0
+    );
+    println!(
+        "  ratio llmwatch / Prometheus over HTTP: total {:.2}, median {:.2}",
+        ours_total.as_secs_f64() / prom_total.as_secs_f64(),
+        median(&ours_each) / median(&prom_each)
     );
 }

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use axum::extract::FromRef;
 use llmwatch_store::Store;
 
 use crate::api::ApiContext;
@@ -24,4 +25,11 @@ pub struct AppState {
     pub api: Arc<ApiContext>,
     /// The live overview every `/events` client shares.
     pub live: LiveCache,
+}
+
+/// Handlers that need only the store (the Prometheus API) take `State<Store>`.
+impl FromRef<AppState> for Store {
+    fn from_ref(state: &AppState) -> Store {
+        state.store.clone()
+    }
 }

@@ -100,6 +100,30 @@ pub fn document(limits: &llmwatch_config::SweepLimits) -> Value {
             methods.insert(doc.method.to_string(), operation);
         }
     }
+    // The Prometheus-compatible API, described by its own module.
+    let prometheus: Vec<_> = crate::prometheus::routes::<crate::AppState>()
+        .into_iter()
+        .map(|(route, _)| route)
+        .collect();
+    paths.extend(crate::prometheus::openapi::paths(&prometheus));
+    let mut schemas = crate::prometheus::openapi::component_schemas();
+    schemas.insert(
+        "Error".to_string(),
+        json!({
+            "type": "object",
+            "required": ["error"],
+            "properties": {
+                "error": {
+                    "type": "object",
+                    "required": ["status", "message"],
+                    "properties": {
+                        "status": { "type": "integer" },
+                        "message": { "type": "string" },
+                    },
+                },
+            },
+        }),
+    );
     json!({
         "openapi": "3.1.0",
         "info": {
@@ -107,29 +131,16 @@ pub fn document(limits: &llmwatch_config::SweepLimits) -> Value {
             "version": env!("CARGO_PKG_VERSION"),
             "description": "Targets, signals, probes, sweeps and alerts of an llmwatch daemon. \
                 Times in requests: RFC 3339 or Unix seconds. Errors: {\"error\": {\"status\", \"message\"}}. \
-                Lists take limit and cursor and answer next_cursor (null on the last page).",
+                Lists take limit and cursor and answer next_cursor (null on the last page). \
+                Under /prometheus/api/v1: Prometheus' HTTP query API (version 2.42), with its parameters, \
+                answers and errors ({\"status\": \"error\", \"errorType\", \"error\"}).",
         },
         "servers": [{ "url": "/" }],
         "security": [{ "bearer": [] }, {}],
         "paths": paths,
         "components": {
             "securitySchemes": { "bearer": { "type": "http", "scheme": "bearer" } },
-            "schemas": {
-                "Error": {
-                    "type": "object",
-                    "required": ["error"],
-                    "properties": {
-                        "error": {
-                            "type": "object",
-                            "required": ["status", "message"],
-                            "properties": {
-                                "status": { "type": "integer" },
-                                "message": { "type": "string" },
-                            },
-                        },
-                    },
-                },
-            },
+            "schemas": schemas,
         },
     })
 }

@@ -11,7 +11,7 @@ use axum::http::{HeaderMap, Method};
 use serde_json::{json, Value};
 
 use super::{request, series_in, success, PromResult};
-use crate::AppState;
+use llmwatch_store::Store;
 
 /// llmwatch's own families: (name, type, help).
 const OWN: &[(&str, &str, &str)] = &[
@@ -67,8 +67,8 @@ fn family_of<'a>(name: &'a str, names: &BTreeMap<&str, ()>) -> (&'a str, &'stati
     (name, "unknown")
 }
 
-pub async fn metadata(State(state): State<AppState>, RawQuery(raw): RawQuery) -> PromResult {
-    let req = request(&state, &Method::GET, &HeaderMap::new(), raw, &Bytes::new())?;
+pub async fn metadata(State(store): State<Store>, RawQuery(raw): RawQuery) -> PromResult {
+    let req = request(&store, &Method::GET, &HeaderMap::new(), raw, &Bytes::new())?;
     let limit = req.form.limit()?;
     let wanted = req.form.get("metric").filter(|m| !m.is_empty());
     let series = series_in(&req.store, &req.form, &[]).await?;

@@ -17,21 +17,22 @@
 pub mod fetch;
 mod form;
 mod metadata;
+pub mod openapi;
 
 use std::time::Duration;
 
 use axum::body::Bytes;
-use axum::extract::{Path, RawQuery, State};
+use axum::extract::{FromRef, Path, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{any, get};
+use axum::routing::{any, get, MethodRouter};
 use axum::{Json, Router};
 use llmwatch_promql::{LabelMatcher, QueryError, QueryOptions};
 use llmwatch_store::{PromLimits, PromSourceError, Store};
 use serde_json::{json, Value};
 
-use crate::AppState;
 use form::Form;
+pub use openapi::{PromParam, PromRoute};
 
 /// Series and samples one query may read from the store.
 pub const LIMITS: PromLimits = PromLimits {
@@ -141,37 +142,52 @@ struct Request {
 }
 
 fn request(
-    state: &AppState,
+    store: &Store,
     method: &Method,
     headers: &HeaderMap,
     query: Option<String>,
     body: &Bytes,
 ) -> Result<Request, PromError> {
     Ok(Request {
-        store: state.store.clone(),
+        store: store.clone(),
         form: Form::parse(method, headers, query.as_deref(), body)?,
     })
 }
 
-/// The routes, to be mounted behind the API's authentication.
-pub fn router() -> Router<AppState> {
-    Router::new()
-        .route("/prometheus/api/v1/query", get(query).post(query))
-        .route(
-            "/prometheus/api/v1/query_range",
-            get(query_range).post(query_range),
-        )
-        .route("/prometheus/api/v1/series", get(series).post(series))
-        .route("/prometheus/api/v1/labels", get(labels).post(labels))
-        .route("/prometheus/api/v1/label/{name}/values", get(label_values))
-        .route("/prometheus/api/v1/metadata", get(metadata::metadata))
-        .route("/prometheus/api/v1/status/buildinfo", get(buildinfo))
-        .route(
-            "/prometheus/api/v1/query_exemplars",
-            get(empty_list).post(empty_list),
-        )
-        .route("/prometheus/api/v1/rules", get(no_rules))
-        .route("/prometheus/api/v1/{*rest}", any(unsupported))
+/// Every route with its documentation ([`openapi`] renders them into the
+/// daemon's OpenAPI document), so the two cannot drift apart. Handlers
+/// read only the store: any state the store comes from will do.
+pub fn routes<S>() -> Vec<(PromRoute, MethodRouter<S>)>
+where
+    S: Clone + Send + Sync + 'static,
+    Store: FromRef<S>,
+{
+    use openapi::docs;
+    vec![
+        (docs::QUERY, get(query).post(query)),
+        (docs::QUERY_RANGE, get(query_range).post(query_range)),
+        (docs::SERIES, get(series).post(series)),
+        (docs::LABELS, get(labels).post(labels)),
+        (docs::LABEL_VALUES, get(label_values)),
+        (docs::METADATA, get(metadata::metadata)),
+        (docs::BUILDINFO, get(buildinfo)),
+        (docs::QUERY_EXEMPLARS, get(empty_list).post(empty_list)),
+        (docs::RULES, get(no_rules)),
+    ]
+}
+
+/// The routes, to be mounted behind the API's authentication (the daemon)
+/// or served on their own over a store (`benches/prom_store.rs`).
+pub fn router<S>() -> Router<S>
+where
+    S: Clone + Send + Sync + 'static,
+    Store: FromRef<S>,
+{
+    let mut router = Router::new();
+    for (route, handler) in routes() {
+        router = router.route(route.path, handler);
+    }
+    router.route("/prometheus/api/v1/{*rest}", any(unsupported))
 }
 
 fn now_ms() -> i64 {
@@ -234,13 +250,13 @@ fn to_json(data: llmwatch_promql::QueryData) -> Result<Value, QueryError> {
 }
 
 async fn query(
-    State(state): State<AppState>,
+    State(store): State<Store>,
     method: Method,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
     body: Bytes,
 ) -> PromResult {
-    let req = request(&state, &method, &headers, raw, &body)?;
+    let req = request(&store, &method, &headers, raw, &body)?;
     let text = req.form.required("query")?.to_string();
     let time_ms = req.form.time_or("time", now_ms())?;
     let timeout = timeout_of(&req.form)?;
@@ -256,13 +272,13 @@ async fn query(
 }
 
 async fn query_range(
-    State(state): State<AppState>,
+    State(store): State<Store>,
     method: Method,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
     body: Bytes,
 ) -> PromResult {
-    let req = request(&state, &method, &headers, raw, &body)?;
+    let req = request(&store, &method, &headers, raw, &body)?;
     let text = req.form.required("query")?.to_string();
     let start_ms = req
         .form
@@ -381,13 +397,13 @@ fn limited<T: serde::Serialize>(mut data: Vec<T>, limit: Option<usize>) -> PromR
 }
 
 async fn series(
-    State(state): State<AppState>,
+    State(store): State<Store>,
     method: Method,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
     body: Bytes,
 ) -> PromResult {
-    let req = request(&state, &method, &headers, raw, &body)?;
+    let req = request(&store, &method, &headers, raw, &body)?;
     let sets = match_sets(&req.form)?;
     if sets.is_empty() {
         return Err(PromError::bad_data("no match[] parameter provided"));
@@ -407,13 +423,13 @@ async fn series(
 }
 
 async fn labels(
-    State(state): State<AppState>,
+    State(store): State<Store>,
     method: Method,
     headers: HeaderMap,
     RawQuery(raw): RawQuery,
     body: Bytes,
 ) -> PromResult {
-    let req = request(&state, &method, &headers, raw, &body)?;
+    let req = request(&store, &method, &headers, raw, &body)?;
     let sets = match_sets(&req.form)?;
     let limit = req.form.limit()?;
     let found = series_in(&req.store, &req.form, &sets).await?;
@@ -427,11 +443,11 @@ async fn labels(
 }
 
 async fn label_values(
-    State(state): State<AppState>,
+    State(store): State<Store>,
     Path(name): Path<String>,
     RawQuery(raw): RawQuery,
 ) -> PromResult {
-    let req = request(&state, &Method::GET, &HeaderMap::new(), raw, &Bytes::new())?;
+    let req = request(&store, &Method::GET, &HeaderMap::new(), raw, &Bytes::new())?;
     if !is_label_name(&name) {
         return Err(PromError::bad_data(format!("invalid label name: {name:?}")));
     }

@@ -260,6 +260,16 @@ fn one_value(p: &PromParam) -> Value {
     }
 }
 
+/// A form field's schema: in a form body one `match[]=…` is the same bytes
+/// as a list of one, so a repeated field is one value or several.
+fn form_value(p: &PromParam) -> Value {
+    if p.repeated {
+        json!({ "anyOf": [schema(p.schema), one_value(p)] })
+    } else {
+        schema(p.schema)
+    }
+}
+
 /// The operation for one method of a route.
 fn operation(route: &PromRoute, post: bool) -> Value {
     let mut responses = Map::new();
@@ -320,7 +330,7 @@ fn operation(route: &PromRoute, post: bool) -> Value {
     if post {
         let properties: Map<String, Value> = fields
             .clone()
-            .map(|p| (p.name.to_string(), one_value(p)))
+            .map(|p| (p.name.to_string(), form_value(p)))
             .collect();
         let required: Vec<&str> = fields
             .clone()

@@ -505,13 +505,24 @@ async fn read_error_body(mut resp: reqwest::Response) -> String {
 /// be closed (one per idle connection the server may have dropped at once).
 const MAX_RESENDS: u32 = 3;
 
-/// A send that failed because the connection closed before any response
-/// byte: hyper's `IncompleteMessage` (its message, since hyper is not a
-/// direct dependency to downcast to).
+/// A send that failed on a connection the server had closed, before any
+/// response byte: hyper's `SendRequest` errors that say the connection was
+/// closed, reset or its pipe broken (matched on their messages, since hyper
+/// is not a direct dependency to downcast to). Which one a dead pooled
+/// connection gives depends on timing: EOF before the write, or an RST after.
 fn closed_before_any_response(e: &reqwest::Error) -> bool {
-    !e.is_connect()
-        && !e.is_timeout()
-        && reqwest_chain(e).contains("connection closed before message completed")
+    if e.is_connect() || e.is_timeout() {
+        return false;
+    }
+    let chain = reqwest_chain(e).to_ascii_lowercase();
+    chain.contains("(sendrequest)")
+        && [
+            "connection closed before message completed",
+            "connection reset by peer",
+            "broken pipe",
+        ]
+        .iter()
+        .any(|closed| chain.contains(closed))
 }
 
 /// Maps a transport error to what a user can act on. TLS failures surface

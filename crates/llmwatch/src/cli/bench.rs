@@ -268,7 +268,8 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<(RunResult, Option<PathBu
         default_metrics_url(&args.url),
         None,
         Duration::from_secs(5),
-    );
+    )
+    .await;
     let run_started_ms = llmwatch_engine::now_ms();
     let run = pool
         .run(config, options, move |i| workload.request(i))

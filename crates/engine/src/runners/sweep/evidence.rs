@@ -61,13 +61,18 @@ pub struct Scraper {
 }
 
 impl Scraper {
-    pub fn start(
+    /// Starts scraping and returns once the first scrape is done (or failed),
+    /// so the counters are read before the load it brackets begins: a short
+    /// run could otherwise end before its first scrape and show no deltas.
+    pub async fn start(
         http: reqwest::Client,
         metrics_url: String,
         gpu_url: Option<String>,
         interval: Duration,
     ) -> Scraper {
         let (stop, mut stopped) = oneshot::channel();
+        let (first_done, first_scrape) = oneshot::channel::<()>();
+        let mut first_done = Some(first_done);
         // A scrape may take up to one interval, but never less than 2 s: a
         // loaded server answers /metrics slowly, and a missed scrape only
         // thins the evidence.
@@ -76,6 +81,9 @@ impl Scraper {
             let mut out = Scraped::default();
             loop {
                 scrape_into(&http, &metrics_url, gpu_url.as_deref(), timeout, &mut out).await;
+                if let Some(first_done) = first_done.take() {
+                    let _ = first_done.send(());
+                }
                 tokio::select! {
                     _ = tokio::time::sleep(interval) => {}
                     _ = &mut stopped => break,
@@ -84,6 +92,8 @@ impl Scraper {
             scrape_into(&http, &metrics_url, gpu_url.as_deref(), timeout, &mut out).await;
             out
         });
+        // An error means the task ended early; `finish` returns what it kept.
+        let _ = first_scrape.await;
         Scraper { stop, handle }
     }
 

@@ -788,7 +788,8 @@ async fn run_step(
         metrics_url.to_string(),
         settings.gpu_url.clone(),
         settings.scrape_interval,
-    );
+    )
+    .await;
     let step_start_ms = now_ms();
     let mut result = run_counted(runner, first.clone(), workload, next_seq).await;
 

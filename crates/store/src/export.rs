@@ -11,7 +11,6 @@
 
 use crate::read::split_locs;
 use std::collections::{HashMap, HashSet};
-use std::str::FromStr;
 use std::sync::Arc;
 
 use llmwatch_core::catalog::{Engine, NormalizedSample};
@@ -204,7 +203,7 @@ impl Store {
                     .of_target(c.target_id, |_| true);
                 slot.insert(of_target);
                 if with_catalog {
-                    engines.insert(c.target_id, self.target_engine(c.target_id).await?);
+                    engines.insert(c.target_id, self.engine_of(c.target_id).await?);
                 }
             }
         }
@@ -290,20 +289,6 @@ impl Store {
             pairs.sort_unstable_by_key(|(id, _)| *id);
         }
         Ok(Ok(out))
-    }
-
-    /// The engine a target's pages are normalised as.
-    async fn target_engine(&self, target_id: i64) -> Result<Engine, StoreError> {
-        let engine: Option<String> = sqlx::query("SELECT engine FROM targets WHERE id = ?")
-            .bind(target_id)
-            .fetch_optional(&self.pool)
-            .await?
-            .map(|row| row.try_get("engine"))
-            .transpose()?
-            .flatten();
-        Ok(engine
-            .and_then(|name| Engine::from_str(&name).ok())
-            .unwrap_or(Engine::Generic))
     }
 
     /// Canary probes (not sweep or bench requests) after probe `after_id`,

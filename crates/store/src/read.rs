@@ -191,7 +191,7 @@ impl Store {
     }
 
     /// The engine a target's raw series are normalised as.
-    async fn engine_of(&self, target: i64) -> Result<Engine, StoreError> {
+    pub(crate) async fn engine_of(&self, target: i64) -> Result<Engine, StoreError> {
         let known = self.engines.lock().map_err(poisoned)?.get(&target).cloned();
         if let Some(engine) = known.and_then(|name| Engine::from_str(&name).ok()) {
             return Ok(engine);

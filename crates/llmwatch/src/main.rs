@@ -52,7 +52,7 @@ enum Command {
         host: std::net::IpAddr,
         #[arg(long, default_value = "balanced")]
         profile: String,
-        /// vllm or nim metric names.
+        /// The server it imitates: vllm, nim or llamacpp.
         #[arg(long, default_value = "vllm")]
         flavor: String,
         /// Also serve a dcgm-exporter page for N simulated GPUs on this port.

@@ -428,8 +428,19 @@ window = "10s"
             path = format!("{path}?{}", required.join("&"));
         }
         let body = api.ok(&path).await;
-        for key in doc.returns {
-            assert!(body.get(*key).is_some(), "{path}: no {key:?} in {body}");
+        let schema = (doc.response)();
+        for key in schema["required"].as_array().into_iter().flatten() {
+            let key = key.as_str().unwrap();
+            assert!(body.get(key).is_some(), "{path}: no {key:?} in {body}");
+        }
+        // A closed schema names every field the answer has.
+        if schema["additionalProperties"] == false {
+            for key in body.as_object().unwrap().keys() {
+                assert!(
+                    schema["properties"].get(key).is_some(),
+                    "{path}: {key:?} is not in its schema"
+                );
+            }
         }
     }
 

@@ -359,3 +359,82 @@ async fn sweep_cli_takes_the_shared_workload_flags() {
         );
     }
 }
+
+/// Issue 11: `llmwatch bench` with default flags against a llama-server
+/// (the simulator's `llamacpp` flavor, which closes the connection after
+/// every stream and counts raw text in `/tokenize`): no request lost and
+/// every prompt exactly the asked length, chat (template from
+/// `/apply-template`) and completions alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_against_llama_server_is_exact_and_loses_no_request() {
+    let args = SimArgs {
+        flavor: "llamacpp".to_string(),
+        ..SimArgs::loopback("balanced", "tiny-llama", 8.0)
+    };
+    let (_sim, engine, _) = sim::start(&args).await.unwrap();
+    let url = format!("http://{engine}");
+    let dir = tempfile::tempdir().unwrap();
+    for api in ["chat", "completions"] {
+        let json_path = dir.path().join(format!("{api}.json"));
+        let (ok, stdout, stderr) = llmwatch(&[
+            "bench",
+            "--url",
+            &url,
+            "--api",
+            api,
+            "--shape",
+            "128x8",
+            "--concurrency",
+            "4",
+            "--requests",
+            "100",
+            "--json",
+            &json_path.display().to_string(),
+        ])
+        .await;
+        assert!(ok, "{api}: {stdout}\n{stderr}");
+        assert!(!stderr.contains("not exact"), "{api}: {stderr}");
+        let result: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
+        assert_eq!(result["successful"], 100, "{api}: {stdout}");
+        assert_eq!(result["failed"], 0, "{api}: {stdout}");
+        assert_eq!(result["total_output_tokens"], 800, "{api}");
+        let inputs = &result["input_tokens_per_request"];
+        assert_eq!(
+            (inputs["min"].as_f64(), inputs["max"].as_f64()),
+            (Some(128.0), Some(128.0)),
+            "{api}: {inputs}"
+        );
+    }
+}
+
+/// Issue 11: a shape past llama-server's context per slot, which only its
+/// `/props` states, is refused before any request, naming the limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shape_past_llama_servers_slot_context_is_refused_before_any_request() {
+    let args = SimArgs {
+        flavor: "llamacpp".to_string(),
+        ..SimArgs::loopback("balanced", "tiny-llama", 8.0)
+    };
+    let (sim, engine, _) = sim::start(&args).await.unwrap();
+    let context = sim.config().profile.max_model_len;
+    let shape = format!("{}x64", context - 32);
+    let (ok, stdout, stderr) = llmwatch(&[
+        "bench",
+        "--url",
+        &format!("http://{engine}"),
+        "--shape",
+        &shape,
+        "--requests",
+        "4",
+    ])
+    .await;
+    assert!(!ok, "{stdout}");
+    assert!(
+        stderr.contains(&format!("needs {} tokens of context", context + 32))
+            && stderr.contains(&format!("has {context} (n_ctx per slot in"))
+            && stderr.contains("no request was sent"),
+        "{stderr}"
+    );
+    assert_eq!(sim.snapshot().prompt_tokens, 0);
+}

@@ -136,3 +136,95 @@ async fn a_canary_that_cannot_start_stores_its_reason() {
         "{error}"
     );
 }
+
+/// Issue 11: canaries against a llama-server (the simulator's `llamacpp`
+/// flavor: `/tokenize` of raw `content`, the template from
+/// `/apply-template`, the context per slot in `/props`, several tokens per
+/// event, the connection closed after every stream) succeed with the exact
+/// input length, and the engine is recognised from its page.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canaries_against_llama_server_are_exact_and_lose_nothing() {
+    let args = SimArgs {
+        flavor: "llamacpp".to_string(),
+        ..SimArgs::loopback("balanced", "tiny-llama", 10.0)
+    };
+    let (_sim, engine, _) = sim::start(&args).await.unwrap();
+    let toml = format!(
+        "[[targets]]\nname = \"llama\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
+         [targets.probe]\ninterval = \"200ms\"\nshape = \"64x16\"\napi = \"chat\"\n"
+    );
+    let test = spawn_daemon(&toml).await;
+    let store = test.daemon.store.clone();
+    let target = wait_for(
+        "the target's first scrape",
+        Duration::from_secs(10),
+        || async { store.target_by_name("llama").await.unwrap() },
+    )
+    .await;
+    let probes = wait_for("eight canaries", Duration::from_secs(20), || async {
+        let probes = store.probes(target.id, 0, i64::MAX, 1000).await.unwrap();
+        (probes.len() >= 8).then_some(probes)
+    })
+    .await;
+    let engine_name = wait_for("the engine detected", Duration::from_secs(10), || async {
+        let t = store.target_by_name("llama").await.unwrap()?;
+        t.engine.filter(|e| e != "unknown")
+    })
+    .await;
+    test.daemon.shutdown().await;
+    assert_eq!(engine_name, "llamacpp");
+    for probe in &probes {
+        assert!(probe.ok, "{:?}", probe.error);
+        assert_eq!(
+            probe.model, "tiny-llama",
+            "model discovered from /v1/models"
+        );
+        assert_eq!(probe.prompt_tokens, Some(64), "template counted exactly");
+        assert_eq!(probe.output_tokens, 16);
+    }
+    // Several tokens arrive in one event now and then: fewer gaps than tokens.
+    assert!(
+        probes.iter().any(|p| p.itl_s.len() < 15),
+        "{:?}",
+        probes.iter().map(|p| p.itl_s.len()).collect::<Vec<_>>()
+    );
+}
+
+/// Issue 11: a canary whose shape does not fit llama-server's context per
+/// slot (stated only in `/props`) stores the reason, naming the limit and
+/// where it was read, and sends no request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_canary_past_llama_servers_slot_context_names_the_limit() {
+    let args = SimArgs {
+        flavor: "llamacpp".to_string(),
+        ..SimArgs::loopback("balanced", "tiny-llama", 10.0)
+    };
+    let (sim, engine, _) = sim::start(&args).await.unwrap();
+    let context = sim.config().profile.max_model_len;
+    let toml = format!(
+        "[[targets]]\nname = \"llama\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
+         [targets.probe]\ninterval = \"200ms\"\nshape = \"{context}x8\"\napi = \"chat\"\n"
+    );
+    let test = spawn_daemon(&toml).await;
+    let store = test.daemon.store.clone();
+    let probes = wait_for("a stored canary", Duration::from_secs(20), || async {
+        let t = store.target_by_name("llama").await.unwrap()?;
+        let probes = store.probes(t.id, 0, i64::MAX, 100).await.unwrap();
+        (!probes.is_empty()).then_some(probes)
+    })
+    .await;
+    test.daemon.shutdown().await;
+    let first = &probes[0];
+    assert!(!first.ok);
+    assert_eq!(first.error_kind.as_deref(), Some("setup"));
+    let error = first.error.as_deref().unwrap_or("");
+    assert!(
+        error.contains(&format!("{}", context + 8)) && error.contains("n_ctx per slot in"),
+        "{error}"
+    );
+    assert_eq!(
+        sim.snapshot().prompt_tokens,
+        0,
+        "no request reached the engine"
+    );
+}

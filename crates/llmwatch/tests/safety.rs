@@ -436,3 +436,64 @@ async fn slowloris_clients_neither_block_the_dashboard_nor_stay_connected() {
     assert_eq!(response.status(), StatusCode::PAYLOAD_TOO_LARGE);
     test.daemon.shutdown().await;
 }
+
+/// A request past `server.http_max_in_flight` is answered 503 at once (with
+/// `Retry-After`), instead of queueing behind the requests that hold the
+/// slots; once they end, requests are served again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_past_the_in_flight_cap_are_answered_503_at_once() {
+    use tokio::io::AsyncWriteExt;
+    let test = spawn_daemon("[server]\nhttp_max_in_flight = 2\n").await;
+    let addr = test.daemon.listen_addr;
+    let healthz = format!("{}/healthz", test.base_url());
+    // Two queries whose form bodies never finish arriving hold both slots:
+    // their handlers are waiting for the body.
+    let mut holders = Vec::new();
+    for _ in 0..2 {
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(
+                b"POST /prometheus/api/v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+                  Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nquery=",
+            )
+            .await
+            .unwrap();
+        holders.push(stream);
+    }
+    let refused = wait_for(
+        "a request refused while both slots are held",
+        Duration::from_secs(10),
+        || async {
+            let started = Instant::now();
+            let response = client().get(&healthz).send().await.unwrap();
+            (response.status() == StatusCode::SERVICE_UNAVAILABLE)
+                .then(|| (started.elapsed(), response))
+        },
+    )
+    .await;
+    let (took, response) = refused;
+    assert!(took < Duration::from_secs(2), "503 took {took:?}");
+    assert_eq!(
+        response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
+    assert!(response
+        .text()
+        .await
+        .unwrap()
+        .contains("too many requests in flight"));
+    // Still held: still refused.
+    let again = client().get(&healthz).send().await.unwrap();
+    assert_eq!(again.status(), StatusCode::SERVICE_UNAVAILABLE);
+    // The holders go away: their slots are freed.
+    drop(holders);
+    wait_for("the slots freed", Duration::from_secs(10), || async {
+        let response = client().get(&healthz).send().await.unwrap();
+        (response.status() == StatusCode::OK).then_some(())
+    })
+    .await;
+    test.daemon.shutdown().await;
+}

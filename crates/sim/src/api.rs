@@ -31,6 +31,8 @@ use crate::stats::FinishReason;
 use crate::tokenizer::{self, ChatMessage};
 use crate::{Flavor, SimInner};
 
+mod llamacpp;
+
 type AppState = Arc<SimInner>;
 
 const SYSTEM_FINGERPRINT: &str = "vllm-0.32.0-sim";
@@ -41,11 +43,20 @@ pub(crate) fn router(inner: AppState) -> Router {
     let mut r = Router::new()
         .route("/v1/completions", post(completions))
         .route("/v1/chat/completions", post(chat_completions))
-        .route("/v1/models", get(models))
-        .route("/tokenize", post(tokenize))
-        .route("/version", get(version))
-        .route("/health", get(health))
         .route("/metrics", get(metrics));
+    r = match flavor {
+        Flavor::Vllm | Flavor::Nim => r
+            .route("/v1/models", get(models))
+            .route("/tokenize", post(tokenize))
+            .route("/version", get(version))
+            .route("/health", get(health)),
+        Flavor::Llamacpp => r
+            .route("/v1/models", get(llamacpp::models))
+            .route("/tokenize", post(llamacpp::tokenize))
+            .route("/apply-template", post(llamacpp::apply_template))
+            .route("/props", get(llamacpp::props))
+            .route("/health", get(llamacpp::health)),
+    };
     if flavor == Flavor::Nim {
         r = r
             .route("/v1/metrics", get(metrics))
@@ -115,6 +126,8 @@ pub(crate) struct ApiError {
     kind: &'static str,
     message: String,
     param: Option<&'static str>,
+    /// A whole body in another engine's error shape, answered as is.
+    body: Option<String>,
 }
 
 impl ApiError {
@@ -133,6 +146,7 @@ impl ApiError {
                 e.to_string().replace('\'', "\"")
             ),
             param: None,
+            body: None,
         }
     }
 
@@ -142,6 +156,7 @@ impl ApiError {
             kind: "BadRequestError",
             message,
             param: None,
+            body: None,
         }
     }
 
@@ -151,6 +166,7 @@ impl ApiError {
             kind: "NotFoundError",
             message: format!("The model `{model}` does not exist."),
             param: Some("model"),
+            body: None,
         }
     }
 
@@ -160,12 +176,16 @@ impl ApiError {
             kind: "InternalServerError",
             message: "The simulated engine is failing (Sim::set_failing).".to_string(),
             param: None,
+            body: None,
         }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        if let Some(body) = self.body {
+            return json_response(self.status, body);
+        }
         let param = match self.param {
             Some(p) => js(p),
             None => "null".to_string(),
@@ -271,6 +291,10 @@ fn parse<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
 }
 
 fn check_model(inner: &SimInner, model: Option<&str>) -> Result<(), ApiError> {
+    if inner.config.flavor == Flavor::Llamacpp {
+        // llama-server serves its one model under any name.
+        return Ok(());
+    }
     match model {
         Some(m) if m != inner.config.model => Err(ApiError::model_not_found(m)),
         _ => Ok(()),
@@ -420,7 +444,11 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
             "The prompt cannot be empty.".to_string(),
         ));
     }
-    if prompt_len >= max_len {
+    if inner.config.flavor == Flavor::Llamacpp {
+        if prompt_len >= max_len {
+            return Err(llamacpp::context_exceeded(prompt_len, max_len));
+        }
+    } else if prompt_len >= max_len {
         return Err(ApiError::bad_request(format!(
             "This model's maximum context length is {max_len} tokens. However, your request has {prompt_len} input tokens. Please reduce the length of the input messages."
         )));
@@ -432,6 +460,11 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
                 "max_tokens must be at least 1, got {m}."
             )))
         }
+        // llama-server stops a sequence at the slot's context instead of
+        // refusing it.
+        Some(m) if inner.config.flavor == Flavor::Llamacpp => usize::try_from(m)
+            .unwrap_or(usize::MAX)
+            .min(max_len - prompt_len),
         Some(m) => {
             let m = usize::try_from(m).unwrap_or(usize::MAX);
             if m > max_len - prompt_len {
@@ -469,9 +502,10 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
         "{:016x}",
         crate::tokenizer::mix(inner.config.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
     );
-    let id = match p.api {
-        Api::Completions => format!("cmpl-{hex}"),
-        Api::Chat => format!("chatcmpl-{hex}"),
+    let id = match (p.api, inner.config.flavor) {
+        // llama-server names completions `chatcmpl-` too.
+        (_, Flavor::Llamacpp) | (Api::Chat, _) => format!("chatcmpl-{hex}"),
+        (Api::Completions, _) => format!("cmpl-{hex}"),
     };
     let created = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -485,12 +519,18 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
         prompt_tokens: prompt_len,
         details: inner.config.prompt_tokens_details,
         all_cached: inner.config.report_all_cached,
+        flavor: inner.config.flavor,
+        arrival,
+        seed: inner.config.seed ^ n,
     };
     if p.stream {
-        let chunk_head = out.head(match out.api {
-            Api::Chat => "chat.completion.chunk",
-            Api::Completions => "text_completion",
-        });
+        let chunk_head = match out.flavor {
+            Flavor::Llamacpp => llamacpp::chunk_tail(&out),
+            Flavor::Vllm | Flavor::Nim => out.head(match out.api {
+                Api::Chat => "chat.completion.chunk",
+                Api::Completions => "text_completion",
+            }),
+        };
         let state = StreamState {
             chunk_head,
             out,
@@ -500,6 +540,8 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
             include_usage: p.options.include_usage.unwrap_or(false),
             continuous: p.options.continuous_usage_stats.unwrap_or(false),
             done: false,
+            held: String::new(),
+            first_token_at: None,
         };
         // One frame per wake-up: every event already produced is sent in
         // one write (a chat's role chunk and first token, or a backlog),
@@ -535,9 +577,13 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
                 }
             }
         });
+        let body = Body::from_stream(stream);
+        if inner.config.flavor == Flavor::Llamacpp {
+            return Ok(llamacpp::stream_response(body));
+        }
         Ok((
             [(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")],
-            Body::from_stream(stream),
+            body,
         )
             .into_response())
     } else {
@@ -574,6 +620,11 @@ struct Out {
     details: bool,
     /// Report every prompt token as cached (see `SimConfig::report_all_cached`).
     all_cached: bool,
+    flavor: Flavor,
+    /// When the request arrived (llama-server's `timings`).
+    arrival: Instant,
+    /// Seeds which tokens llama-server-like streams hold back.
+    seed: u64,
 }
 
 impl Out {
@@ -606,7 +657,8 @@ impl Out {
 
 struct StreamState {
     out: Out,
-    /// `{"id":…,"object":…,"created":…,"model":…` of every chunk, built once.
+    /// `{"id":…,"object":…,"created":…,"model":…` of every chunk, built once
+    /// (llama-server: the fields after `choices`, see `llamacpp::chunk_tail`).
     chunk_head: String,
     rx: mpsc::UnboundedReceiver<TokenEvent>,
     pending: VecDeque<Bytes>,
@@ -614,6 +666,10 @@ struct StreamState {
     include_usage: bool,
     continuous: bool,
     done: bool,
+    /// llama-server: text of tokens held back, sent with the next event.
+    held: String,
+    /// llama-server: when the first token arrived (its `timings`).
+    first_token_at: Option<Instant>,
 }
 
 impl StreamState {
@@ -637,6 +693,10 @@ impl StreamState {
     }
 
     fn on_event(&mut self, ev: TokenEvent) {
+        if self.out.flavor == Flavor::Llamacpp {
+            self.on_llamacpp_event(ev);
+            return;
+        }
         let first = self.completion_tokens == 0;
         let text = js(ev.text);
         let finish = ev.finish.map(FinishReason::as_str);
@@ -705,7 +765,9 @@ async fn collect(
     let mut n = 0;
     let mut finish = FinishReason::Abort;
     let mut cached = 0;
+    let mut first_token_at = None;
     while let Some(ev) = rx.recv().await {
+        first_token_at.get_or_insert_with(Instant::now);
         text.push_str(ev.text);
         n += 1;
         cached = ev.cached_tokens;
@@ -723,6 +785,16 @@ async fn collect(
             u.trim_end_matches('}')
         )
     };
+    if out.flavor == Flavor::Llamacpp {
+        return Ok(Bytes::from(llamacpp::whole_body(
+            &out,
+            &text,
+            n,
+            cached,
+            finish,
+            first_token_at,
+        )));
+    }
     let f = finish.as_str();
     let text = js(&text);
     let body = match out.api {

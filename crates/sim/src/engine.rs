@@ -352,6 +352,8 @@ impl EngineCore {
             "iteration_tokens_total",
             (plan.prefill_tokens + plan.decode_seqs) as f64,
         );
+        st.decode_calls += 1;
+        st.busy_slot_decodes += plan.items.len() as u64;
         for &(idx, n) in &plan.items {
             let seq = &mut self.running[idx];
             seq.num_computed += n;
@@ -510,6 +512,9 @@ fn observe_token(st: &mut Stats, seq: &mut Seq, now: Instant, cached: usize) {
                 "request_prefill_kv_computed_tokens",
                 (seq.prompt_len - cached) as f64,
             );
+            if let Some(scheduled) = seq.scheduled {
+                st.prompt_seconds += (now - scheduled).as_secs_f64();
+            }
             seq.first_token = Some(now);
         }
         Some(prev) => {
@@ -526,6 +531,7 @@ fn observe_finished(st: &mut Stats, seq: &Seq, now: Instant, reason: FinishReaso
     st.observe("request_prompt_tokens", seq.prompt_len as f64);
     st.observe("request_generation_tokens", seq.output_len as f64);
     st.observe("request_num_preemptions", f64::from(seq.num_preemptions));
+    st.max_sequence_tokens = st.max_sequence_tokens.max(seq.prompt_len + seq.output_len);
     if let (Some(sched), Some(first)) = (seq.scheduled, seq.first_token) {
         st.observe(
             "request_inference_time_seconds",
@@ -537,6 +543,7 @@ fn observe_finished(st: &mut Stats, seq: &Seq, now: Instant, reason: FinishReaso
         );
         let decode = (now - first).as_secs_f64();
         st.observe("request_decode_time_seconds", decode);
+        st.decode_seconds += decode;
         if seq.output_len > 1 {
             st.observe(
                 "request_time_per_output_token_seconds",

@@ -16,6 +16,9 @@ const VLLM_TEMPLATE: &str = include_str!("templates/vllm_0.32_idle.txt");
 /// NIM for LLMs `GET /v1/metrics` (from `fixtures/nim/metrics_example.txt`,
 /// plus a `finished_reason="stop"` series and a trailing newline).
 const NIM_TEMPLATE: &str = include_str!("templates/nim.txt");
+/// llama-server `GET /metrics` while idle (copied from
+/// `fixtures/llamacpp-live/metrics_llamacpp_idle.txt`).
+const LLAMACPP_TEMPLATE: &str = include_str!("templates/llamacpp_idle.txt");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum FamilyType {
@@ -48,6 +51,9 @@ pub(crate) struct Template {
     prefix: &'static str,
     families: Vec<Family>,
     lines: Vec<Line>,
+    /// Values as C++ streams print them (`12`, `0.5`: llama-server) rather
+    /// than as Python's prometheus_client does (`12.0`).
+    plain_numbers: bool,
 }
 
 /// Values that are not engine statistics but configuration, for the info
@@ -116,6 +122,7 @@ impl Template {
             prefix,
             families,
             lines,
+            plain_numbers: false,
         }
     }
 
@@ -127,10 +134,28 @@ impl Template {
         Template::parse(NIM_TEMPLATE, "")
     }
 
+    pub(crate) fn llamacpp() -> Template {
+        Template {
+            plain_numbers: true,
+            ..Template::parse(LLAMACPP_TEMPLATE, "llamacpp:")
+        }
+    }
+
     /// Logical name of a family: the vLLM name without prefix; NIM's
     /// `time_per_output_token_seconds` is vLLM's inter-token latency.
     fn logical<'a>(&self, family: &'a str) -> Option<&'a str> {
         let l = family.strip_prefix(self.prefix)?;
+        if self.prefix == "llamacpp:" {
+            // llama-server's names for what vLLM calls otherwise; its
+            // `prompt_tokens_total` excludes cached tokens.
+            return Some(match l {
+                "prompt_tokens_total" => "prompt_tokens_computed_total",
+                "tokens_predicted_total" => "generation_tokens_total",
+                "requests_processing" => "num_requests_running",
+                "requests_deferred" => "num_requests_waiting",
+                other => other,
+            });
+        }
         Some(match l {
             "time_per_output_token_seconds" => "inter_token_latency_seconds",
             "gpu_cache_usage_perc" => "kv_cache_usage_perc",
@@ -208,6 +233,9 @@ impl Template {
                     }
                     out.push(' ');
                     match v {
+                        Some(v) if self.plain_numbers => {
+                            let _ = write!(out, "{v}");
+                        }
                         Some(v) => out.push_str(&py_float(v)),
                         None => out.push_str(value),
                     }
@@ -313,6 +341,19 @@ impl Template {
                 _ => 0.0,
             },
             "generation_tokens_total" => stats.generation_tokens as f64,
+            // llama-server's own counters and per-decode averages.
+            "prompt_tokens_computed_total" => stats.prompt_tokens_computed as f64,
+            "prompt_seconds_total" => stats.prompt_seconds,
+            "tokens_predicted_seconds_total" => stats.decode_seconds,
+            "n_decode_total" => stats.decode_calls as f64,
+            "n_tokens_max" => stats.max_sequence_tokens as f64,
+            "prompt_tokens_seconds" => {
+                per_second(stats.prompt_tokens_computed, stats.prompt_seconds)
+            }
+            "predicted_tokens_seconds" => per_second(stats.generation_tokens, stats.decode_seconds),
+            "n_busy_slots_per_decode" => {
+                per_second(stats.busy_slot_decodes, stats.decode_calls as f64)
+            }
             // vLLM: by finished_reason; NIM: one unlabelled series.
             "request_success_total" => match finished(label("finished_reason")) {
                 Some(v) => v,
@@ -323,6 +364,15 @@ impl Template {
             _ => return None,
         };
         Some(v)
+    }
+}
+
+/// `count / seconds`, 0 before anything was timed (as llama-server prints).
+fn per_second(count: u64, seconds: f64) -> f64 {
+    if seconds > 0.0 {
+        count as f64 / seconds
+    } else {
+        0.0
     }
 }
 

@@ -35,6 +35,7 @@ mod gpu;
 mod profile;
 mod stats;
 pub mod tokenizer;
+mod wire;
 
 use std::collections::HashMap;
 use std::str::FromStr;
@@ -53,7 +54,7 @@ pub use tokenizer::{TextTokenizer, ToyTokenizer};
 pub enum SimError {
     #[error("unknown profile `{name}` (known: {known})")]
     UnknownProfile { name: String, known: String },
-    #[error("unknown flavor `{0}` (expected `vllm` or `nim`)")]
+    #[error("unknown flavor `{0}` (expected `vllm`, `nim` or `llamacpp`)")]
     UnknownFlavor(String),
     #[error("invalid profile field `{field}`: {why}")]
     InvalidProfile { field: &'static str, why: String },
@@ -72,6 +73,15 @@ pub enum Flavor {
     /// NVIDIA NIM for LLMs: unprefixed metrics at `/v1/metrics` (and
     /// `/metrics`).
     Nim,
+    /// llama.cpp's `llama-server` as a real one behaves (see
+    /// `fixtures/llamacpp-live/`): `llamacpp:*` counters and gauges without
+    /// labels and without histograms; `/tokenize` counts `{"content"}` raw
+    /// text and answers `{"tokens":[]}` to any other body; the chat template
+    /// comes from `/apply-template`; the context per slot from `/props`
+    /// (`/v1/models` does not state it); a stream event may carry several
+    /// tokens; and, served by [`Sim::serve`], every streamed response ends
+    /// with the connection closed although its headers said `Keep-Alive`.
+    Llamacpp,
 }
 
 impl FromStr for Flavor {
@@ -80,6 +90,7 @@ impl FromStr for Flavor {
         match s {
             "vllm" => Ok(Flavor::Vllm),
             "nim" => Ok(Flavor::Nim),
+            "llamacpp" | "llama.cpp" => Ok(Flavor::Llamacpp),
             other => Err(SimError::UnknownFlavor(other.to_string())),
         }
     }
@@ -324,6 +335,7 @@ impl Sim {
         let template = match config.flavor {
             Flavor::Vllm => expo::Template::vllm(),
             Flavor::Nim => expo::Template::nim(),
+            Flavor::Llamacpp => expo::Template::llamacpp(),
         };
         let shared = Arc::new(Shared::new(template.histogram_bounds()));
         let (tx, rx) = mpsc::unbounded_channel();
@@ -418,6 +430,22 @@ impl Sim {
     }
 }
 
+impl Sim {
+    /// Serves this simulator's [`Sim::router`] on `listener` as its flavor's
+    /// server does on the wire: [`serve`] for vLLM and NIM; for llama.cpp,
+    /// every connection is closed once a streamed (chunked) response has
+    /// been written, while that response still advertised `Keep-Alive` —
+    /// the race a client's connection pool must survive.
+    pub async fn serve(&self, listener: tokio::net::TcpListener) -> std::io::Result<()> {
+        match self.inner.config.flavor {
+            Flavor::Vllm | Flavor::Nim => serve(listener, self.router()).await,
+            Flavor::Llamacpp => {
+                axum::serve(wire::ClosingListener::new(listener), self.router()).await
+            }
+        }
+    }
+}
+
 /// Serves `router` on `listener` with `TCP_NODELAY` set on every accepted
 /// connection: without it, Nagle's algorithm holds the first small SSE
 /// event back until the client's delayed ACK (~40 ms measured here), which
@@ -469,6 +497,7 @@ mod tests {
     fn flavor_parses() {
         assert_eq!("vllm".parse::<Flavor>().ok(), Some(Flavor::Vllm));
         assert_eq!("nim".parse::<Flavor>().ok(), Some(Flavor::Nim));
+        assert_eq!("llamacpp".parse::<Flavor>().ok(), Some(Flavor::Llamacpp));
         assert!(matches!(
             "tgi".parse::<Flavor>(),
             Err(SimError::UnknownFlavor(_))

@@ -80,6 +80,19 @@ pub(crate) struct Stats {
     pub(crate) finished_length: u64,
     pub(crate) finished_abort: u64,
     pub(crate) finished_error: u64,
+    /// Seconds from scheduling to first token, summed over requests
+    /// (llama-server's `prompt_seconds_total`).
+    pub(crate) prompt_seconds: f64,
+    /// Seconds from first to last token, summed over finished requests
+    /// (llama-server's `tokens_predicted_seconds_total`).
+    pub(crate) decode_seconds: f64,
+    /// Engine steps (llama-server's `n_decode_total`).
+    pub(crate) decode_calls: u64,
+    /// Running sequences summed over engine steps: divided by
+    /// `decode_calls`, llama-server's `n_busy_slots_per_decode`.
+    pub(crate) busy_slot_decodes: u64,
+    /// Longest sequence seen, prompt + output (llama-server's `n_tokens_max`).
+    pub(crate) max_sequence_tokens: usize,
     /// Histograms by logical name (vLLM family name without `vllm:`).
     pub(crate) histograms: HashMap<String, Histogram>,
 }

@@ -39,11 +39,7 @@ impl SimArgs {
 /// addresses it listens on (engine, GPU page).
 pub async fn start(args: &SimArgs) -> anyhow::Result<(Sim, SocketAddr, Option<SocketAddr>)> {
     let profile = Profile::named(&args.profile)?;
-    let flavor = match args.flavor.as_str() {
-        "vllm" => Flavor::Vllm,
-        "nim" => Flavor::Nim,
-        other => anyhow::bail!("unknown flavor {other:?}: expected \"vllm\" or \"nim\""),
-    };
+    let flavor: Flavor = args.flavor.parse()?;
     if !(args.time_scale.is_finite() && args.time_scale > 0.0) {
         anyhow::bail!(
             "--time-scale must be a positive number, got {}",
@@ -61,9 +57,9 @@ pub async fn start(args: &SimArgs) -> anyhow::Result<(Sim, SocketAddr, Option<So
         .await
         .with_context(|| format!("binding {}", args.addr))?;
     let engine_addr = listener.local_addr()?;
-    let router = sim.router();
+    let engine = sim.clone();
     tokio::spawn(async move {
-        if let Err(err) = llmwatch_sim::serve(listener, router).await {
+        if let Err(err) = engine.serve(listener).await {
             tracing::error!(error = %err, "simulated engine stopped");
         }
     });

@@ -29,7 +29,8 @@ pub async fn spawn(config: SimConfig) -> TestSim {
         .expect("bind");
     let base = format!("http://{}", listener.local_addr().expect("addr"));
     let gpu_base = format!("http://{}", gpu_listener.local_addr().expect("addr"));
-    tokio::spawn(serve(listener, sim.router()));
+    let engine = sim.clone();
+    tokio::spawn(async move { engine.serve(listener).await });
     tokio::spawn(serve(gpu_listener, sim.gpu_router()));
     TestSim {
         sim,

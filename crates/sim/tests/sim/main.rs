@@ -4,5 +4,6 @@
 
 mod behaviour;
 mod helpers;
+mod llamacpp;
 mod metrics;
 mod wire;

@@ -80,7 +80,7 @@ pub(super) fn route() -> (RouteDoc, MethodRouter<AppState>) {
             params: vec![path("name", "string", "Target name."), FROM, TO, LIMIT],
             errors: &[BAD, UNKNOWN_TARGET],
             success: 200,
-            returns: &["target", "window_s", "current", "changes"],
+            response: super::schemas::live_timeline,
             request_body: None,
             request_schema: None,
         },

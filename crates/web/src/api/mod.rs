@@ -14,6 +14,7 @@ mod context;
 mod live;
 pub mod openapi;
 pub mod params;
+pub mod schemas;
 mod sweeps;
 
 use std::collections::BTreeMap;
@@ -139,8 +140,9 @@ pub struct RouteDoc {
     pub request_body: Option<&'static str>,
     /// The request body's JSON schema, within the daemon's sweep limits.
     pub request_schema: Option<fn(&llmwatch_config::SweepLimits) -> Value>,
-    /// Top-level keys of the success answer (checked by the API test).
-    pub returns: &'static [&'static str],
+    /// The JSON Schema of the success answer, field by field
+    /// (`schemas.rs`; the API test checks its required fields are there).
+    pub response: fn() -> Value,
 }
 
 const fn query(name: &'static str, schema: &'static str, description: &'static str) -> ParamDoc {
@@ -185,7 +187,7 @@ const ID: &str = r#"{"type": "integer", "minimum": 1, "maximum": 900719925474099
 /// What `parse_time` takes: Unix seconds or an RFC 3339 date-time.
 const TIME: &str = r#"{"anyOf": [{"type": "string", "pattern": "^[0-9]{1,10}(\\.[0-9]{1,3})?$"}, {"type": "string", "format": "date-time"}]}"#;
 /// What `parse_step` takes: seconds or a humantime duration.
-const DURATION: &str = r#"{"type": "string", "pattern": "^([1-9][0-9]{0,5}(\\.[0-9]{1,3})?|[1-9][0-9]{0,4}(ms|s|m|h))$"}"#;
+const DURATION: &str = r#"{"type": "string", "pattern": "^([1-9][0-9]{0,5}(\\.[0-9]{1,3})?|0\\.(00[1-9]|0[1-9][0-9]?|[1-9][0-9]{0,2})|[1-9][0-9]{0,4}(ms|s|m|h))$"}"#;
 
 const FROM: ParamDoc = query(
     "from",
@@ -221,7 +223,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 params: vec![],
                 errors: &[BAD],
                 success: 200,
-                returns: &["targets"],
+                response: schemas::list_targets,
                 request_body: None,
                 request_schema: None,
             },
@@ -236,7 +238,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 params: vec![path("name", NAME, "Target name.")],
                 errors: &[BAD, UNKNOWN_TARGET],
                 success: 200,
-                returns: &["name", "kind", "url", "engine", "status", "signals", "firing_alerts", "live"],
+                response: schemas::target,
                 request_body: None,
                 request_schema: None,
             },
@@ -265,7 +267,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 ],
                 errors: &[BAD, UNKNOWN_TARGET],
                 success: 200,
-                returns: &["target", "from", "to", "step_s", "series"],
+                response: schemas::signal_series,
                 request_body: None,
                 request_schema: None,
             },
@@ -285,7 +287,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 ],
                 errors: &[BAD, UNKNOWN_TARGET],
                 success: 200,
-                returns: &["target", "metric", "from", "to", "series"],
+                response: schemas::raw_series,
                 request_body: None,
                 request_schema: None,
             },
@@ -306,7 +308,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 ],
                 errors: &[BAD, UNKNOWN_TARGET],
                 success: 200,
-                returns: &["target", "probes", "next_cursor"],
+                response: schemas::list_probes,
                 request_body: None,
                 request_schema: None,
             },
@@ -321,7 +323,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 params: vec![required_query("sweep", ID, "Sweep id.")],
                 errors: &[BAD, (404, "No such sweep.")],
                 success: 200,
-                returns: &["sweep_id", "runs"],
+                response: schemas::list_runs,
                 request_body: None,
                 request_schema: None,
             },
@@ -336,7 +338,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 params: vec![LIMIT, CURSOR],
                 errors: &[BAD],
                 success: 200,
-                returns: &["sweeps", "next_cursor"],
+                response: schemas::list_sweeps,
                 request_body: None,
                 request_schema: None,
             },
@@ -358,7 +360,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                     (502, "The sweep could not start (e.g. the target is down)."),
                 ],
                 success: 202,
-                returns: &["id", "status", "href"],
+                response: schemas::start_sweep,
                 request_body: Some(
                     "{\"target\": NAME, \"shape\": \"512x128\", \"concurrency\": [1,2,4], \"requests_per_step\": 100, \"min_step_duration\": \"10s\", \"model\": NAME?}",
                 ),
@@ -375,7 +377,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 params: vec![path("id", ID, "Sweep id.")],
                 errors: &[BAD, (404, "No such sweep.")],
                 success: 200,
-                returns: &["id", "target", "status", "started", "settings", "card", "verdict", "steps"],
+                response: schemas::get_sweep,
                 request_body: None,
                 request_schema: None,
             },
@@ -390,7 +392,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 params: vec![path("id", ID, "Sweep id.")],
                 errors: &[BAD, (404, "No such sweep."), (409, "The sweep is not running.")],
                 success: 202,
-                returns: &["id", "status", "href"],
+                response: schemas::cancel_sweep,
                 request_body: None,
                 request_schema: None,
             },
@@ -409,7 +411,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 )],
                 errors: &[BAD],
                 success: 200,
-                returns: &["alerts"],
+                response: schemas::list_alerts,
                 request_body: None,
                 request_schema: None,
             },
@@ -429,7 +431,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 ],
                 errors: &[BAD],
                 success: 200,
-                returns: &["events", "next_cursor"],
+                response: schemas::alert_history,
                 request_body: None,
                 request_schema: None,
             },
@@ -444,7 +446,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 params: vec![],
                 errors: &[BAD],
                 success: 200,
-                returns: &["rules", "evaluations"],
+                response: schemas::list_rules,
                 request_body: None,
                 request_schema: None,
             },
@@ -459,7 +461,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 params: vec![],
                 errors: &[],
                 success: 200,
-                returns: &["openapi", "info", "paths", "components"],
+                response: schemas::openapi,
                 request_body: None,
                 request_schema: None,
             },

@@ -49,20 +49,11 @@ pub fn document(limits: &llmwatch_config::SweepLimits) -> Value {
             })
             .collect();
         let mut responses = Map::new();
-        let properties: Map<String, Value> = doc
-            .returns
-            .iter()
-            .map(|key| (key.to_string(), json!({})))
-            .collect();
         responses.insert(
             doc.success.to_string(),
             json!({
                 "description": if doc.success == 202 { "Accepted." } else { "OK." },
-                "content": { "application/json": { "schema": {
-                    "type": "object",
-                    "required": doc.returns,
-                    "properties": properties,
-                } } },
+                "content": { "application/json": { "schema": (doc.response)() } },
             }),
         );
         for (status, why) in doc.errors {

@@ -17,7 +17,9 @@ use super::{params, time_fields, ApiError, ApiResult, RawQuery};
 use crate::AppState;
 use llmwatch_config::SweepLimits;
 use llmwatch_engine::runners::sweep::schedule::{check_limits, settings_for_target};
-use llmwatch_engine::runners::sweep::{run_sweep, Ladder, SweepError, SweepSettings};
+use llmwatch_engine::runners::sweep::{
+    run_sweep, Ladder, SweepError, SweepSettings, DEFAULT_CONCURRENCY_LADDER,
+};
 
 fn parse_json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
@@ -177,7 +179,7 @@ pub fn start_sweep_schema(limits: &SweepLimits) -> Value {
         .min(limits.max_step_duration.as_secs_f64())
         .floor()
         .max(1.0);
-    json!({
+    let mut schema = json!({
         "type": "object",
         "additionalProperties": false,
         "required": ["target"],
@@ -196,7 +198,13 @@ pub fn start_sweep_schema(limits: &SweepLimits) -> Value {
             "min_step_duration": { "type": "string", "pattern": whole_seconds_pattern(step_cap_s as u64),
                                    "description": format!("Under a second in ms, or 1 to {step_cap_s} whole seconds.") },
         }
-    })
+    });
+    // The default ladder does not fit a tighter step limit: a ladder must
+    // then be given.
+    if DEFAULT_CONCURRENCY_LADDER.len() > steps {
+        schema["anyOf"] = json!([{ "required": ["concurrency"] }, { "required": ["rate"] }]);
+    }
+    schema
 }
 
 /// `NNNms` under a second, or `Ns` for 1..=`max` seconds, exactly.

@@ -1,0 +1,420 @@
+//! The JSON Schema of every `/api/v1` answer, field by field, for the
+//! OpenAPI document. Each function describes what one handler builds; the
+//! API test checks every answer has its schema's required fields, and CI's
+//! schemathesis run (`--checks all`) validates real answers against these.
+//!
+//! Objects llmwatch builds itself are closed (`additionalProperties:
+//! false`), so a field added to a handler without its schema fails CI.
+//! Stored analysis documents (a sweep's card, settings, verdict, a step's
+//! run and evidence) are described as objects: their fields are the serde
+//! types of `llmwatch-core` and `llmwatch-probe`, documented there.
+
+use serde_json::{json, Map, Value};
+
+/// A closed object whose every listed property is required.
+fn object(properties: Value) -> Value {
+    let required: Vec<String> = properties
+        .as_object()
+        .map(|p| p.keys().cloned().collect())
+        .unwrap_or_default();
+    json!({
+        "type": "object",
+        "additionalProperties": false,
+        "required": required,
+        "properties": properties,
+    })
+}
+
+fn nullable(type_name: &str) -> Value {
+    json!({ "type": [type_name, "null"] })
+}
+
+fn string() -> Value {
+    json!({ "type": "string" })
+}
+
+fn integer() -> Value {
+    json!({ "type": "integer" })
+}
+
+/// A float: `null` where it is not a finite number (JSON has no NaN).
+fn number() -> Value {
+    nullable("number")
+}
+
+fn enumeration(values: &[&str]) -> Value {
+    json!({ "type": "string", "enum": values })
+}
+
+fn array(items: Value) -> Value {
+    json!({ "type": "array", "items": items })
+}
+
+/// Label or annotation names to values.
+fn string_map() -> Value {
+    json!({ "type": "object", "additionalProperties": { "type": "string" } })
+}
+
+/// A stored analysis document (see the module docs), `null` if absent.
+fn document() -> Value {
+    nullable("object")
+}
+
+/// `{name}_ms` (Unix ms) and `{name}` (RFC 3339), as `time_fields` writes.
+fn time_pair(properties: &mut Map<String, Value>, name: &str, optional: bool) {
+    let (ms, text) = if optional {
+        (nullable("integer"), nullable("string"))
+    } else {
+        (integer(), string())
+    };
+    properties.insert(format!("{name}_ms"), ms);
+    properties.insert(name.to_string(), text);
+}
+
+fn with_times(mut properties: Value, times: &[(&str, bool)]) -> Value {
+    if let Some(map) = properties.as_object_mut() {
+        for (name, optional) in times {
+            time_pair(map, name, *optional);
+        }
+    }
+    object(properties)
+}
+
+/// `next_cursor`: the next page's cursor, `null` on the last page.
+fn cursor() -> Value {
+    nullable("string")
+}
+
+/// `[unix seconds, value]` pairs (the value `null` where not finite).
+fn points() -> Value {
+    array(json!({
+        "type": "array",
+        "items": { "type": ["number", "null"] },
+        "minItems": 2,
+        "maxItems": 2,
+    }))
+}
+
+const ALERT_STATES: &[&str] = &["pending", "firing", "resolved"];
+const SWEEP_STATUSES: &[&str] = &[
+    "running",
+    "completed",
+    "stopped",
+    "failed",
+    "cancelled",
+    "interrupted",
+];
+
+/// A live verdict, `null` before the first evaluation.
+fn live_verdict() -> Value {
+    let verdict = with_times(
+        json!({
+            "verdict": string(),
+            "confidence": string(),
+            "evidence": string(),
+            "what_to_try": nullable("string"),
+            "samples": integer(),
+        }),
+        &[("evaluated", false)],
+    );
+    json!({ "anyOf": [verdict, { "type": "null" }] })
+}
+
+/// One target as `target_json` builds it.
+pub fn target() -> Value {
+    let status = with_times(
+        json!({
+            "state": enumeration(&["up", "down", "unknown"]),
+            "scrape_duration_ms": number(),
+            "error": nullable("string"),
+        }),
+        &[("last_scrape", false)],
+    );
+    // Before the first scrape the status holds only its state.
+    let mut status = status;
+    status["required"] = json!(["state"]);
+    object(json!({
+        "name": string(),
+        "kind": enumeration(&["engine", "gpu"]),
+        "url": string(),
+        "engine": nullable("string"),
+        "watched": { "type": "boolean" },
+        "discovered_by": nullable("string"),
+        "labels": string_map(),
+        "status": status,
+        "signals": {
+            "type": "object",
+            "description": "The latest value of every signal the target has, by signal name.",
+            "additionalProperties": object(json!({
+                "value": number(),
+                "unit": string(),
+                "source": enumeration(&["server", "probe"]),
+            })),
+        },
+        "probe_window_s": integer(),
+        "firing_alerts": array(string()),
+        "live": live_verdict(),
+    }))
+}
+
+pub fn list_targets() -> Value {
+    object(json!({ "targets": array(target()) }))
+}
+
+pub fn signal_series() -> Value {
+    object(json!({
+        "target": string(),
+        "from": string(),
+        "to": string(),
+        "step_s": { "type": "number" },
+        "series": array(object(json!({
+            "signal": string(),
+            "unit": string(),
+            "source": enumeration(&["server", "probe"]),
+            "points": points(),
+        }))),
+    }))
+}
+
+pub fn raw_series() -> Value {
+    object(json!({
+        "target": string(),
+        "metric": string(),
+        "from": string(),
+        "to": string(),
+        "series": array(object(json!({
+            "labels": string_map(),
+            "part": string(),
+            "points": points(),
+        }))),
+    }))
+}
+
+fn probe() -> Value {
+    with_times(
+        json!({
+            "id": integer(),
+            "run_id": nullable("integer"),
+            "api": string(),
+            "model": string(),
+            "shape": string(),
+            "ok": { "type": "boolean" },
+            "error_kind": nullable("string"),
+            "error": nullable("string"),
+            "http_status": nullable("integer"),
+            "ttfb_s": number(),
+            "ttft_s": number(),
+            "tpot_s": number(),
+            "e2e_s": number(),
+            "itl_s": array(number()),
+            "prompt_tokens": nullable("integer"),
+            "output_tokens": integer(),
+            "cached_tokens": nullable("integer"),
+            "finish_reason": nullable("string"),
+        }),
+        &[("sent", false)],
+    )
+}
+
+pub fn list_probes() -> Value {
+    object(json!({
+        "target": string(),
+        "probes": array(probe()),
+        "next_cursor": cursor(),
+    }))
+}
+
+/// One measured step of a sweep.
+fn step() -> Value {
+    with_times(
+        json!({
+            "sweep_id": integer(),
+            "index": integer(),
+            "load": object(json!({
+                "kind": enumeration(&["concurrency", "rate"]),
+                "value": { "type": "number" },
+            })),
+            "run": document(),
+            "evidence": document(),
+        }),
+        &[("start", false), ("end", false)],
+    )
+}
+
+pub fn list_runs() -> Value {
+    object(json!({ "sweep_id": integer(), "runs": array(step()) }))
+}
+
+fn sweep_summary_properties() -> Value {
+    json!({
+        "id": integer(),
+        "target": nullable("string"),
+        "url": string(),
+        "status": enumeration(SWEEP_STATUSES),
+        "stop_reason": nullable("string"),
+        "saturation": document(),
+        "sustainable": document(),
+    })
+}
+
+pub fn list_sweeps() -> Value {
+    let summary = with_times(
+        sweep_summary_properties(),
+        &[("started", false), ("ended", true)],
+    );
+    object(json!({ "sweeps": array(summary), "next_cursor": cursor() }))
+}
+
+pub fn get_sweep() -> Value {
+    let mut properties = sweep_summary_properties();
+    if let Some(map) = properties.as_object_mut() {
+        map.insert("settings".into(), document());
+        map.insert("card".into(), document());
+        map.insert("verdict".into(), document());
+        map.insert("steps".into(), array(step()));
+    }
+    with_times(properties, &[("started", false), ("ended", true)])
+}
+
+/// `202` of a sweep start: the id is `null` when the sweep had not been
+/// stored yet when the answer was due.
+pub fn start_sweep() -> Value {
+    object(json!({
+        "id": nullable("integer"),
+        "status": enumeration(&["running"]),
+        "href": nullable("string"),
+    }))
+}
+
+pub fn cancel_sweep() -> Value {
+    object(json!({
+        "id": integer(),
+        "status": enumeration(&["cancelling"]),
+        "href": string(),
+    }))
+}
+
+pub fn list_alerts() -> Value {
+    let alert = with_times(
+        json!({
+            "rule": string(),
+            "target": string(),
+            "state": enumeration(ALERT_STATES),
+            "value": number(),
+            "labels": string_map(),
+            "annotations": string_map(),
+        }),
+        &[
+            ("active_at", true),
+            ("fired_at", true),
+            ("resolved_at", true),
+        ],
+    );
+    object(json!({ "alerts": array(alert) }))
+}
+
+pub fn alert_history() -> Value {
+    let event = with_times(
+        json!({
+            "id": integer(),
+            "rule": string(),
+            "target": string(),
+            "state": enumeration(&["inactive", "pending", "firing", "resolved"]),
+            "value": number(),
+            "labels": { "type": ["object", "null"], "additionalProperties": { "type": "string" } },
+            "annotations": { "type": ["object", "null"], "additionalProperties": { "type": "string" } },
+        }),
+        &[("at", false)],
+    );
+    object(json!({ "events": array(event), "next_cursor": cursor() }))
+}
+
+pub fn list_rules() -> Value {
+    let rule = object(json!({
+        "name": string(),
+        "signal": string(),
+        "unit": string(),
+        "op": enumeration(&[">", ">=", "<", "<=", "==", "!="]),
+        "threshold": number(),
+        "window_s": { "type": "number" },
+        "for_s": { "type": "number" },
+        "keep_firing_for_s": { "type": "number" },
+        "target": nullable("string"),
+        "labels": string_map(),
+        "annotations": string_map(),
+        "alerts": array(object(json!({
+            "target": string(),
+            "state": enumeration(ALERT_STATES),
+            "value": number(),
+        }))),
+    }));
+    object(json!({ "rules": array(rule), "evaluations": integer() }))
+}
+
+pub fn live_timeline() -> Value {
+    let change = with_times(
+        json!({
+            "verdict": string(),
+            "previous": nullable("string"),
+            "confidence": string(),
+            "evidence": string(),
+        }),
+        &[("at", false)],
+    );
+    object(json!({
+        "target": string(),
+        "window_s": integer(),
+        "current": live_verdict(),
+        "changes": array(change),
+    }))
+}
+
+/// The OpenAPI document itself (described loosely: it is its own schema).
+pub fn openapi() -> Value {
+    json!({
+        "type": "object",
+        "required": ["openapi", "info", "paths", "components"],
+        "properties": {
+            "openapi": { "type": "string" },
+            "info": { "type": "object" },
+            "paths": { "type": "object" },
+            "components": { "type": "object" },
+        },
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn closed_objects_require_every_property() {
+        let schema = cancel_sweep();
+        assert_eq!(schema["additionalProperties"], false);
+        let mut required: Vec<&str> = schema["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        required.sort_unstable();
+        assert_eq!(required, ["href", "id", "status"]);
+        let sweep = get_sweep();
+        let required: Vec<&str> = sweep["required"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(Value::as_str)
+            .collect();
+        for field in [
+            "started",
+            "started_ms",
+            "ended",
+            "ended_ms",
+            "steps",
+            "card",
+        ] {
+            assert!(required.contains(&field), "{field} in {required:?}");
+        }
+    }
+}

@@ -111,6 +111,16 @@ async fn file_sd_changes_add_and_remove_targets_while_running() {
         .find(|t| t["name"] == name_a.as_str())
         .expect("target a listed");
     assert_eq!(entry["labels"]["zone"], "east", "{entry}");
+    // Its series carry the discovery labels in the Prometheus API.
+    let answer: Value = reqwest::get(format!(
+        "{base}/prometheus/api/v1/query?query=count(up%7Bzone%3D%22east%22%7D)"
+    ))
+    .await
+    .expect("query sent")
+    .json()
+    .await
+    .expect("query answered JSON");
+    assert_eq!(answer["data"]["result"][0]["value"][1], "1", "{answer}");
     assert_eq!(entry["discovered_by"], "fleet");
     assert_eq!(entry["watched"], true);
     let own = own_metric(&base, "llmwatch_discovery_targets").await;

@@ -176,6 +176,7 @@ async fn samples_reach_prometheus_and_a_down_receiver_gets_the_backlog() {
         .expect("the simulator starts");
     let daemon = spawn_daemon(&format!(
         "[[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
+         labels = {{ zone = \"eu-1\" }}\n\
          [targets.probe]\ninterval = \"1s\"\nshape = \"16x4\"\n\
          [[remote_write]]\nname = \"prom\"\nurl = \"http://{prom_addr}/api/v1/write\"\n\
          timeout = \"2s\"\n[remote_write.queue]\npoll_interval = \"100ms\"\nmax_backoff = \"500ms\"\n"
@@ -236,6 +237,8 @@ async fn samples_reach_prometheus_and_a_down_receiver_gets_the_backlog() {
         labels.insert("job".into(), "engine".into());
         labels.insert("instance".into(), instance.clone());
         labels.insert("target".into(), "sim".into());
+        // The target's labels ride on every series, as Prometheus attaches them.
+        labels.insert("zone".into(), "eu-1".into());
         let got = received
             .get(&labels)
             .unwrap_or_else(|| panic!("{labels:?} not in prometheus"));

@@ -26,7 +26,7 @@ mod sweeps;
 mod write;
 
 use llmwatch_core::redact::redact_url;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::{Arc, RwLock};
@@ -93,6 +93,9 @@ pub struct TargetRow {
     pub kind: TargetKind,
     pub url: String,
     pub engine: Option<String>,
+    /// The target's labels (service discovery, or `labels` in its config),
+    /// attached to its series as Prometheus attaches target labels.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// One scrape's outcome, ready to be written.
@@ -306,20 +309,40 @@ impl Store {
         Ok(row.try_get("id")?)
     }
 
+    /// Replaces a target's labels (see [`TargetRow::labels`]).
+    pub async fn set_target_labels(
+        &self,
+        id: i64,
+        labels: &BTreeMap<String, String>,
+    ) -> Result<(), StoreError> {
+        let json = serde_json::to_string(labels)
+            .map_err(|e| StoreError::Corrupt(format!("target labels: {e}")))?;
+        sqlx::query("UPDATE targets SET labels_json = ? WHERE id = ?")
+            .bind(json)
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
     /// Every target, by name.
     pub async fn targets(&self) -> Result<Vec<TargetRow>, StoreError> {
-        let rows = sqlx::query("SELECT id, name, kind, url, engine FROM targets ORDER BY name")
-            .fetch_all(&self.pool)
-            .await?;
+        let rows = sqlx::query(
+            "SELECT id, name, kind, url, engine, labels_json FROM targets ORDER BY name",
+        )
+        .fetch_all(&self.pool)
+        .await?;
         rows.into_iter().map(target_from_row).collect()
     }
 
     /// One target by name.
     pub async fn target_by_name(&self, name: &str) -> Result<Option<TargetRow>, StoreError> {
-        let row = sqlx::query("SELECT id, name, kind, url, engine FROM targets WHERE name = ?")
-            .bind(name)
-            .fetch_optional(&self.pool)
-            .await?;
+        let row = sqlx::query(
+            "SELECT id, name, kind, url, engine, labels_json FROM targets WHERE name = ?",
+        )
+        .bind(name)
+        .fetch_optional(&self.pool)
+        .await?;
         row.map(target_from_row).transpose()
     }
 
@@ -354,6 +377,11 @@ fn target_from_row(row: sqlx::sqlite::SqliteRow) -> Result<TargetRow, StoreError
         },
         url: row.try_get("url")?,
         engine: row.try_get("engine")?,
+        labels: serde_json::from_str(&row.try_get::<String, _>("labels_json")?).map_err(|e| {
+            StoreError::Corrupt(format!(
+                "targets.labels_json is not a JSON object of strings: {e}"
+            ))
+        })?,
     })
 }
 

@@ -133,22 +133,39 @@ pub fn instance_of(url: &str) -> String {
     if has_port || host_port.is_empty() {
         return host_port.to_string();
     }
-    let port = if scheme.eq_ignore_ascii_case("https") {
-        443
+    // The port the scheme implies; a scheme without one (`nvml://local`)
+    // leaves the host alone.
+    if scheme.eq_ignore_ascii_case("https") {
+        format!("{host_port}:443")
+    } else if scheme.eq_ignore_ascii_case("http") {
+        format!("{host_port}:80")
     } else {
-        80
-    };
-    format!("{host_port}:{port}")
+        host_port.to_string()
+    }
+}
+
+/// The labels attached to every series of `target` under `job`, as
+/// Prometheus attaches target labels: `job` and `instance` (unless the
+/// target's own labels set them: discovered labels take precedence), its
+/// labels from discovery or config, and `target` (llmwatch's name for it,
+/// never overridden). Names starting with `__` are not attached.
+pub fn attached_labels(target: &TargetRow, job: &str) -> Vec<(String, String)> {
+    let mut out: BTreeMap<String, String> = BTreeMap::from([
+        ("job".to_string(), job.to_string()),
+        ("instance".to_string(), instance_of(&target.url)),
+    ]);
+    for (key, value) in &target.labels {
+        if !key.starts_with("__") && key != "target" && !value.is_empty() {
+            out.insert(key.clone(), value.clone());
+        }
+    }
+    out.insert("target".to_string(), target.name.clone());
+    out.into_iter().collect()
 }
 
 /// The labels Prometheus would store for a scraped line of `target`.
 fn scraped_labels(target: &TargetRow, name: &str, labels: &[(String, String)]) -> PromLabels {
-    let instance = instance_of(&target.url);
-    let attached = [
-        ("job", target.kind.as_str()),
-        ("instance", instance.as_str()),
-        ("target", target.name.as_str()),
-    ];
+    let attached = attached_labels(target, target.kind.as_str());
     // As Prometheus' scrape loop (`resolveConflictingExposedLabels`): a
     // scraped label that clashes with an attached one moves to the first
     // free `exported_…` name, shorter names first; the others stay.
@@ -172,21 +189,14 @@ fn scraped_labels(target: &TargetRow, name: &str, labels: &[(String, String)]) -
         }
         out.insert(name, value.clone());
     }
-    for (key, value) in attached {
-        out.insert(key.to_string(), value.to_string());
-    }
+    out.extend(attached);
     out.insert(NAME_LABEL.to_string(), name.to_string());
     out.into_iter().collect()
 }
 
 fn own_labels(target: &TargetRow, name: &str, extra: &[(&str, &str)]) -> PromLabels {
-    let instance = instance_of(&target.url);
-    let mut out: BTreeMap<String, String> = BTreeMap::from([
-        (NAME_LABEL.to_string(), name.to_string()),
-        ("job".to_string(), OWN_JOB.to_string()),
-        ("instance".to_string(), instance),
-        ("target".to_string(), target.name.clone()),
-    ]);
+    let mut out: BTreeMap<String, String> = attached_labels(target, OWN_JOB).into_iter().collect();
+    out.insert(NAME_LABEL.to_string(), name.to_string());
     for (k, v) in extra {
         out.insert(k.to_string(), v.to_string());
     }
@@ -646,6 +656,44 @@ mod tests {
         assert_eq!(instance_of("http://[::1]/metrics"), "[::1]:80");
         assert_eq!(instance_of("http://[::1]:9/metrics"), "[::1]:9");
         assert_eq!(instance_of("http://***@h:1/m"), "h:1");
+        // A scheme that implies no port leaves the host alone.
+        assert_eq!(instance_of("nvml://local"), "local");
+    }
+
+    #[test]
+    fn target_labels_are_attached_with_discovered_ones_taking_precedence() {
+        let target = TargetRow {
+            id: 1,
+            name: "fleet-a".into(),
+            kind: TargetKind::Engine,
+            url: "http://10.0.0.1:8000".into(),
+            engine: None,
+            labels: [
+                ("zone", "eu-1"),
+                ("instance", "pod-a"),
+                ("target", "not-this"),
+                ("__meta_x", "hidden"),
+                ("empty", ""),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        };
+        let attached: BTreeMap<String, String> =
+            attached_labels(&target, "engine").into_iter().collect();
+        let get = |k: &str| attached.get(k).map(String::as_str);
+        assert_eq!(get("zone"), Some("eu-1"));
+        assert_eq!(get("instance"), Some("pod-a"), "a discovered instance wins");
+        assert_eq!(get("target"), Some("fleet-a"), "target is llmwatch's name");
+        assert_eq!(get("job"), Some("engine"));
+        assert_eq!(get("__meta_x"), None);
+        assert_eq!(get("empty"), None);
+        // A scraped `zone` moves aside, as Prometheus does with
+        // `honor_labels = false`.
+        let labels = scraped_labels(&target, "m", &[("zone".into(), "scraped".into())]);
+        let get = |k: &str| labels.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+        assert_eq!(get("zone"), Some("eu-1"));
+        assert_eq!(get("exported_zone"), Some("scraped"));
     }
 
     #[test]
@@ -656,6 +704,7 @@ mod tests {
             kind: TargetKind::Engine,
             url: "http://10.0.0.1:8000/metrics".into(),
             engine: None,
+            labels: Default::default(),
         };
         let labels = scraped_labels(
             &target,

@@ -87,6 +87,9 @@ impl Supervisor {
         let target_id = store
             .upsert_target(&target.name, TargetKind::Engine, &target.url, now_ms())
             .await?;
+        // Discovery's labels (or the config's) label the target's series in
+        // the Prometheus API and remote_write; a change restarts the target.
+        store.set_target_labels(target_id, &target.labels).await?;
         let (stop, stopped) = watch::channel(false);
         let mut tasks = Vec::new();
         let job = ScrapeJob {

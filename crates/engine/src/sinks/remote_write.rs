@@ -37,8 +37,10 @@ use llmwatch_config::{RemoteWriteAuth, RemoteWriteConfig};
 use llmwatch_core::catalog::{NormalizedSample, Part};
 use llmwatch_core::signals::{signals_between, Snapshot};
 use llmwatch_remote_write::{series_labels, Label, WriteRequestBuilder};
+use llmwatch_store::prom_source::attached_labels;
 use llmwatch_store::{
     ExportCursor, ExportedProbe, ExportedScrape, RemoteWriteCursor, SeriesKind, Store, StoreError,
+    TargetKind, TargetRow,
 };
 use tokio::sync::watch;
 
@@ -97,35 +99,13 @@ enum Outcome {
     Retry(String),
 }
 
-/// A target's labels as sent.
-#[derive(Debug, Clone)]
-struct TargetLabels {
-    name: String,
-    instance: String,
-    /// The `job` of what was scraped from it: its kind (`engine`, `gpu`).
-    job: String,
-}
-
 /// The sender's memory across requests: label sets per series, each
 /// target's previous scrape (for rates), target labels.
 #[derive(Default)]
 struct State {
     labels: HashMap<u64, Arc<Vec<Label>>>,
     previous: HashMap<i64, (i64, Vec<NormalizedSample>)>,
-    targets: HashMap<i64, TargetLabels>,
-}
-
-/// `host:port` of a URL (the port the scheme implies when none is
-/// written), never its user info; the text itself when it is no URL.
-pub fn instance_of(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(parsed) => match (parsed.host_str(), parsed.port_or_known_default()) {
-            (Some(host), Some(port)) => format!("{host}:{port}"),
-            (Some(host), None) => host.to_string(),
-            (None, _) => String::new(),
-        },
-        Err(_) => String::new(),
-    }
+    targets: HashMap<i64, TargetRow>,
 }
 
 fn fnv(parts: &[&str]) -> u64 {
@@ -157,24 +137,20 @@ fn catalog_name(sample: &NormalizedSample) -> (String, Option<String>) {
 }
 
 impl State {
-    async fn target(&mut self, store: &Store, id: i64) -> Result<TargetLabels, StoreError> {
-        if let Some(labels) = self.targets.get(&id) {
-            return Ok(labels.clone());
+    async fn target(&mut self, store: &Store, id: i64) -> Result<TargetRow, StoreError> {
+        if let Some(target) = self.targets.get(&id) {
+            return Ok(target.clone());
         }
         for row in store.targets().await? {
-            self.targets.insert(
-                row.id,
-                TargetLabels {
-                    name: row.name.clone(),
-                    instance: instance_of(&row.url),
-                    job: row.kind.as_str().to_string(),
-                },
-            );
+            self.targets.insert(row.id, row);
         }
-        Ok(self.targets.get(&id).cloned().unwrap_or(TargetLabels {
+        Ok(self.targets.get(&id).cloned().unwrap_or(TargetRow {
+            id,
             name: id.to_string(),
-            instance: String::new(),
-            job: JOB.to_string(),
+            kind: TargetKind::Engine,
+            url: String::new(),
+            engine: None,
+            labels: Default::default(),
         }))
     }
 
@@ -183,7 +159,7 @@ impl State {
     fn push_derived(
         &mut self,
         builder: &mut WriteRequestBuilder,
-        target: &TargetLabels,
+        target: &TargetRow,
         job: &str,
         name: &str,
         extra: &[(String, String)],
@@ -208,15 +184,15 @@ impl State {
     fn push_scrape(
         &mut self,
         builder: &mut WriteRequestBuilder,
-        target: &TargetLabels,
+        target: &TargetRow,
         scrape: &ExportedScrape,
     ) {
         let ts = scrape.ts_ms;
-        let scraped_job = target.job.clone();
+        let scraped_job = target.kind.as_str();
         self.push_derived(
             builder,
             target,
-            &scraped_job,
+            scraped_job,
             "up",
             &[],
             ts,
@@ -225,7 +201,7 @@ impl State {
         self.push_derived(
             builder,
             target,
-            &scraped_job,
+            scraped_job,
             "scrape_duration_seconds",
             &[],
             ts,
@@ -239,7 +215,7 @@ impl State {
                         .labels
                         .entry(key)
                         .or_insert_with(|| {
-                            Arc::new(attach(&def.name, &def.labels, target, &target.job))
+                            Arc::new(attach(&def.name, &def.labels, target, scraped_job))
                         })
                         .clone();
                     builder.push(key, || labels.as_ref().clone(), ts, *value);
@@ -252,7 +228,7 @@ impl State {
                         self.push_derived(
                             builder,
                             target,
-                            &scraped_job,
+                            scraped_job,
                             &name,
                             &extra,
                             ts,
@@ -290,7 +266,7 @@ impl State {
     fn push_probe(
         &mut self,
         builder: &mut WriteRequestBuilder,
-        target: &TargetLabels,
+        target: &TargetRow,
         probe: &ExportedProbe,
     ) {
         let extra = vec![
@@ -323,18 +299,16 @@ impl State {
     }
 }
 
-/// The label set of a series of `target`: its own labels plus `job`,
-/// `instance`, `target`.
-fn attach(name: &str, own: &[(String, String)], target: &TargetLabels, job: &str) -> Vec<Label> {
-    series_labels(
-        name,
-        own,
-        &[
-            ("job", job),
-            ("instance", &target.instance),
-            ("target", &target.name),
-        ],
-    )
+/// The label set of a series of `target`: its own labels plus the labels
+/// attached to all its series (`job`, `instance`, `target`, its discovery
+/// labels), named as the Prometheus API names them.
+fn attach(name: &str, own: &[(String, String)], target: &TargetRow, job: &str) -> Vec<Label> {
+    let attached = attached_labels(target, job);
+    let attached: Vec<(&str, &str)> = attached
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    series_labels(name, own, &attached)
 }
 
 /// Starts a task per `[[remote_write]]` endpoint of `config`; their
@@ -666,18 +640,6 @@ async fn wait_or_stop(shutdown: &mut watch::Receiver<bool>, wait: Duration) -> b
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn instance_is_host_and_port_without_user_info() {
-        assert_eq!(
-            instance_of("http://user:pw@10.0.0.5:8000/x"),
-            "10.0.0.5:8000"
-        );
-        assert_eq!(instance_of("https://vllm.internal"), "vllm.internal:443");
-        assert_eq!(instance_of("http://[::1]:9"), "[::1]:9");
-        assert_eq!(instance_of("nvml://local"), "local");
-        assert_eq!(instance_of("not a url"), "");
-    }
 
     #[test]
     fn derived_keys_never_meet_store_ids() {

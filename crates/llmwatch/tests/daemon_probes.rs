@@ -10,14 +10,18 @@ use common::{spawn_daemon, wait_for};
 use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch_core::signals::Signal;
 use llmwatch_engine::sources::scrape::now_ms;
+use llmwatch_store::ProbeRow;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn canaries_are_stored_and_become_signals() {
-    let (sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
-        .await
-        .unwrap();
+/// A daemon with one target `name` at `engine` probed by 64x16 chat
+/// canaries every 200 ms, once `count` canaries are stored: the daemon,
+/// the target's row, its canaries.
+async fn canaries(
+    engine: std::net::SocketAddr,
+    name: &str,
+    count: usize,
+) -> (common::TestDaemon, llmwatch_store::TargetRow, Vec<ProbeRow>) {
     let toml = format!(
-        "[[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
+        "[[targets]]\nname = \"{name}\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
          [targets.probe]\ninterval = \"200ms\"\nshape = \"64x16\"\napi = \"chat\"\n"
     );
     let test = spawn_daemon(&toml).await;
@@ -25,14 +29,28 @@ async fn canaries_are_stored_and_become_signals() {
     let target = wait_for(
         "the target's first scrape",
         Duration::from_secs(10),
-        || async { store.target_by_name("sim").await.unwrap() },
+        || async { store.target_by_name(name).await.unwrap() },
     )
     .await;
-    let probes = wait_for("five canaries", Duration::from_secs(15), || async {
-        let probes = store.probes(target.id, 0, i64::MAX, 1000).await.unwrap();
-        (probes.len() >= 5).then_some(probes)
-    })
+    let probes = wait_for(
+        &format!("{count} canaries"),
+        Duration::from_secs(20),
+        || async {
+            let probes = store.probes(target.id, 0, i64::MAX, 1000).await.unwrap();
+            (probes.len() >= count).then_some(probes)
+        },
+    )
     .await;
+    (test, target, probes)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn canaries_are_stored_and_become_signals() {
+    let (sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+        .await
+        .unwrap();
+    let (test, target, probes) = canaries(engine, "sim", 5).await;
+    let store = test.daemon.store.clone();
     for probe in &probes {
         assert!(probe.ok, "{:?}", probe.error);
         assert_eq!(probe.model, "sim-model", "model discovered from /v1/models");
@@ -149,23 +167,8 @@ async fn canaries_against_llama_server_are_exact_and_lose_nothing() {
         ..SimArgs::loopback("balanced", "tiny-llama", 10.0)
     };
     let (_sim, engine, _) = sim::start(&args).await.unwrap();
-    let toml = format!(
-        "[[targets]]\nname = \"llama\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
-         [targets.probe]\ninterval = \"200ms\"\nshape = \"64x16\"\napi = \"chat\"\n"
-    );
-    let test = spawn_daemon(&toml).await;
+    let (test, _, probes) = canaries(engine, "llama", 8).await;
     let store = test.daemon.store.clone();
-    let target = wait_for(
-        "the target's first scrape",
-        Duration::from_secs(10),
-        || async { store.target_by_name("llama").await.unwrap() },
-    )
-    .await;
-    let probes = wait_for("eight canaries", Duration::from_secs(20), || async {
-        let probes = store.probes(target.id, 0, i64::MAX, 1000).await.unwrap();
-        (probes.len() >= 8).then_some(probes)
-    })
-    .await;
     let engine_name = wait_for("the engine detected", Duration::from_secs(10), || async {
         let t = store.target_by_name("llama").await.unwrap()?;
         t.engine.filter(|e| e != "unknown")

@@ -246,6 +246,13 @@ impl StreamState {
             ev.cached_tokens,
             self.first_token_at,
         );
+        // Completions carry usage on the finish chunk; chat after it, when asked.
+        let with_usage = close_chunk(
+            &self.out,
+            &self.chunk_head,
+            &format!(r#","usage":{usage}"#),
+            Some(&timings),
+        );
         if chat {
             let json = format!(
                 r#"{{"choices":[{{"finish_reason":"{f}","index":0,"delta":{{}}}}],{}"#,
@@ -253,28 +260,12 @@ impl StreamState {
             );
             self.push(json);
             if self.include_usage {
-                let json = format!(
-                    r#"{{"choices":[],{}"#,
-                    close_chunk(
-                        &self.out,
-                        &self.chunk_head,
-                        &format!(r#","usage":{usage}"#),
-                        Some(&timings)
-                    )
-                );
-                self.push(json);
+                self.push(format!(r#"{{"choices":[],{with_usage}"#));
             }
         } else {
-            let json = format!(
-                r#"{{"choices":[{{"text":"","index":0,"logprobs":null,"finish_reason":"{f}"}}],{}"#,
-                close_chunk(
-                    &self.out,
-                    &self.chunk_head,
-                    &format!(r#","usage":{usage}"#),
-                    Some(&timings)
-                )
-            );
-            self.push(json);
+            self.push(format!(
+                r#"{{"choices":[{{"text":"","index":0,"logprobs":null,"finish_reason":"{f}"}}],{with_usage}"#
+            ));
         }
         self.pending
             .push_back(Bytes::from_static(b"data: [DONE]\n\n"));

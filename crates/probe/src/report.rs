@@ -48,74 +48,92 @@ fn metric(out: &mut String, heading: &str, name: &str, s: &Summary) {
 pub fn render_table(r: &RunResult) -> String {
     let mut out = String::new();
     title(&mut out, " Serving Benchmark Result ", '=');
+    for section in [
+        load_section,
+        request_counts,
+        token_section,
+        throughput_section,
+        latency_sections,
+        scheduled_section,
+        error_section,
+        self_check_section,
+    ] {
+        section(&mut out, r);
+    }
+    title(&mut out, "", '=');
+    out
+}
+
+/// The load the run was under, and how it was bounded.
+fn load_section(out: &mut String, r: &RunResult) {
     match r.load {
-        Load::Concurrency { concurrency } => line(&mut out, "Concurrency:", concurrency),
+        Load::Concurrency { concurrency } => line(out, "Concurrency:", concurrency),
         Load::Rate {
             per_second,
             burstiness,
             max_concurrency,
         } => {
-            line(
-                &mut out,
-                "Request rate (req/s):",
-                format!("{per_second:.2}"),
-            );
-            line(&mut out, "Burstiness:", format!("{burstiness:.2}"));
+            line(out, "Request rate (req/s):", format!("{per_second:.2}"));
+            line(out, "Burstiness:", format!("{burstiness:.2}"));
             if let Some(m) = max_concurrency {
-                line(&mut out, "Max concurrency:", m);
+                line(out, "Max concurrency:", m);
             }
         }
     }
     if let Bound::Duration(d) = r.bound {
         line(
-            &mut out,
+            out,
             "Bounded by duration (s):",
             format!("{:.2}", d.as_secs_f64()),
         );
     }
-    line(&mut out, "Successful requests:", r.successful);
-    line(&mut out, "Failed requests:", r.failed);
+}
+
+/// Requests and the run's length.
+fn request_counts(out: &mut String, r: &RunResult) {
+    line(out, "Successful requests:", r.successful);
+    line(out, "Failed requests:", r.failed);
     if r.warmup_requests > 0 {
-        line(&mut out, "Warm-up requests (excluded):", r.warmup_requests);
+        line(out, "Warm-up requests (excluded):", r.warmup_requests);
     }
     line(
-        &mut out,
+        out,
         "Benchmark duration (s):",
         format!("{:.2}", r.duration_s),
     );
-    line(&mut out, "Total input tokens:", r.total_input_tokens);
+}
+
+/// Input tokens, their length per request and cache hygiene.
+fn token_section(out: &mut String, r: &RunResult) {
+    line(out, "Total input tokens:", r.total_input_tokens);
     let per_request = &r.input_tokens_per_request;
     if let (Some(min), Some(median), Some(max)) =
         (per_request.min, per_request.p50, per_request.max)
     {
         line(
-            &mut out,
+            out,
             "Input tokens per request (min/med/max):",
             format!("{min:.0} / {median:.0} / {max:.0}"),
         );
     }
     if r.cached_tokens_unreported_by_all() {
-        line(
-            &mut out,
-            "Cached input tokens:",
-            "not reported by the server",
-        );
+        line(out, "Cached input tokens:", "not reported by the server");
     } else {
-        line(&mut out, "Cached input tokens:", r.total_cached_tokens);
+        line(out, "Cached input tokens:", r.total_cached_tokens);
     }
     if let Some(ratio) = r.server_prefix_cache_hit_ratio {
         line(
-            &mut out,
+            out,
             "Prefix-cache hit ratio (server):",
             format!("{ratio:.3}"),
         );
     }
     if let Some(why) = &r.cache_contaminated {
-        line(&mut out, "Cache hygiene:", format!("CONTAMINATED: {why}"));
+        line(out, "Cache hygiene:", format!("CONTAMINATED: {why}"));
     }
     if r.total_input_tokens > 0 && !r.cached_tokens_unreported_by_all() {
         line(
-            &mut out,
+            out,
             "Prefix-cache hit ratio:",
             format!(
                 "{:.3}",
@@ -123,97 +141,105 @@ pub fn render_table(r: &RunResult) -> String {
             ),
         );
     }
-    line(&mut out, "Total generated tokens:", r.total_output_tokens);
+}
+
+/// Output, throughput and goodput against the objectives.
+fn throughput_section(out: &mut String, r: &RunResult) {
+    line(out, "Total generated tokens:", r.total_output_tokens);
     line(
-        &mut out,
+        out,
         "Request throughput (req/s):",
         format!("{:.2}", r.request_throughput),
     );
     line(
-        &mut out,
+        out,
         "Output token throughput (tok/s):",
         format!("{:.2}", r.output_throughput),
     );
     line(
-        &mut out,
+        out,
         "Total Token throughput (tok/s):",
         format!("{:.2}", r.total_token_throughput),
     );
     let o = &r.objectives;
     if o.ttft_p95.is_some() || o.itl_p95.is_some() || o.e2e_p95.is_some() {
+        line(out, "Request goodput (req/s):", format!("{:.2}", r.goodput));
         line(
-            &mut out,
-            "Request goodput (req/s):",
-            format!("{:.2}", r.goodput),
-        );
-        line(
-            &mut out,
+            out,
             "Requests meeting objectives:",
             format!("{}/{}", r.good_requests, r.requests),
         );
     }
     if r.output_tokens_estimated > 0 {
         line(
-            &mut out,
+            out,
             "Requests with estimated output tokens:",
             r.output_tokens_estimated,
         );
     }
-    metric(&mut out, "Time to First Token", "TTFT", &r.ttft_ms);
+}
+
+/// The latency distributions, as `vllm bench serve` prints them.
+fn latency_sections(out: &mut String, r: &RunResult) {
+    metric(out, "Time to First Token", "TTFT", &r.ttft_ms);
     metric(
-        &mut out,
+        out,
         "Time per Output Token (excl. 1st token)",
         "TPOT",
         &r.tpot_ms,
     );
-    metric(&mut out, "Inter-token Latency", "ITL", &r.itl_ms);
-    metric(&mut out, "End-to-end Latency", "E2EL", &r.e2e_ms);
-    title(&mut out, "From scheduled (no coordinated omission)", '-');
+    metric(out, "Inter-token Latency", "ITL", &r.itl_ms);
+    metric(out, "End-to-end Latency", "E2EL", &r.e2e_ms);
+}
+
+/// Latencies from each request's scheduled time (no coordinated omission).
+fn scheduled_section(out: &mut String, r: &RunResult) {
+    title(out, "From scheduled (no coordinated omission)", '-');
     line(
-        &mut out,
+        out,
         "Median TTFT from scheduled (ms):",
         num(r.ttft_from_scheduled_ms.p50),
     );
     line(
-        &mut out,
+        out,
         "P99 TTFT from scheduled (ms):",
         num(r.ttft_from_scheduled_ms.p99),
     );
     line(
-        &mut out,
+        out,
         "Median E2EL from scheduled (ms):",
         num(r.e2e_from_scheduled_ms.p50),
     );
     line(
-        &mut out,
+        out,
         "P99 E2EL from scheduled (ms):",
         num(r.e2e_from_scheduled_ms.p99),
     );
-    line(
-        &mut out,
-        "P99 dispatch lag (ms):",
-        num(r.dispatch_lag_ms.p99),
-    );
+    line(out, "P99 dispatch lag (ms):", num(r.dispatch_lag_ms.p99));
+}
+
+/// Errors by kind, with an example each.
+fn error_section(out: &mut String, r: &RunResult) {
     if !r.errors.is_empty() {
-        title(&mut out, "Errors", '-');
-        line(
-            &mut out,
-            "Error rate:",
-            format!("{:.2} %", r.error_rate * 100.0),
-        );
+        title(out, "Errors", '-');
+        line(out, "Error rate:", format!("{:.2} %", r.error_rate * 100.0));
         for (k, n) in &r.errors {
-            line(&mut out, &format!("{k}:"), n);
+            line(out, &format!("{k}:"), n);
             if let Some(m) = r.error_examples.get(k) {
                 let _ = writeln!(out, "  e.g. {m}");
             }
         }
     }
+}
+
+/// Whether the client itself kept up (the run's validity).
+fn self_check_section(out: &mut String, r: &RunResult) {
     let s = &r.self_check;
-    title(&mut out, "Client self-check", '-');
-    line(&mut out, "Client CPU (cores):", num(s.cpu_cores));
+    title(out, "Client self-check", '-');
+    line(out, "Client CPU (cores):", num(s.cpu_cores));
     let _ = writeln!(out, "  ({})", s.cpu_measure.label());
     if !s.workers.is_empty() {
-        line(&mut out, "Measuring workers:", s.workers.len());
+        line(out, "Measuring workers:", s.workers.len());
         let _ = writeln!(
             out,
             "  (figures: the worst worker's; each judged on its own)"
@@ -225,30 +251,16 @@ pub fn render_table(r: &RunResult) -> String {
             "  (long run: some percentiles from histograms, within 0.05 %)"
         );
     }
-    line(
-        &mut out,
-        "Scheduler lag P99 (ms):",
-        num(s.scheduler_lag_p99_ms),
-    );
-    line(
-        &mut out,
-        "Dispatch lag P99 (ms):",
-        num(s.dispatch_lag_p99_ms),
-    );
-    line(&mut out, "Tokens per event:", num(s.tokens_per_event));
-    line(&mut out, "Host CPU steal (%):", num(s.host_steal_pct));
+    line(out, "Scheduler lag P99 (ms):", num(s.scheduler_lag_p99_ms));
+    line(out, "Dispatch lag P99 (ms):", num(s.dispatch_lag_p99_ms));
+    line(out, "Tokens per event:", num(s.tokens_per_event));
+    line(out, "Host CPU steal (%):", num(s.host_steal_pct));
     if s.client_bound {
-        line(
-            &mut out,
-            "Verdict:",
-            "CLIENT-BOUND (not valid for saturation)",
-        );
+        line(out, "Verdict:", "CLIENT-BOUND (not valid for saturation)");
         for reason in &s.reasons {
             let _ = writeln!(out, "  - {reason}");
         }
     } else {
-        line(&mut out, "Verdict:", "ok");
+        line(out, "Verdict:", "ok");
     }
-    title(&mut out, "", '=');
-    out
 }

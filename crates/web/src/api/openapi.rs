@@ -28,62 +28,86 @@ fn param_schema(schema: &str) -> Value {
     }
 }
 
+/// One route's operation object: parameters, answers, request body.
+fn operation(doc: &super::RouteDoc, limits: &llmwatch_config::SweepLimits) -> Value {
+    let parameters: Vec<Value> = doc
+        .params
+        .iter()
+        .map(|p| {
+            json!({
+                "name": p.name,
+                "in": match p.location { In::Path => "path", In::Query => "query" },
+                "required": p.required,
+                "description": p.description,
+                "schema": param_schema(p.schema),
+                // A list parameter is one comma-separated value.
+                "style": "form",
+                "explode": false,
+            })
+        })
+        .collect();
+    let mut responses = Map::new();
+    responses.insert(
+        doc.success.to_string(),
+        json!({
+            "description": if doc.success == 202 { "Accepted." } else { "OK." },
+            "content": { "application/json": { "schema": (doc.response)() } },
+        }),
+    );
+    for (status, why) in doc.errors {
+        responses.insert(
+            status.to_string(),
+            json!({
+                "description": why,
+                "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } },
+            }),
+        );
+    }
+    responses.insert(
+        "401".to_string(),
+        json!({ "description": "A bearer token is configured and the request lacks it." }),
+    );
+    let mut operation = json!({
+        "operationId": doc.operation_id,
+        "summary": doc.summary,
+        "parameters": parameters,
+        "responses": responses,
+    });
+    if let Some(body) = doc.request_body {
+        operation["requestBody"] = json!({
+            "required": true,
+            "description": body,
+            "content": { "application/json": { "schema": doc
+                .request_schema
+                .map_or_else(|| json!({ "type": "object" }), |schema| schema(limits)) } },
+        });
+    }
+    operation
+}
+
+/// `{"error": {"status", "message"}}`, every `/api/v1` error answer.
+fn error_schema() -> Value {
+    json!({
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["status", "message"],
+                "properties": {
+                    "status": { "type": "integer" },
+                    "message": { "type": "string" },
+                },
+            },
+        },
+    })
+}
+
 /// The document served at `/api/v1/openapi.json`.
 pub fn document(limits: &llmwatch_config::SweepLimits) -> Value {
     let mut paths: Map<String, Value> = Map::new();
     for (doc, _) in routes() {
-        let parameters: Vec<Value> = doc
-            .params
-            .iter()
-            .map(|p| {
-                json!({
-                    "name": p.name,
-                    "in": match p.location { In::Path => "path", In::Query => "query" },
-                    "required": p.required,
-                    "description": p.description,
-                    "schema": param_schema(p.schema),
-                    // A list parameter is one comma-separated value.
-                    "style": "form",
-                    "explode": false,
-                })
-            })
-            .collect();
-        let mut responses = Map::new();
-        responses.insert(
-            doc.success.to_string(),
-            json!({
-                "description": if doc.success == 202 { "Accepted." } else { "OK." },
-                "content": { "application/json": { "schema": (doc.response)() } },
-            }),
-        );
-        for (status, why) in doc.errors {
-            responses.insert(
-                status.to_string(),
-                json!({
-                    "description": why,
-                    "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } },
-                }),
-            );
-        }
-        responses.insert(
-            "401".to_string(),
-            json!({ "description": "A bearer token is configured and the request lacks it." }),
-        );
-        let mut operation = json!({
-            "operationId": doc.operation_id,
-            "summary": doc.summary,
-            "parameters": parameters,
-            "responses": responses,
-        });
-        if let Some(body) = doc.request_body {
-            operation["requestBody"] = json!({
-                "required": true,
-                "description": body,
-                "content": { "application/json": { "schema": doc
-                    .request_schema
-                    .map_or_else(|| json!({ "type": "object" }), |schema| schema(limits)) } },
-            });
-        }
+        let operation = operation(&doc, limits);
         let entry = paths
             .entry(doc.path.to_string())
             .or_insert_with(|| Value::Object(Map::new()));
@@ -98,23 +122,7 @@ pub fn document(limits: &llmwatch_config::SweepLimits) -> Value {
         .collect();
     paths.extend(crate::prometheus::openapi::paths(&prometheus));
     let mut schemas = crate::prometheus::openapi::component_schemas();
-    schemas.insert(
-        "Error".to_string(),
-        json!({
-            "type": "object",
-            "required": ["error"],
-            "properties": {
-                "error": {
-                    "type": "object",
-                    "required": ["status", "message"],
-                    "properties": {
-                        "status": { "type": "integer" },
-                        "message": { "type": "string" },
-                    },
-                },
-            },
-        }),
-    );
+    schemas.insert("Error".to_string(), error_schema());
     json!({
         "openapi": "3.1.0",
         "info": {

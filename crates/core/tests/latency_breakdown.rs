@@ -58,10 +58,22 @@ fn close(a: Option<f64>, b: f64) -> bool {
 fn phase_means_are_the_histogram_deltas() {
     let phases = server_phases();
     // Δ_sum / Δ_count off the pages (every count 0 before, 48 after).
-    assert!(close(phases.queue_s, 0.0009817789978114888 / 48.0), "{phases:?}");
-    assert!(close(phases.prefill_s, 2.151988441008143 / 48.0), "{phases:?}");
-    assert!(close(phases.decode_s, 7.602759220993903 / 48.0), "{phases:?}");
-    assert!(close(phases.inference_s, 9.754747662002046 / 48.0), "{phases:?}");
+    assert!(
+        close(phases.queue_s, 0.0009817789978114888 / 48.0),
+        "{phases:?}"
+    );
+    assert!(
+        close(phases.prefill_s, 2.151988441008143 / 48.0),
+        "{phases:?}"
+    );
+    assert!(
+        close(phases.decode_s, 7.602759220993903 / 48.0),
+        "{phases:?}"
+    );
+    assert!(
+        close(phases.inference_s, 9.754747662002046 / 48.0),
+        "{phases:?}"
+    );
     assert!(close(phases.ttft_s, 3.594831943511963 / 48.0), "{phases:?}");
     assert!(close(phases.e2e_s, 11.293193340301514 / 48.0), "{phases:?}");
 }
@@ -94,10 +106,7 @@ fn real_vllm_breakdown_sums_to_the_client_ttft_within_ten_percent() {
     assert_eq!(b.dominant, DominantPart::Prefill);
     assert!(t.outside_engine_s / t.client_s > 0.4, "{b:?}");
     let e2e = b.e2e.expect("e2e breakdown");
-    assert!(
-        e2e.unexplained_s.abs() <= 0.10 * e2e.client_s,
-        "{e2e:?}"
-    );
+    assert!(e2e.unexplained_s.abs() <= 0.10 * e2e.client_s, "{e2e:?}");
 }
 
 /// Without a load between the pages there is no traffic to split, and an

@@ -648,7 +648,9 @@ async fn ttft_breakdown_sums_to_the_client_ttft_under_load() {
         assert!((b.ttft.client_s - client).abs() < 1e-9);
         let parts = b.ttft.queue_s
             + b.ttft.prefill_s
-            + b.ttft.server_outside_core_s.expect("e2e and inference histograms")
+            + b.ttft
+                .server_outside_core_s
+                .expect("e2e and inference histograms")
             + b.ttft.network_s.expect("TTFT histogram");
         assert!(
             (parts - client).abs() <= 0.10 * client,

@@ -74,4 +74,3 @@ pub fn breakdown_points(series: &[(Signal, Vec<Point>)]) -> Vec<(i64, LatencyBre
 fn signal_value(signals: &[(Signal, f64)], signal: Signal) -> Option<f64> {
     signals.iter().find(|(s, _)| *s == signal).map(|(_, v)| *v)
 }
-

@@ -360,7 +360,11 @@ mod tests {
         assert!((b.ttft.server_outside_core_s.unwrap() - 0.05).abs() < 1e-9);
         assert!(b.ttft.unexplained_s.abs() < 1e-9);
         assert!(b.e2e.is_none());
-        assert!(b.reason.contains("capacity or the scheduler"), "{}", b.reason);
+        assert!(
+            b.reason.contains("capacity or the scheduler"),
+            "{}",
+            b.reason
+        );
     }
 
     #[test]

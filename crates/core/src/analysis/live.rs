@@ -12,8 +12,7 @@
 use super::diagnosis::{diagnose, Confidence, Verdict};
 use super::WorkloadHints;
 use super::{
-    fin, fmt, AnalysisConfig, Load, Objectives, Quantiles, ServerEvidence, ServerPhases,
-    StepResult,
+    fin, fmt, AnalysisConfig, Load, Objectives, Quantiles, ServerEvidence, ServerPhases, StepResult,
 };
 use crate::signals::Signal;
 

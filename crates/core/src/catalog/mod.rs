@@ -365,8 +365,16 @@ mod tests {
         for engine in [Engine::Vllm, Engine::Nim, Engine::Dynamo, Engine::Generic] {
             assert!(engine_may_expose(engine, M::PrefillTimeSeconds), "{engine}");
         }
-        for engine in [Engine::Sglang, Engine::Tgi, Engine::Trtllm, Engine::Llamacpp] {
-            assert!(!engine_may_expose(engine, M::PrefillTimeSeconds), "{engine}");
+        for engine in [
+            Engine::Sglang,
+            Engine::Tgi,
+            Engine::Trtllm,
+            Engine::Llamacpp,
+        ] {
+            assert!(
+                !engine_may_expose(engine, M::PrefillTimeSeconds),
+                "{engine}"
+            );
         }
         // TGI's inference duration spans batching to the end, as vLLM's does.
         assert!(engine_may_expose(Engine::Tgi, M::InferenceTimeSeconds));

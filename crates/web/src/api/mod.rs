@@ -614,7 +614,10 @@ async fn target_json(ctx: &ApiContext, target: &TargetRow, now: i64) -> Result<V
 /// Why a target has no latency breakdown in a range: its engine has no
 /// phase histograms at all, or nothing was measured on both sides.
 fn breakdown_missing(target: &TargetRow) -> &'static str {
-    let engine = target.engine.as_deref().and_then(|e| e.parse::<Engine>().ok());
+    let engine = target
+        .engine
+        .as_deref()
+        .and_then(|e| e.parse::<Engine>().ok());
     match engine {
         Some(engine) if !engine_may_expose(engine, CatalogMetric::PrefillTimeSeconds) => {
             "the engine exposes no queue/prefill phase histograms"
@@ -666,9 +669,7 @@ async fn latency_breakdown_series(
     let missing = points.is_empty().then(|| breakdown_missing(&target));
     let points: Vec<Value> = points
         .iter()
-        .map(|(ts_ms, breakdown)| {
-            json!({ "t": *ts_ms as f64 / 1000.0, "breakdown": breakdown })
-        })
+        .map(|(ts_ms, breakdown)| json!({ "t": *ts_ms as f64 / 1000.0, "breakdown": breakdown }))
         .collect();
     Ok(Json(json!({
         "target": target.name,

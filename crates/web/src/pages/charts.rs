@@ -6,9 +6,9 @@
 //! and marker, so charts read without colour vision and in greyscale.
 //! The legend is drawn in its own band above the plot, never over data.
 
+use llmwatch_core::analysis::TtftBreakdown;
 use plotters::chart::DualCoordChartContext;
 use plotters::prelude::*;
-use llmwatch_core::analysis::TtftBreakdown;
 use serde::Serialize;
 
 /// A TTFT breakdown's parts as stacked series, bottom first: `points` are

@@ -405,7 +405,10 @@ fn step_rows(steps: &[StepResult], verdict: &SweepVerdict) -> Vec<StepRow> {
             waiting: opt(s.server.requests_waiting_max, format::number),
             gpu_mem: opt(s.server.gpu_mem_used_ratio_max, format::percent),
             gpu_util: opt(s.server.gpu_util_mean, format::percent),
-            breakdown: match (&s.server.latency_breakdown, &s.server.latency_breakdown_missing) {
+            breakdown: match (
+                &s.server.latency_breakdown,
+                &s.server.latency_breakdown_missing,
+            ) {
                 (Some(b), _) => b.reason.clone(),
                 (None, Some(why)) => why.clone(),
                 (None, None) => "—".to_string(),

@@ -705,6 +705,31 @@ mod tests {
     }
 
     #[test]
+    fn stacked_chart_piles_the_parts_and_skips_negative_ones() {
+        let mut c = chart(vec![[0.0, 0.5], [600_000.0, 1.0]]);
+        let mut second = c.series[0].clone();
+        second.name = "prefill".into();
+        second.points = vec![[0.0, 0.25], [600_000.0, -0.5]];
+        c.series.push(second);
+        c.stacked = true;
+        // The tallest stack is 0.5 + 0.25; a negative part adds nothing.
+        assert_eq!(stack_max(&c), 1.0);
+        let (lo, hi) = y_bounds(&c);
+        assert_eq!(lo, 0.0);
+        assert!((hi - 1.08).abs() < 1e-12, "{hi}");
+        let svg = render_svg(&c);
+        // Three bars: two parts at the first x, one at the second.
+        let rects = svg.matches("<rect").count();
+        let lines_only = render_svg(&Chart {
+            stacked: false,
+            ..c.clone()
+        })
+        .matches("<rect")
+        .count();
+        assert_eq!(rects, lines_only + 3, "{svg}");
+    }
+
+    #[test]
     fn empty_chart_says_no_data() {
         let svg = render_svg(&chart(vec![]));
         assert!(svg.contains("no data in this range"));

@@ -222,7 +222,11 @@ window = "10s"
     let client = point["client_s"].as_f64().expect("client mean TTFT");
     let parts: f64 = ["queue_s", "prefill_s", "server_outside_core_s", "network_s"]
         .iter()
-        .map(|k| point[k].as_f64().unwrap_or_else(|| panic!("{k} in {breakdown}")))
+        .map(|k| {
+            point[k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{k} in {breakdown}"))
+        })
         .sum();
     assert!(
         (parts - client).abs() <= 0.10 * client,

@@ -52,6 +52,27 @@ pub fn probe_signals(probes: &[ProbeTimings]) -> Vec<(Signal, f64)> {
     put(Signal::ProbeItlP95, &itl, 0.95);
     put(Signal::ProbeTpotP95, &tpot, 0.95);
     put(Signal::ProbeE2eP95, &e2e, 0.95);
+    // Means over successful probes only: a failed probe's TTFT would pair a
+    // request the server never finished with server histograms that only
+    // count finished ones.
+    let ok_ttft: Vec<f64> = probes
+        .iter()
+        .filter(|p| p.ok)
+        .filter_map(|p| p.ttft_s)
+        .filter(|v| v.is_finite())
+        .collect();
+    if !ok_ttft.is_empty() {
+        out.push((
+            Signal::ProbeTtftMean,
+            ok_ttft.iter().sum::<f64>() / ok_ttft.len() as f64,
+        ));
+    }
+    if !e2e.is_empty() {
+        out.push((
+            Signal::ProbeE2eMean,
+            e2e.iter().sum::<f64>() / e2e.len() as f64,
+        ));
+    }
     out.push((Signal::ProbeErrorRate, failed as f64 / probes.len() as f64));
     out
 }
@@ -90,9 +111,17 @@ mod tests {
     #[test]
     fn every_signal_probe_signals_returns_is_a_probe_signal() {
         let signals = probe_signals(&[ok(0.1, &[0.01, 0.02])]);
-        assert_eq!(signals.len(), 7);
+        assert_eq!(signals.len(), 9);
         assert!(signals.iter().all(|(s, _)| s.is_probe()));
         assert!(!Signal::KvCacheUsage.is_probe());
+    }
+
+    fn failed_with_ttft() -> ProbeTimings {
+        ProbeTimings {
+            ok: false,
+            e2e_s: 9.0,
+            ..ProbeTimings::default()
+        }
     }
 
     #[test]
@@ -105,6 +134,15 @@ mod tests {
         let signals = probe_signals(&[failed.clone(), failed, ok(0.2, &[0.02])]);
         assert!((value(&signals, Signal::ProbeErrorRate).unwrap() - 2.0 / 3.0).abs() < 1e-12);
         assert_eq!(value(&signals, Signal::ProbeE2eP95), Some(0.22));
+        // Means only over the probe that succeeded (a failed one may have a
+        // TTFT, but the server's histograms never count it as finished).
+        let half = ProbeTimings {
+            ttft_s: Some(5.0),
+            ..failed_with_ttft()
+        };
+        let signals = probe_signals(&[half, ok(0.2, &[0.02])]);
+        assert_eq!(value(&signals, Signal::ProbeTtftMean), Some(0.2));
+        assert_eq!(value(&signals, Signal::ProbeE2eMean), Some(0.22));
         let all_failed = probe_signals(&[ProbeTimings::default()]);
         assert_eq!(all_failed, vec![(Signal::ProbeErrorRate, 1.0)]);
         assert!(probe_signals(&[]).is_empty());

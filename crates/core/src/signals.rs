@@ -31,6 +31,14 @@ pub enum Signal {
     ServerE2eP95,
     ServerE2eMean,
     ServerQueueTimeP95,
+    /// Mean engine queue time (scheduler wait) over the window.
+    ServerQueueTimeMean,
+    /// Mean engine-core prefill time (scheduled → first token).
+    ServerPrefillTimeMean,
+    /// Mean engine-core decode time (first token → last).
+    ServerDecodeTimeMean,
+    /// Mean engine-core inference time (scheduled → last token).
+    ServerInferenceTimeMean,
     PromptTokensRate,
     GenerationTokensRate,
     /// Finished requests per second.
@@ -64,12 +72,17 @@ pub enum Signal {
     ProbeItlP95,
     ProbeTpotP95,
     ProbeE2eP95,
+    /// Mean TTFT of the window's successful probes (the client side of the
+    /// latency breakdown).
+    ProbeTtftMean,
+    /// Mean end-to-end latency of the window's successful probes.
+    ProbeE2eMean,
     /// Failed probes / all probes in the window, 0..1.
     ProbeErrorRate,
 }
 
 impl Signal {
-    const ALL: [Signal; 34] = [
+    const ALL: [Signal; 40] = [
         Signal::KvCacheUsage,
         Signal::RequestsRunning,
         Signal::RequestsWaiting,
@@ -84,6 +97,10 @@ impl Signal {
         Signal::ServerE2eP95,
         Signal::ServerE2eMean,
         Signal::ServerQueueTimeP95,
+        Signal::ServerQueueTimeMean,
+        Signal::ServerPrefillTimeMean,
+        Signal::ServerDecodeTimeMean,
+        Signal::ServerInferenceTimeMean,
         Signal::PromptTokensRate,
         Signal::GenerationTokensRate,
         Signal::RequestRate,
@@ -103,6 +120,8 @@ impl Signal {
         Signal::ProbeItlP95,
         Signal::ProbeTpotP95,
         Signal::ProbeE2eP95,
+        Signal::ProbeTtftMean,
+        Signal::ProbeE2eMean,
         Signal::ProbeErrorRate,
     ];
 
@@ -127,6 +146,10 @@ impl Signal {
             Signal::ServerE2eP95 => "server_e2e_p95",
             Signal::ServerE2eMean => "server_e2e_mean",
             Signal::ServerQueueTimeP95 => "server_queue_time_p95",
+            Signal::ServerQueueTimeMean => "server_queue_time_mean",
+            Signal::ServerPrefillTimeMean => "server_prefill_time_mean",
+            Signal::ServerDecodeTimeMean => "server_decode_time_mean",
+            Signal::ServerInferenceTimeMean => "server_inference_time_mean",
             Signal::PromptTokensRate => "prompt_tokens_rate",
             Signal::GenerationTokensRate => "generation_tokens_rate",
             Signal::RequestRate => "request_rate",
@@ -146,6 +169,8 @@ impl Signal {
             Signal::ProbeItlP95 => "probe_itl_p95",
             Signal::ProbeTpotP95 => "probe_tpot_p95",
             Signal::ProbeE2eP95 => "probe_e2e_p95",
+            Signal::ProbeTtftMean => "probe_ttft_mean",
+            Signal::ProbeE2eMean => "probe_e2e_mean",
             Signal::ProbeErrorRate => "probe_error_rate",
         }
     }
@@ -178,12 +203,18 @@ impl Signal {
             | Signal::ServerE2eP95
             | Signal::ServerE2eMean
             | Signal::ServerQueueTimeP95
+            | Signal::ServerQueueTimeMean
+            | Signal::ServerPrefillTimeMean
+            | Signal::ServerDecodeTimeMean
+            | Signal::ServerInferenceTimeMean
             | Signal::ProbeTtftP50
             | Signal::ProbeTtftP95
             | Signal::ProbeItlP50
             | Signal::ProbeItlP95
             | Signal::ProbeTpotP95
-            | Signal::ProbeE2eP95 => "s",
+            | Signal::ProbeE2eP95
+            | Signal::ProbeTtftMean
+            | Signal::ProbeE2eMean => "s",
             Signal::GpuMemUsedBytes => "bytes",
             Signal::GpuPowerW => "W",
             Signal::GpuCount => "count",
@@ -222,7 +253,10 @@ impl Signal {
             }
             Signal::ServerItlP50 | Signal::ServerItlP95 | Signal::ServerItlMean => &[M::ItlSeconds],
             Signal::ServerE2eP95 | Signal::ServerE2eMean => &[M::E2eSeconds],
-            Signal::ServerQueueTimeP95 => &[M::QueueTimeSeconds],
+            Signal::ServerQueueTimeP95 | Signal::ServerQueueTimeMean => &[M::QueueTimeSeconds],
+            Signal::ServerPrefillTimeMean => &[M::PrefillTimeSeconds],
+            Signal::ServerDecodeTimeMean => &[M::DecodeTimeSeconds],
+            Signal::ServerInferenceTimeMean => &[M::InferenceTimeSeconds],
             Signal::PromptTokensRate => &[M::PromptTokensTotal],
             Signal::GenerationTokensRate => &[M::GenerationTokensTotal],
             Signal::RequestRate => &[M::RequestsSuccessTotal],
@@ -242,6 +276,8 @@ impl Signal {
             | Signal::ProbeItlP95
             | Signal::ProbeTpotP95
             | Signal::ProbeE2eP95
+            | Signal::ProbeTtftMean
+            | Signal::ProbeE2eMean
             | Signal::ProbeErrorRate => &[],
         }
     }
@@ -353,6 +389,19 @@ pub fn signals_between(prev: Option<Snapshot>, cur: Snapshot) -> Vec<(Signal, f6
     put(Signal::ServerE2eP95, e2e.quantile(0.95));
     put(Signal::ServerE2eMean, e2e.mean());
     put(Signal::ServerQueueTimeP95, queue.quantile(0.95));
+    put(Signal::ServerQueueTimeMean, queue.mean());
+    put(
+        Signal::ServerPrefillTimeMean,
+        Hist::window(p, c, M::PrefillTimeSeconds).mean(),
+    );
+    put(
+        Signal::ServerDecodeTimeMean,
+        Hist::window(p, c, M::DecodeTimeSeconds).mean(),
+    );
+    put(
+        Signal::ServerInferenceTimeMean,
+        Hist::window(p, c, M::InferenceTimeSeconds).mean(),
+    );
     put(Signal::PromptTokensRate, rate(M::PromptTokensTotal));
     put(Signal::GenerationTokensRate, rate(M::GenerationTokensTotal));
     put(Signal::RequestRate, rate(M::RequestsSuccessTotal));

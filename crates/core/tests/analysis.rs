@@ -650,6 +650,70 @@ fn prefill_bound_without_objectives_is_relative_to_the_floor() {
     );
 }
 
+/// The engine's own phase times weigh a latency verdict: agreeing, they raise
+/// its confidence one level; disagreeing, they are cited and leave it; they
+/// never change which verdict fires.
+#[test]
+fn the_ttft_breakdown_weighs_a_latency_verdict() {
+    use llmwatch_core::analysis::{latency_breakdown, ClientMeans, ServerPhases};
+    let tput = [60.0, 110.0, 180.0, 240.0, 260.0, 265.0, 268.0];
+    let ttft = [0.4, 0.6, 1.3, 2.5, 5.0, 10.0, 20.0];
+    let itl = [0.020; 7];
+    let with_breakdown = |queue: f64, prefill: f64| {
+        with_server(sweep(&tput, &ttft, &itl), move |_, e| {
+            e.kv_cache_usage_mean = Some(0.4);
+            let phases = ServerPhases {
+                queue_s: Some(queue),
+                prefill_s: Some(prefill),
+                ttft_s: Some(queue + prefill + 0.05),
+                ..ServerPhases::default()
+            };
+            let client = ClientMeans {
+                ttft_s: Some(queue + prefill + 0.06),
+                e2e_s: None,
+            };
+            e.latency_breakdown = latency_breakdown(&phases, &client, true).ok();
+        })
+    };
+    let judge = |steps: &[StepResult]| {
+        let findings = diagnose(
+            steps,
+            &Objectives::default(),
+            &WorkloadHints::default(),
+            &cfg(),
+        );
+        find(&findings, Verdict::PrefillBound)
+            .expect("prefill finding")
+            .clone()
+    };
+    // Prefill 1.0 s of 1.16 s: the phase times agree, medium → high.
+    let agrees = judge(&with_breakdown(0.1, 1.0));
+    assert_eq!(agrees.confidence, Confidence::High, "{}", agrees.evidence);
+    assert!(
+        agrees
+            .evidence
+            .contains("phase times at concurrency 4 support it")
+            && agrees.evidence.contains("prefill 1.0 s")
+            && agrees.evidence.contains("prefill-dominated"),
+        "{}",
+        agrees.evidence
+    );
+    // Queue 1.0 s of 1.16 s: the requests wait; cited, still medium.
+    let disagrees = judge(&with_breakdown(1.0, 0.1));
+    assert_eq!(
+        disagrees.confidence,
+        Confidence::Medium,
+        "{}",
+        disagrees.evidence
+    );
+    assert!(
+        disagrees.evidence.contains("point elsewhere")
+            && disagrees.evidence.contains("queue-dominated"),
+        "{}",
+        disagrees.evidence
+    );
+}
+
 #[test]
 fn decode_slow_sweep_is_decode_bound_table() {
     // (ITL p95 at c=1, objectives, expect decode-bound)

@@ -47,6 +47,10 @@ const CASES: &[Case] = &[
             (ServerE2eMean, 3.5736520290374756 / 2.0),
             // queue: both ≤ 0.3: rank 1.9 → 0.3·1.9/2.
             (ServerQueueTimeP95, 0.285),
+            // Phase means: Δsum/Δcount over the lifetime (no decode family).
+            (ServerQueueTimeMean, 1.883227378129959e-05 / 2.0),
+            (ServerPrefillTimeMean, 0.41180944442749023 / 2.0),
+            (ServerInferenceTimeMean, 3.5716648939996958 / 2.0),
         ],
     },
     Case {
@@ -73,6 +77,10 @@ const CASES: &[Case] = &[
             (ServerE2eMean, 0.5034303665161133),
             // queue count 6, all ≤ 0.3: 0.3·5.7/6.
             (ServerQueueTimeP95, 0.3 * 5.7 / 6.0),
+            (ServerQueueTimeMean, 7.358146831393242e-05 / 6.0),
+            (ServerPrefillTimeMean, 0.2140041133388877 / 6.0),
+            (ServerDecodeTimeMean, 0.6237391703762114 / 6.0),
+            (ServerInferenceTimeMean, 0.8377432837150991 / 6.0),
         ],
     },
     Case {
@@ -95,6 +103,10 @@ const CASES: &[Case] = &[
             (ServerE2eP95, 4.625),
             (ServerE2eMean, 6.67 / 3.0),
             (ServerQueueTimeP95, 0.285),
+            (ServerQueueTimeMean, 0.2915 / 3.0),
+            (ServerPrefillTimeMean, 0.456 / 3.0),
+            (ServerDecodeTimeMean, 5.922499999999999 / 3.0),
+            (ServerInferenceTimeMean, 6.378499999999999 / 3.0),
         ],
     },
     Case {
@@ -178,6 +190,7 @@ const CASES: &[Case] = &[
             (ServerE2eMean, 88.4 / 3.0),
             // queue p95 rank 2.85 in (4, 5] holding 2→3 → 4 + 0.85.
             (ServerQueueTimeP95, 4.85),
+            (ServerQueueTimeMean, 4.57 / 3.0),
         ],
     },
     Case {
@@ -198,6 +211,9 @@ const CASES: &[Case] = &[
             (ServerE2eP95, 3.556206201410964),
             (ServerE2eMean, 22.17695412131686 / 11.0),
             (ServerQueueTimeP95, 0.30204415298223486),
+            (ServerQueueTimeMean, 1.4569574589903815 / 11.0),
+            // Batching → end of generation, vLLM's inference span.
+            (ServerInferenceTimeMean, 22.06695412131687 / 11.0),
         ],
     },
     Case {
@@ -272,6 +288,7 @@ const CASES: &[Case] = &[
             (ServerE2eP95, 0.99),
             (ServerE2eMean, 1.7300310004502535 / 2.0),
             (ServerQueueTimeP95, 0.285),
+            (ServerQueueTimeMean, 0.01181500032544136 / 2.0),
         ],
     },
     Case {

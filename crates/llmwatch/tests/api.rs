@@ -209,6 +209,37 @@ window = "10s"
         assert!((0.0..=1.0).contains(&point[1].as_f64().unwrap()));
     }
     assert!(!all[2]["points"].as_array().unwrap().is_empty());
+    // The latency breakdown at now: the canaries' mean TTFT split by the
+    // simulator's phase histograms over the same (60 s) window.
+    let breakdown = api
+        .ok(&format!(
+            "/api/v1/targets/sim/latency_breakdown?from={0}&to={0}",
+            now as f64 / 1000.0
+        ))
+        .await;
+    assert_eq!(breakdown["step_s"], 60.0, "{breakdown}");
+    let point = &breakdown["points"][0]["breakdown"]["ttft"];
+    let client = point["client_s"].as_f64().expect("client mean TTFT");
+    let parts: f64 = ["queue_s", "prefill_s", "server_outside_core_s", "network_s"]
+        .iter()
+        .map(|k| {
+            point[k]
+                .as_f64()
+                .unwrap_or_else(|| panic!("{k} in {breakdown}"))
+        })
+        .sum();
+    assert!(
+        (parts - client).abs() <= 0.10 * client,
+        "parts {parts} s vs canaries' mean TTFT {client} s: {breakdown}"
+    );
+    assert_eq!(breakdown["missing"], Value::Null);
+    let target = api.ok("/api/v1/targets/sim").await;
+    assert!(
+        target["latency_breakdown"]["breakdown"]["dominant"].is_string(),
+        "{target}"
+    );
+    api.bad("/api/v1/targets/sim/latency_breakdown?step=fast", "step")
+        .await;
     api.bad("/api/v1/targets/sim/signals?from=yesterday", "from")
         .await;
     api.bad("/api/v1/targets/sim/signals?to=2026-13-01T00:00:00Z", "to")
@@ -500,6 +531,7 @@ async fn openapi_documents_every_route() {
             "GET /api/v1/sweeps/{id}",
             "GET /api/v1/targets",
             "GET /api/v1/targets/{name}",
+            "GET /api/v1/targets/{name}/latency_breakdown",
             "GET /api/v1/targets/{name}/live",
             "GET /api/v1/targets/{name}/signals",
             "POST /api/v1/sweeps",

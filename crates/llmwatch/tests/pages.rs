@@ -280,10 +280,11 @@ async fn every_page_renders_what_the_store_holds() {
         "Prefix-cache hit rate",
         "Token throughput",
         "GPU utilisation and memory",
+        "Canary mean TTFT by phase",
     ] {
         assert!(html.contains(title), "chart {title:?}");
     }
-    assert_eq!(html.matches("<svg").count(), 8, "eight inline charts");
+    assert_eq!(html.matches("<svg").count(), 9, "nine inline charts");
     assert!(html.contains("objective p95 ≤ 1.00 s"));
     assert!(html.contains("objective p95 ≤ 50 ms"));
     for legend in [
@@ -397,6 +398,27 @@ async fn every_page_renders_what_the_store_holds() {
         "experiment card"
     );
     assert!(html.contains("href=\"/sweeps/1/charts/ttft.csv\""));
+    // Each step's mean TTFT by phase: a stacked chart and a table column.
+    assert!(html.contains("Mean TTFT by phase vs load"));
+    assert_eq!(
+        html.matches("<td>mean TTFT ").count(),
+        6,
+        "a breakdown per step"
+    );
+    let (status, body) = get(
+        &client,
+        &format!("{base}/sweeps/1/charts/ttft_breakdown.json"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let chart: Value = serde_json::from_str(&body).expect("chart JSON");
+    assert_eq!(chart["stacked"], true);
+    assert_eq!(chart["series"][0]["name"], "queue");
+    assert_eq!(
+        chart["series"][0]["points"].as_array().map(Vec::len),
+        Some(6),
+        "{chart}"
+    );
     let (status, body) = get(&client, &format!("{base}/sweeps/1/charts/throughput.json")).await;
     assert_eq!(status, 200);
     let chart: Value = serde_json::from_str(&body).expect("chart JSON");

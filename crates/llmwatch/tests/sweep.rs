@@ -611,3 +611,78 @@ async fn cache_contaminated_sweep(prompt_tokens_details: bool, reason_has: &[&st
     assert!(table.contains("cache-contaminated"), "{table}");
     drop(t);
 }
+
+/// The engine's phase histograms account for the client's TTFT: at every
+/// step the breakdown's parts (queue, prefill, time in the server outside
+/// the engine core, network/client) sum to the client-measured mean TTFT
+/// within 10 %, and past the cache's capacity the queue is what grows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttft_breakdown_sums_to_the_client_ttft_under_load() {
+    use llmwatch_core::analysis::DominantPart;
+    let _serial = SERIAL.lock().await;
+    let started = Instant::now();
+    let t = sim("kv-starved", 2.0).await;
+    let sh = shape(240, 16);
+    let c_kv = t
+        .sim
+        .config()
+        .profile
+        .kv_saturation_concurrency(sim_shape(sh));
+    let top = u32::try_from(4 * c_kv).expect("small");
+    let s = settings(&t, sh, &[1, 4, top]);
+    let (_dir, store) = temp_store().await;
+    let report = run_sweep(s, Some(&store), |_| {})
+        .await
+        .expect("sweep runs");
+    show("ttft breakdown", &report, started);
+
+    for step in &report.steps {
+        let ev = &step.step.server;
+        let b = ev.latency_breakdown.as_ref().unwrap_or_else(|| {
+            panic!(
+                "breakdown at {}: {:?}",
+                step.step.load, ev.latency_breakdown_missing
+            )
+        });
+        let client = step.run.ttft_ms.mean.expect("client TTFT") / 1000.0;
+        assert!((b.ttft.client_s - client).abs() < 1e-9);
+        let parts = b.ttft.queue_s
+            + b.ttft.prefill_s
+            + b.ttft
+                .server_outside_core_s
+                .expect("e2e and inference histograms")
+            + b.ttft.network_s.expect("TTFT histogram");
+        assert!(
+            (parts - client).abs() <= 0.10 * client,
+            "{}: parts {parts} s vs client mean TTFT {client} s ({b:?})",
+            step.step.load
+        );
+        let e2e = b.e2e.expect("e2e breakdown");
+        assert!(
+            e2e.unexplained_s.abs() <= 0.10 * e2e.client_s,
+            "{}: {e2e:?}",
+            step.step.load
+        );
+        eprintln!("{}: {}", step.step.load, b.reason);
+    }
+    // Alone, a request does not wait; at four times the cache's capacity
+    // it mostly waits.
+    let first = report.steps[0].step.server.latency_breakdown.as_ref();
+    let last = report.steps[2].step.server.latency_breakdown.as_ref();
+    let (first, last) = (first.expect("floor"), last.expect("top"));
+    assert_ne!(first.dominant, DominantPart::Queue, "{first:?}");
+    assert_eq!(last.dominant, DominantPart::Queue, "{last:?}");
+    assert!(last.ttft.queue_s > 5.0 * first.ttft.queue_s.max(1e-4));
+
+    // Stored with the step's evidence, and read back the same.
+    let id = report.sweep_id.expect("stored");
+    let stored = load_sweep(&store, id).await.expect("reads back");
+    for (a, b) in stored.steps.iter().zip(&report.steps) {
+        let (a, b) = (&a.server, &b.step.server);
+        let (a, b) = (a.latency_breakdown.as_ref(), b.latency_breakdown.as_ref());
+        let (a, b) = (a.expect("stored"), b.expect("measured"));
+        assert_eq!(a.dominant, b.dominant);
+        assert!((a.ttft.queue_s - b.ttft.queue_s).abs() < 1e-9);
+        assert!((a.ttft.client_s - b.ttft.client_s).abs() < 1e-9);
+    }
+}

@@ -9,6 +9,7 @@
 
 pub mod api;
 pub mod auth;
+pub mod latency_breakdown;
 pub mod own_metrics;
 pub mod pages;
 pub mod prometheus;

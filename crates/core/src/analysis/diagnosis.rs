@@ -14,7 +14,7 @@
 //! configuration, not of the load, so they read every step.
 
 use super::saturation::{gain_per_doubling, higher, select, Selection};
-use super::{fin, fmt, AnalysisConfig, Load, Objectives, StepResult, WorkloadHints};
+use super::{fin, fmt, AnalysisConfig, DominantPart, Load, Objectives, StepResult, WorkloadHints};
 
 /// What a finding says is the bottleneck.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -306,8 +306,64 @@ pub fn diagnose(
     findings.extend(outside_gpu(&ctx, steps));
     findings.extend(unbalanced_split(steps, config));
     findings.extend(prefix_caching(steps, workload, config));
+    for finding in &mut findings {
+        weigh_latency_breakdown(finding, steps);
+    }
     findings.sort_by_key(|f| std::cmp::Reverse(f.confidence));
     findings
+}
+
+/// Adds the TTFT breakdown of the finding's step (else of the highest-load
+/// usable step that has one) to a latency verdict's evidence. When the
+/// engine's own phase times point where the verdict does, its confidence
+/// goes up one level; when they point elsewhere, that is cited but does not
+/// lower it: the breakdown is of means and the verdicts read p95s, and at the
+/// onset of queueing a tail of waiting requests lifts the p95 while the mean
+/// is still mostly prefill (seen on the simulator's kv-starved profile:
+/// waiting 0.6, queue 1.6 ms of a 30 ms mean). Which verdict fires is never
+/// changed here.
+fn weigh_latency_breakdown(finding: &mut Finding, steps: &[StepResult]) {
+    let agrees = |dominant: DominantPart| match finding.verdict {
+        Verdict::PrefillBound => Some(dominant == DominantPart::Prefill),
+        Verdict::KvCacheCapacity | Verdict::SchedulerLimit => Some(dominant == DominantPart::Queue),
+        Verdict::OutsideGpu => Some(dominant == DominantPart::OutsideEngine),
+        _ => None,
+    };
+    let of_step = |i: usize| {
+        steps
+            .get(i)
+            .and_then(|s| s.server.latency_breakdown.as_ref())
+            .map(|b| (i, b))
+    };
+    let breakdown = finding.step.and_then(of_step).or_else(|| {
+        steps
+            .iter()
+            .enumerate()
+            .rev()
+            .filter(|(_, s)| s.client_bound.is_none() && s.cache_contaminated.is_none())
+            .find_map(|(i, _)| of_step(i))
+    });
+    let Some((i, breakdown)) = breakdown else {
+        return;
+    };
+    let Some(agrees) = agrees(breakdown.dominant) else {
+        return;
+    };
+    let load = steps.get(i).map(|s| s.load.to_string()).unwrap_or_default();
+    let (word, confidence) = if agrees {
+        let up = match finding.confidence {
+            Confidence::Low => Confidence::Medium,
+            _ => Confidence::High,
+        };
+        ("support it", up)
+    } else {
+        ("point elsewhere", finding.confidence)
+    };
+    finding.evidence = format!(
+        "{}; the engine's phase times at {load} {word}: {}",
+        finding.evidence, breakdown.reason
+    );
+    finding.confidence = confidence;
 }
 
 fn client_bound(steps: &[StepResult]) -> Option<Finding> {

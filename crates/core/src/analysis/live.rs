@@ -11,7 +11,9 @@
 
 use super::diagnosis::{diagnose, Confidence, Verdict};
 use super::WorkloadHints;
-use super::{fin, fmt, AnalysisConfig, Load, Objectives, Quantiles, ServerEvidence, StepResult};
+use super::{
+    fin, fmt, AnalysisConfig, Load, Objectives, Quantiles, ServerEvidence, ServerPhases, StepResult,
+};
 use crate::signals::Signal;
 
 /// Default length of the live window, seconds (5 minutes).
@@ -301,6 +303,11 @@ fn band_evidence(members: &[&LiveSample], stat: &dyn Fn(Signal) -> Stat) -> Serv
         gpu_count: stat(Signal::GpuCount)
             .max
             .map(|n| n.round().clamp(0.0, f64::from(u32::MAX)) as u32),
+        // Live bands have no client means of their own: no breakdown, so
+        // the live verdicts stay what the sweep rules alone give.
+        phases: ServerPhases::default(),
+        latency_breakdown: None,
+        latency_breakdown_missing: None,
     }
 }
 

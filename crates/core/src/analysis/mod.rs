@@ -19,12 +19,17 @@
 //! Invariant: no function here returns NaN or an infinity, and no rendered
 //! text contains "NaN" or "inf": non-finite inputs are treated as missing.
 
+mod breakdown;
 mod card;
 mod diagnosis;
 mod fmt;
 mod live;
 mod saturation;
 
+pub use breakdown::{
+    latency_breakdown, ClientMeans, DominantPart, E2eBreakdown, LatencyBreakdown, NoBreakdown,
+    ServerPhases, TtftBreakdown,
+};
 pub use card::{card_from_info, compare_cards, CardDiff, ExperimentCard, DERIVED_CARD_FIELDS};
 pub use diagnosis::{diagnose, Confidence, Finding, Verdict};
 pub use live::{
@@ -192,6 +197,14 @@ pub struct ServerEvidence {
     pub gpu_mem_bw_util_mean: Option<f64>,
     /// GPUs seen in the window.
     pub gpu_count: Option<u32>,
+    /// The engine's phase means (queue, prefill, decode, inference, TTFT,
+    /// e2e) over the window, from histogram deltas.
+    pub phases: ServerPhases,
+    /// The client's mean TTFT/e2e split by [`Self::phases`]; `None` with
+    /// [`Self::latency_breakdown_missing`] saying why. Steps stored before
+    /// the breakdown existed read as `None` with no reason.
+    pub latency_breakdown: Option<LatencyBreakdown>,
+    pub latency_breakdown_missing: Option<String>,
 }
 
 /// One step of a sweep: one load level, its client measurements and the

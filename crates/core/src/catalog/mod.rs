@@ -21,7 +21,7 @@ use crate::exposition::Exposition;
 mod normalize;
 mod rules;
 
-pub use normalize::{normalize, source_names};
+pub use normalize::{engine_may_expose, normalize, source_names};
 
 /// The server software of a target (or `Dcgm` for a GPU exporter page).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -184,6 +184,12 @@ pub enum CatalogMetric {
     ItlSeconds,
     E2eSeconds,
     QueueTimeSeconds,
+    /// Engine-core time from scheduling to the first token (vLLM V1).
+    PrefillTimeSeconds,
+    /// Engine-core time from the first token to the last (vLLM V1).
+    DecodeTimeSeconds,
+    /// Engine-core time from scheduling to the last token: prefill + decode.
+    InferenceTimeSeconds,
     GpuUtil,
     GpuMemUsedBytes,
     GpuMemTotalBytes,
@@ -194,7 +200,7 @@ pub enum CatalogMetric {
 }
 
 impl CatalogMetric {
-    const ALL: [CatalogMetric; 21] = [
+    const ALL: [CatalogMetric; 24] = [
         CatalogMetric::KvCacheUsage,
         CatalogMetric::RequestsRunning,
         CatalogMetric::RequestsWaiting,
@@ -209,6 +215,9 @@ impl CatalogMetric {
         CatalogMetric::ItlSeconds,
         CatalogMetric::E2eSeconds,
         CatalogMetric::QueueTimeSeconds,
+        CatalogMetric::PrefillTimeSeconds,
+        CatalogMetric::DecodeTimeSeconds,
+        CatalogMetric::InferenceTimeSeconds,
         CatalogMetric::GpuUtil,
         CatalogMetric::GpuMemUsedBytes,
         CatalogMetric::GpuMemTotalBytes,
@@ -241,6 +250,9 @@ impl CatalogMetric {
             CatalogMetric::ItlSeconds => "itl_seconds",
             CatalogMetric::E2eSeconds => "e2e_seconds",
             CatalogMetric::QueueTimeSeconds => "queue_time_seconds",
+            CatalogMetric::PrefillTimeSeconds => "prefill_time_seconds",
+            CatalogMetric::DecodeTimeSeconds => "decode_time_seconds",
+            CatalogMetric::InferenceTimeSeconds => "inference_time_seconds",
             CatalogMetric::GpuUtil => "gpu_util",
             CatalogMetric::GpuMemUsedBytes => "gpu_mem_used_bytes",
             CatalogMetric::GpuMemTotalBytes => "gpu_mem_total_bytes",
@@ -270,7 +282,10 @@ impl CatalogMetric {
             CatalogMetric::TtftSeconds
             | CatalogMetric::ItlSeconds
             | CatalogMetric::E2eSeconds
-            | CatalogMetric::QueueTimeSeconds => MetricKind::Histogram,
+            | CatalogMetric::QueueTimeSeconds
+            | CatalogMetric::PrefillTimeSeconds
+            | CatalogMetric::DecodeTimeSeconds
+            | CatalogMetric::InferenceTimeSeconds => MetricKind::Histogram,
             _ => MetricKind::Gauge,
         }
     }
@@ -342,5 +357,27 @@ mod tests {
         assert_eq!(CatalogMetric::TtftSeconds.kind(), MetricKind::Histogram);
         assert_eq!(CatalogMetric::PromptTokensTotal.kind(), MetricKind::Counter);
         assert_eq!(CatalogMetric::KvCacheUsage.kind(), MetricKind::Gauge);
+    }
+
+    #[test]
+    fn phase_histograms_are_known_where_engines_split_requests() {
+        use CatalogMetric as M;
+        for engine in [Engine::Vllm, Engine::Nim, Engine::Dynamo, Engine::Generic] {
+            assert!(engine_may_expose(engine, M::PrefillTimeSeconds), "{engine}");
+        }
+        for engine in [
+            Engine::Sglang,
+            Engine::Tgi,
+            Engine::Trtllm,
+            Engine::Llamacpp,
+        ] {
+            assert!(
+                !engine_may_expose(engine, M::PrefillTimeSeconds),
+                "{engine}"
+            );
+        }
+        // TGI's inference duration spans batching to the end, as vLLM's does.
+        assert!(engine_may_expose(Engine::Tgi, M::InferenceTimeSeconds));
+        assert!(!engine_may_expose(Engine::Dcgm, M::QueueTimeSeconds));
     }
 }

@@ -341,6 +341,15 @@ fn aggregate(metric: CatalogMetric, raws: &[Raw], out: &mut Vec<NormalizedSample
     );
 }
 
+/// Whether any name that `engine`'s pages may carry maps to `metric`
+/// (`Generic` tries every name, so it may carry all of them): tells "this
+/// engine has no such histogram" from "it saw no request".
+pub fn engine_may_expose(engine: Engine, metric: CatalogMetric) -> bool {
+    RULES
+        .iter()
+        .any(|rule| rule.metric == metric && rule.src.allowed(engine))
+}
+
 /// Every sample name (as on the wire) that [`normalize`] may read for
 /// `metric`, whatever the engine: a store that keeps whole pages reads only
 /// these when it derives `metric` again.

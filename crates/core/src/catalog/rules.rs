@@ -442,6 +442,29 @@ pub(super) const RULES: &[Rule] = &[
             count: TRITON_REQUESTS,
         },
     },
+    // Engine-core phases of a request (vLLM V1 and NIM, which is vLLM
+    // inside; TGI's inference duration runs from batching to the end, the
+    // same span). No other engine splits a request by phase.
+    h(
+        M::PrefillTimeSeconds,
+        S::Vllm,
+        "vllm:request_prefill_time_seconds",
+    ),
+    h(
+        M::DecodeTimeSeconds,
+        S::Vllm,
+        "vllm:request_decode_time_seconds",
+    ),
+    h(
+        M::InferenceTimeSeconds,
+        S::Vllm,
+        "vllm:request_inference_time_seconds",
+    ),
+    h(
+        M::InferenceTimeSeconds,
+        S::Tgi,
+        "tgi_request_inference_duration",
+    ),
     // GPU: DCP (PROF_*) ratios preferred over the coarse NVML percentages.
     v(M::GpuUtil, S::Dcgm, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),
     vs(M::GpuUtil, S::Dcgm, "DCGM_FI_DEV_GPU_UTIL", 0.01),

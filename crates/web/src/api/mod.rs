@@ -26,14 +26,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, MethodRouter};
 use axum::{Json, Router};
 use llmwatch_core::alerts::AlertState;
-use llmwatch_core::catalog::CatalogMetric;
+use llmwatch_core::catalog::{engine_may_expose, CatalogMetric, Engine};
 use llmwatch_core::redact::redact_url;
 use llmwatch_core::signals::Signal;
-use llmwatch_store::{is_probe_signal, ProbeRow, Range, Store, StoreError, TargetRow};
+use llmwatch_store::{
+    is_probe_signal, ProbeRow, Range, Store, StoreError, TargetKind, TargetRow, PROBE_WINDOW_MIN_MS,
+};
 use serde_json::{json, Value};
 
 pub use self::context::ApiContext;
 use self::params::Params;
+use crate::latency_breakdown::breakdown_series;
 use crate::{AppState, PROBE_WINDOW_MS};
 use llmwatch_engine::alerts::CurrentAlert;
 use llmwatch_engine::sinks::notify::rfc3339_ms;
@@ -272,6 +275,30 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 request_schema: None,
             },
             get(signal_series),
+        ),
+        (
+            RouteDoc {
+                method: "get",
+                path: "/api/v1/targets/{name}/latency_breakdown",
+                operation_id: "getLatencyBreakdown",
+                summary: "The canaries' mean TTFT and e2e over a range, split by the engine's phase times (queue, prefill, decode, time in the server outside the engine core, network/client), one point per step.",
+                params: vec![
+                    path("name", NAME, "Target name."),
+                    FROM,
+                    TO,
+                    query(
+                        "step",
+                        DURATION,
+                        "Window of each point, e.g. `5m` or seconds (default: range / 60; at least 60 s, the shortest window probe means are taken over).",
+                    ),
+                ],
+                errors: &[BAD, UNKNOWN_TARGET],
+                success: 200,
+                returns: &["target", "from", "to", "step_s", "points", "missing"],
+                request_body: None,
+                request_schema: None,
+            },
+            get(latency_breakdown_series),
         ),
         (
             RouteDoc {
@@ -582,7 +609,78 @@ async fn target_json(ctx: &ApiContext, target: &TargetRow, now: i64) -> Result<V
         "probe_window_s": PROBE_WINDOW_MS / 1000,
         "firing_alerts": firing,
         "live": live::live_json(&ctx.store, target).await?,
+        "latency_breakdown": latency_breakdown_now(&ctx.store, target, now).await?,
     }))
+}
+
+/// Why a target has no latency breakdown in a range: its engine has no
+/// phase histograms at all, or nothing was measured on both sides.
+fn breakdown_missing(target: &TargetRow) -> &'static str {
+    let engine = target
+        .engine
+        .as_deref()
+        .and_then(|e| e.parse::<Engine>().ok());
+    match engine {
+        Some(engine) if !engine_may_expose(engine, CatalogMetric::PrefillTimeSeconds) => {
+            "the engine exposes no queue/prefill phase histograms"
+        }
+        _ => "no window with both canary probes and requests finished on the server",
+    }
+}
+
+/// The latency breakdown over the probe window ending `now`, for engine
+/// targets: `{window_s, breakdown}` or `{window_s, missing}`.
+async fn latency_breakdown_now(
+    store: &Store,
+    target: &TargetRow,
+    now: i64,
+) -> Result<Value, ApiError> {
+    if target.kind != TargetKind::Engine {
+        return Ok(Value::Null);
+    }
+    let range = Range::checked(now, now, PROBE_WINDOW_MS)?;
+    let points = breakdown_series(store, target.id, range).await?;
+    Ok(match points.last() {
+        Some((_, breakdown)) => json!({
+            "window_s": PROBE_WINDOW_MS / 1000,
+            "breakdown": breakdown,
+        }),
+        None => json!({
+            "window_s": PROBE_WINDOW_MS / 1000,
+            "missing": breakdown_missing(target),
+        }),
+    })
+}
+
+async fn latency_breakdown_series(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    query: RawQuery,
+) -> ApiResult {
+    let p = params(query, &["from", "to", "step"])?;
+    let (from, to) = time_range(&p)?;
+    let step = p
+        .duration_ms("step")?
+        .unwrap_or((to - from) / 60)
+        .max(PROBE_WINDOW_MIN_MS);
+    let fitting = (to - from + llmwatch_store::MAX_POINTS - 2) / (llmwatch_store::MAX_POINTS - 1);
+    let step = step.max(fitting);
+    let range = Range::checked(from, to, step)?;
+    let target = find_target(&state.api.store, &name).await?;
+    let points = breakdown_series(&state.api.store, target.id, range).await?;
+    let missing = points.is_empty().then(|| breakdown_missing(&target));
+    let points: Vec<Value> = points
+        .iter()
+        .map(|(ts_ms, breakdown)| json!({ "t": *ts_ms as f64 / 1000.0, "breakdown": breakdown }))
+        .collect();
+    Ok(Json(json!({
+        "target": target.name,
+        "from": rfc3339_ms(from),
+        "to": rfc3339_ms(to),
+        "step_s": step as f64 / 1000.0,
+        "points": points,
+        "missing": missing,
+    })))
 }
 
 async fn list_targets(State(state): State<AppState>, query: RawQuery) -> ApiResult {

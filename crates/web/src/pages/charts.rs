@@ -6,9 +6,39 @@
 //! and marker, so charts read without colour vision and in greyscale.
 //! The legend is drawn in its own band above the plot, never over data.
 
+use llmwatch_core::analysis::TtftBreakdown;
 use plotters::chart::DualCoordChartContext;
 use plotters::prelude::*;
 use serde::Serialize;
+
+/// A TTFT breakdown's parts as stacked series, bottom first: `points` are
+/// (x, the breakdown at x). The unexplained rest is its own part, so a stack
+/// that does not reach the client's TTFT (or overshoots it) shows why.
+pub fn ttft_breakdown_series(points: &[(f64, &TtftBreakdown)]) -> Vec<Series> {
+    type Part = fn(&TtftBreakdown) -> Option<f64>;
+    let parts: [(&str, usize, Part); 5] = [
+        ("queue", 5, |b| Some(b.queue_s)),
+        ("prefill", 4, |b| Some(b.prefill_s)),
+        ("server, outside the engine core", 1, |b| {
+            b.server_outside_core_s
+        }),
+        ("network / client", 2, |b| b.network_s),
+        ("unexplained", 6, |b| Some(b.unexplained_s)),
+    ];
+    parts
+        .into_iter()
+        .map(|(name, color, part)| Series {
+            name: name.to_string(),
+            unit: "s".to_string(),
+            style: Style::new(color, Dash::Solid, Marker::Square),
+            secondary: false,
+            points: points
+                .iter()
+                .filter_map(|(x, b)| Some([*x, part(b)?]))
+                .collect(),
+        })
+        .collect()
+}
 
 /// Okabe–Ito: black, orange, sky blue, bluish green, blue, vermillion,
 /// reddish purple, yellow (last: weak on white).
@@ -110,6 +140,10 @@ pub struct Chart {
     pub hlines: Vec<Rule>,
     /// Vertical lines at an x value (saturation, max sustainable).
     pub vlines: Vec<Rule>,
+    /// Draw the series as stacked bars (a latency breakdown): at each x the
+    /// series' values are piled in series order. A negative part (two
+    /// instruments disagreeing) is drawn as nothing; downloads keep it.
+    pub stacked: bool,
 }
 
 impl Chart {
@@ -234,7 +268,11 @@ fn draw(chart: &Chart, out: &mut String) -> DrawResult {
     }
 
     draw_rules(&mut ctx, chart, (x_lo, x_hi), (y_lo, y_hi))?;
-    draw_lines(&mut ctx, chart)?;
+    if chart.stacked {
+        draw_stacks(&mut ctx, chart, (x_lo, x_hi))?;
+    } else {
+        draw_lines(&mut ctx, chart)?;
+    }
     root.present()?;
     Ok(())
 }
@@ -316,6 +354,63 @@ fn draw_lines(ctx: &mut Ctx<'_, '_>, chart: &Chart) -> DrawResult {
         }
     }
     Ok(())
+}
+
+/// Each x's bar: the series' (non-negative) values piled in series order.
+fn draw_stacks(ctx: &mut Ctx<'_, '_>, chart: &Chart, (x_lo, x_hi): (f64, f64)) -> DrawResult {
+    let mut xs: Vec<f64> = chart
+        .series
+        .iter()
+        .flat_map(|s| s.points.iter().map(|p| p[0]))
+        .filter(|x| x.is_finite())
+        .collect();
+    xs.sort_by(f64::total_cmp);
+    xs.dedup();
+    // Bars a little narrower than the closest two x values, and never wider
+    // than a tenth of the axis (one bar alone).
+    let positions: Vec<f64> = xs.iter().map(|x| x_value(chart.x, *x)).collect();
+    let closest = positions
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .filter(|g| *g > 0.0)
+        .fold(f64::INFINITY, f64::min);
+    let half = (closest * 0.35).min((x_hi - x_lo) * 0.05);
+    for (x, at) in xs.iter().zip(&positions) {
+        let mut base = 0.0;
+        for series in &chart.series {
+            let Some(y) = series
+                .points
+                .iter()
+                .find(|p| p[0] == *x)
+                .map(|p| p[1])
+                .filter(|y| y.is_finite() && *y > 0.0)
+            else {
+                continue;
+            };
+            let fill = PALETTE[series.style.color % PALETTE.len()].filled();
+            ctx.draw_series(std::iter::once(Rectangle::new(
+                [(at - half, base), (at + half, base + y)],
+                fill,
+            )))?;
+            base += y;
+        }
+    }
+    Ok(())
+}
+
+/// The height of the tallest stack (non-negative parts only).
+fn stack_max(chart: &Chart) -> f64 {
+    let mut totals: Vec<(f64, f64)> = Vec::new();
+    for [x, y] in chart.series.iter().flat_map(|s| s.points.iter()) {
+        if !(x.is_finite() && y.is_finite() && *y > 0.0) {
+            continue;
+        }
+        match totals.iter_mut().find(|(tx, _)| tx == x) {
+            Some(total) => total.1 += y,
+            None => totals.push((*x, *y)),
+        }
+    }
+    totals.iter().map(|(_, t)| *t).fold(0.0, f64::max)
 }
 
 /// Splits a line where consecutive points are further apart than `gap`, so
@@ -484,6 +579,11 @@ fn x_bounds(chart: &Chart) -> (f64, f64) {
 }
 
 fn y_bounds(chart: &Chart) -> (f64, f64) {
+    if chart.stacked {
+        let hi = stack_max(chart);
+        let hi = if hi > 0.0 { hi } else { 1.0 };
+        return (0.0, hi * 1.08);
+    }
     let values = chart
         .series
         .iter()
@@ -587,6 +687,7 @@ mod tests {
                 style: Style::new(5, Dash::Dashed, Marker::None),
             }],
             vlines: vec![],
+            stacked: false,
         }
     }
 
@@ -601,6 +702,31 @@ mod tests {
         assert!(svg.contains("time (UTC)"));
         assert!(svg.contains("00:05"), "clock labels");
         assert!(!svg.contains("no data"));
+    }
+
+    #[test]
+    fn stacked_chart_piles_the_parts_and_skips_negative_ones() {
+        let mut c = chart(vec![[0.0, 0.5], [600_000.0, 1.0]]);
+        let mut second = c.series[0].clone();
+        second.name = "prefill".into();
+        second.points = vec![[0.0, 0.25], [600_000.0, -0.5]];
+        c.series.push(second);
+        c.stacked = true;
+        // The tallest stack is 0.5 + 0.25; a negative part adds nothing.
+        assert_eq!(stack_max(&c), 1.0);
+        let (lo, hi) = y_bounds(&c);
+        assert_eq!(lo, 0.0);
+        assert!((hi - 1.08).abs() < 1e-12, "{hi}");
+        let svg = render_svg(&c);
+        // Three bars: two parts at the first x, one at the second.
+        let rects = svg.matches("<rect").count();
+        let lines_only = render_svg(&Chart {
+            stacked: false,
+            ..c.clone()
+        })
+        .matches("<rect")
+        .count();
+        assert_eq!(rects, lines_only + 3, "{svg}");
     }
 
     #[test]

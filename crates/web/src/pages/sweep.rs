@@ -10,14 +10,14 @@ use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
 use llmwatch_core::analysis::{
     analyze_sweep, summary_lines, AnalysisConfig, Load, Objectives, StepResult, SweepVerdict,
-    WorkloadHints,
+    TtftBreakdown, WorkloadHints,
 };
 use llmwatch_probe::{PromptKind, Shape};
 use llmwatch_store::Store;
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::charts::{Chart, Dash, Marker, Rule, Series, Style, XAxis};
+use super::charts::{ttft_breakdown_series, Chart, Dash, Marker, Rule, Series, Style, XAxis};
 use super::format;
 use super::{chart_file_response, error_response, split_file, store_error, ChartView, PagesConfig};
 use crate::auth::CsrfToken;
@@ -197,11 +197,12 @@ pub fn sweep_charts(steps: &[StepResult], verdict: &SweepVerdict) -> Vec<Chart> 
             series: s,
             hlines,
             vlines: vlines.clone(),
+            stacked: false,
         }
     };
     let ttft_obj = objective_rule("TTFT", verdict.objectives.ttft_p95, 1.0);
     let itl_obj = objective_rule("ITL", verdict.objectives.itl_p95, 1000.0);
-    vec![
+    let mut charts = vec![
         chart(
             "throughput",
             "Throughput vs load",
@@ -259,7 +260,32 @@ pub fn sweep_charts(steps: &[StepResult], verdict: &SweepVerdict) -> Vec<Chart> 
             ],
             itl_obj,
         ),
-    ]
+    ];
+    if steps.iter().any(|s| s.server.latency_breakdown.is_some()) {
+        charts.push(breakdown_chart(steps, x, x_label, vlines));
+    }
+    charts
+}
+
+/// The client's mean TTFT per step, split by the engine's phase times
+/// (stacked bars; `analysis::latency_breakdown`).
+fn breakdown_chart(steps: &[StepResult], x: XAxis, x_label: &str, vlines: Vec<Rule>) -> Chart {
+    let points: Vec<(f64, &TtftBreakdown)> = steps
+        .iter()
+        .filter_map(|s| Some((s.load.value(), &s.server.latency_breakdown.as_ref()?.ttft)))
+        .collect();
+    Chart {
+        id: "ttft_breakdown".to_string(),
+        title: "Mean TTFT by phase vs load".to_string(),
+        x,
+        x_label: x_label.to_string(),
+        y_label: "mean TTFT (s)".to_string(),
+        y2_label: None,
+        series: ttft_breakdown_series(&points),
+        hlines: Vec::new(),
+        vlines,
+        stacked: true,
+    }
 }
 
 /// One row of the per-step table.
@@ -276,6 +302,9 @@ pub struct StepRow {
     pub waiting: String,
     pub gpu_mem: String,
     pub gpu_util: String,
+    /// Where the step's mean TTFT went (the latency breakdown's line), or
+    /// why there is no breakdown.
+    pub breakdown: String,
     pub note: String,
     /// `saturation`, `sustainable` or empty (a CSS class).
     pub mark: &'static str,
@@ -376,6 +405,14 @@ fn step_rows(steps: &[StepResult], verdict: &SweepVerdict) -> Vec<StepRow> {
             waiting: opt(s.server.requests_waiting_max, format::number),
             gpu_mem: opt(s.server.gpu_mem_used_ratio_max, format::percent),
             gpu_util: opt(s.server.gpu_util_mean, format::percent),
+            breakdown: match (
+                &s.server.latency_breakdown,
+                &s.server.latency_breakdown_missing,
+            ) {
+                (Some(b), _) => b.reason.clone(),
+                (None, Some(why)) => why.clone(),
+                (None, None) => "—".to_string(),
+            },
             note: s
                 .client_bound
                 .as_ref()
@@ -848,6 +885,7 @@ pub fn compare_charts(a: &StoredSweep, b: &StoredSweep) -> Vec<Chart> {
                 ],
                 hlines: Vec::new(),
                 vlines: Vec::new(),
+                stacked: false,
             }
         };
     vec![

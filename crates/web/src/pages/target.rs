@@ -4,19 +4,21 @@
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use llmwatch_core::analysis::LatencyBreakdown;
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{
     is_probe_signal, Point, Range, Store, StoreError, TargetKind, PROBE_WINDOW_MIN_MS,
 };
 use serde::Deserialize;
 
-use super::charts::{Chart, Dash, Marker, Rule, Series, Style, XAxis};
+use super::charts::{ttft_breakdown_series, Chart, Dash, Marker, Rule, Series, Style, XAxis};
 use super::format;
 use super::overview::{target_card, TargetCard};
 use super::{
     chart_file_response, error_response, path_segment, split_file, store_error, ChartView,
     PagesConfig, TargetObjectives,
 };
+use crate::latency_breakdown::breakdown_series;
 use crate::AppState;
 use llmwatch_engine::sources::scrape::now_ms;
 
@@ -117,15 +119,17 @@ pub async fn target_charts(
             None => Ok(Vec::new()),
         }
     };
-    let (mut series, probes, gpu_series) = tokio::try_join!(
+    let (mut series, probes, gpu_series, breakdown) = tokio::try_join!(
         store.signals_series(target_id, &scrape_signals, range),
         probe_series(store, target_id, range),
         gpu_series,
+        breakdown_series(store, target_id, range),
     )?;
     series.extend(probes);
     series.extend(gpu_series);
     Ok(build_charts(
         &series,
+        &breakdown,
         config.objectives_for(target_name),
         range,
     ))
@@ -331,9 +335,32 @@ const TARGET_CHARTS: &[ChartSpec] = &[
     },
 ];
 
+/// The canaries' mean TTFT over time split by the engine's phase times
+/// (stacked bars).
+fn breakdown_chart(points: &[(i64, LatencyBreakdown)], x: XAxis) -> Chart {
+    Chart {
+        id: "ttft_breakdown".to_string(),
+        title: "Canary mean TTFT by phase".to_string(),
+        x,
+        x_label: "time (UTC)".to_string(),
+        y_label: "mean TTFT (s)".to_string(),
+        y2_label: None,
+        series: ttft_breakdown_series(
+            &points
+                .iter()
+                .map(|(ts, b)| (*ts as f64, &b.ttft))
+                .collect::<Vec<_>>(),
+        ),
+        hlines: Vec::new(),
+        vlines: Vec::new(),
+        stacked: true,
+    }
+}
+
 /// Pure: the charts from the signals' points.
 pub fn build_charts(
     series: &[(Signal, Vec<Point>)],
+    breakdown: &[(i64, LatencyBreakdown)],
     objectives: TargetObjectives,
     range: Range,
 ) -> Vec<Chart> {
@@ -341,7 +368,7 @@ pub fn build_charts(
         from_ms: range.from_ms,
         to_ms: range.to_ms,
     };
-    TARGET_CHARTS
+    let mut charts: Vec<Chart> = TARGET_CHARTS
         .iter()
         .map(|spec| {
             let mut chart = Chart {
@@ -354,6 +381,7 @@ pub fn build_charts(
                 series: spec.lines.iter().map(|l| chart_series(series, l)).collect(),
                 hlines: Vec::new(),
                 vlines: Vec::new(),
+                stacked: false,
             };
             let objective = match spec.objective {
                 Some(ObjectiveLine::Ttft) => objectives.ttft_p95.map(|slo| (slo, 1.0)),
@@ -369,7 +397,9 @@ pub fn build_charts(
             }
             chart
         })
-        .collect()
+        .collect();
+    charts.push(breakdown_chart(breakdown, x));
+    charts
 }
 
 /// One chart line from a signal's stored points (gaps and NaN left out).
@@ -536,7 +566,7 @@ mod tests {
             ttft_p95: Some(3.0),
             itl_p95: None,
         };
-        let charts = build_charts(&[], objectives, range);
+        let charts = build_charts(&[], &[], objectives, range);
         let rules = |id: &str| -> Vec<(String, f64)> {
             let chart = charts.iter().find(|c| c.id == id).unwrap();
             chart

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use llmwatch_core::analysis::ServerEvidence;
+use llmwatch_core::analysis::{ServerEvidence, ServerPhases};
 use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
 use llmwatch_core::signals::{signals_between, Signal, Snapshot};
 use tokio::sync::oneshot;
@@ -254,6 +254,7 @@ pub fn evidence_for_window(
             ev.server_ttft_p95 = get(&w, Signal::ServerTtftP95);
             ev.server_itl_p50 = get(&w, Signal::ServerItlP50);
             ev.server_itl_p95 = get(&w, Signal::ServerItlP95);
+            ev.phases = ServerPhases::from_signals(&w);
         }
     }
 
@@ -287,6 +288,18 @@ pub fn evidence_for_window(
     ev.per_gpu_peak_mem_ratio_max = peaks.values().copied().reduce(f64::max);
     ev.gpu_count = count;
     ev
+}
+
+/// Whether the engine's pages carry the queue and prefill histograms at all,
+/// so a window without them reads "no such histograms", not "no traffic".
+pub fn has_phase_histograms(scraped: &Scraped) -> bool {
+    let has = |metric: CatalogMetric| {
+        scraped
+            .engine
+            .iter()
+            .any(|snap| snap.samples.iter().any(|s| s.metric == metric))
+    };
+    has(CatalogMetric::QueueTimeSeconds) && has(CatalogMetric::PrefillTimeSeconds)
 }
 
 /// Used / total memory per GPU (keyed by its label set, as

@@ -28,9 +28,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use llmwatch_core::analysis::{
-    analyze_sweep, cache_hygiene, cache_hygiene_from_counters, compare_cards, summary_lines,
-    AnalysisConfig, CardDiff, ExperimentCard, Load, Objectives, Quantiles, ServerEvidence,
-    StepResult, SweepVerdict, WorkloadHints,
+    analyze_sweep, cache_hygiene, cache_hygiene_from_counters, compare_cards, latency_breakdown,
+    summary_lines, AnalysisConfig, CardDiff, ClientMeans, ExperimentCard, Load, Objectives,
+    Quantiles, ServerEvidence, StepResult, SweepVerdict, WorkloadHints,
 };
 use llmwatch_probe::{
     Api, Bound, Calibrator, ClientConfig, ClientError, MeasuringThread, Monitored, ProbeClient,
@@ -48,7 +48,7 @@ use crate::sources::scrape::{now_ms, scrape_client};
 use llmwatch_config::join_url;
 
 use self::card::{card_from_json, card_to_json, collect_card, CardFieldError, CardSettings};
-use self::evidence::{evidence_for_window, Scraper};
+use self::evidence::{evidence_for_window, has_phase_histograms, Scraper};
 
 /// The concurrency ladder of DESIGN.md's method.
 pub const DEFAULT_CONCURRENCY_LADDER: &[u32] = &[1, 2, 4, 8, 16, 32, 64];
@@ -842,6 +842,14 @@ async fn run_step(
         .filter(|s| s.ts_ms >= start_ms && s.ts_ms <= end_ms)
         .count();
     let mut step = step_result(load, start_ms, end_ms, &run, evidence);
+    let client = ClientMeans {
+        ttft_s: run.ttft_ms.mean.map(|ms| ms / 1000.0),
+        e2e_s: run.e2e_ms.mean.map(|ms| ms / 1000.0),
+    };
+    match latency_breakdown(&step.server.phases, &client, has_phase_histograms(&scraped)) {
+        Ok(breakdown) => step.server.latency_breakdown = Some(breakdown),
+        Err(why) => step.server.latency_breakdown_missing = Some(why.to_string()),
+    }
     step.cache_contaminated = intended_hit_ratio(settings).and_then(|intended| {
         if run.cached_tokens_unreported_by_all() {
             // No per-request cached tokens: the server's own counters over

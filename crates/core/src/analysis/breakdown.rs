@@ -1,0 +1,398 @@
+//! Where the client's time to first token goes: the engine's own phase
+//! histograms (queue, prefill, decode, inference, TTFT, e2e) over a window,
+//! lined up with the client's mean TTFT and e2e over the same window.
+//!
+//! The parts, each from its own instrument:
+//!
+//! * **queue** — the engine's queue-time histogram (waiting for the scheduler);
+//! * **prefill** — the engine core's prefill histogram (scheduled → first token);
+//! * **server outside the engine core** — API server, tokenizer, detokenizer,
+//!   the hop into the engine process: the server's e2e minus its inference
+//!   and queue times (all three count whole requests); where the engine has
+//!   no e2e/inference histograms, its TTFT minus queue and prefill;
+//! * **network / client** — the client's TTFT minus the server's TTFT (the
+//!   network, proxies, the client's own HTTP stack).
+//!
+//! What is left, `unexplained_s` = client TTFT − Σ parts, is the check: with
+//! the e2e-side overhead it equals the server's TTFT − queue − prefill −
+//! (e2e − inference − queue), i.e. the disagreement between the server's
+//! front-end clock and its engine-core clocks, plus requests counted in one
+//! histogram's window and not in another's. A small residual says the parts
+//! account for the client's TTFT; a large one says they do not and is shown.
+//!
+//! The e2e breakdown is the same with decode added and the network part
+//! taken as client e2e − server e2e.
+//!
+//! Means, not quantiles: means add up (the mean of a sum is the sum of the
+//! means); quantiles of the parts do not add up to a quantile of the whole.
+
+use crate::analysis::fmt::secs;
+use crate::signals::Signal;
+
+/// The server's phase means over one window, seconds (`None`: the engine
+/// has no such histogram, or it saw no request in the window).
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ServerPhases {
+    pub queue_s: Option<f64>,
+    pub prefill_s: Option<f64>,
+    pub decode_s: Option<f64>,
+    pub inference_s: Option<f64>,
+    pub ttft_s: Option<f64>,
+    pub e2e_s: Option<f64>,
+}
+
+impl ServerPhases {
+    /// The phase means among `signals` (as [`crate::signals::signals_between`]
+    /// returns them over a window).
+    pub fn from_signals(signals: &[(Signal, f64)]) -> ServerPhases {
+        let get = |signal: Signal| {
+            signals
+                .iter()
+                .find(|(s, _)| *s == signal)
+                .map(|(_, v)| *v)
+                .filter(|v| v.is_finite())
+        };
+        ServerPhases {
+            queue_s: get(Signal::ServerQueueTimeMean),
+            prefill_s: get(Signal::ServerPrefillTimeMean),
+            decode_s: get(Signal::ServerDecodeTimeMean),
+            inference_s: get(Signal::ServerInferenceTimeMean),
+            ttft_s: get(Signal::ServerTtftMean),
+            e2e_s: get(Signal::ServerE2eMean),
+        }
+    }
+
+    /// Time in the server outside the engine core, per request: from the
+    /// e2e side where the engine has e2e and inference histograms, else from
+    /// the TTFT side.
+    fn outside_core_s(&self) -> Option<f64> {
+        let queue = self.queue_s?;
+        match (self.e2e_s, self.inference_s) {
+            (Some(e2e), Some(inference)) => Some(e2e - inference - queue),
+            _ => Some(self.ttft_s? - queue - self.prefill_s?),
+        }
+    }
+
+    /// Decode from its own histogram, else inference − prefill.
+    fn decode_or_derived_s(&self) -> Option<f64> {
+        self.decode_s
+            .or_else(|| Some(self.inference_s? - self.prefill_s?))
+    }
+}
+
+/// The client's mean latencies over the same window, seconds.
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
+pub struct ClientMeans {
+    pub ttft_s: Option<f64>,
+    pub e2e_s: Option<f64>,
+}
+
+/// Which part of the client's TTFT is largest: the three answers the issue
+/// asks the evidence to tell apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DominantPart {
+    /// Waiting for the scheduler: capacity or scheduler limits.
+    Queue,
+    /// The engine computing the prompt: prefill-bound.
+    Prefill,
+    /// Outside the engine core: API server, tokenizer, network, proxy.
+    OutsideEngine,
+}
+
+impl DominantPart {
+    /// What it points at, in words.
+    pub fn meaning(&self) -> &'static str {
+        match self {
+            DominantPart::Queue => "queue-dominated: capacity or the scheduler",
+            DominantPart::Prefill => "prefill-dominated: prompt processing",
+            DominantPart::OutsideEngine => {
+                "outside the engine: API server, tokenizer, network or proxy"
+            }
+        }
+    }
+}
+
+/// The client's mean TTFT split into parts (seconds). Parts may be negative
+/// where instruments disagree (a canary's client TTFT against a server mean
+/// over all its traffic); they are reported as measured.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct TtftBreakdown {
+    pub client_s: f64,
+    pub queue_s: f64,
+    pub prefill_s: f64,
+    /// In the server, outside the engine core (API server, tokenizer, IPC).
+    pub server_outside_core_s: Option<f64>,
+    /// Client − server TTFT: network, proxies, the client.
+    pub network_s: Option<f64>,
+    /// Client TTFT − queue − prefill: everything outside the engine core.
+    pub outside_engine_s: f64,
+    /// Client TTFT − Σ measured parts (see the module documentation).
+    pub unexplained_s: f64,
+}
+
+/// The client's mean e2e latency split into parts (seconds).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct E2eBreakdown {
+    pub client_s: f64,
+    pub queue_s: f64,
+    pub prefill_s: f64,
+    pub decode_s: f64,
+    pub server_outside_core_s: Option<f64>,
+    /// Client − server e2e.
+    pub network_s: Option<f64>,
+    pub unexplained_s: f64,
+}
+
+/// The breakdown of one window.
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct LatencyBreakdown {
+    pub ttft: TtftBreakdown,
+    pub e2e: Option<E2eBreakdown>,
+    pub dominant: DominantPart,
+    /// The dominant part's share of the client's TTFT, 0..1.
+    pub dominant_share: f64,
+    /// One line: the parts and what dominates.
+    pub reason: String,
+}
+
+impl TtftBreakdown {
+    /// |unexplained| / client TTFT: how far the parts are from summing to
+    /// what the client measured.
+    pub fn unexplained_fraction(&self) -> f64 {
+        if self.client_s > 0.0 {
+            self.unexplained_s.abs() / self.client_s
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Why a window has no breakdown.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum NoBreakdown {
+    #[error("the engine exposes no queue/prefill phase histograms")]
+    NoPhaseHistograms,
+    #[error("no request finished on the server in the window")]
+    NoServerTraffic,
+    #[error("no successful client request in the window")]
+    NoClientTraffic,
+}
+
+/// The breakdown of `client`'s mean TTFT (and e2e) by `server`'s phase
+/// means. `has_phase_histograms` says whether the engine exposes the queue
+/// and prefill histograms at all (a page without them), so "no histograms"
+/// and "no traffic" are told apart.
+pub fn latency_breakdown(
+    server: &ServerPhases,
+    client: &ClientMeans,
+    has_phase_histograms: bool,
+) -> Result<LatencyBreakdown, NoBreakdown> {
+    let finite = |v: Option<f64>| v.filter(|v| v.is_finite());
+    let (Some(queue), Some(prefill)) = (finite(server.queue_s), finite(server.prefill_s)) else {
+        return Err(if has_phase_histograms {
+            NoBreakdown::NoServerTraffic
+        } else {
+            NoBreakdown::NoPhaseHistograms
+        });
+    };
+    let Some(client_ttft) = finite(client.ttft_s).filter(|v| *v >= 0.0) else {
+        return Err(NoBreakdown::NoClientTraffic);
+    };
+    let outside_core = finite(server.outside_core_s());
+    let network = finite(server.ttft_s).map(|ttft| client_ttft - ttft);
+    let measured = queue + prefill + outside_core.unwrap_or(0.0) + network.unwrap_or(0.0);
+    let ttft = TtftBreakdown {
+        client_s: client_ttft,
+        queue_s: queue,
+        prefill_s: prefill,
+        server_outside_core_s: outside_core,
+        network_s: network,
+        outside_engine_s: client_ttft - queue - prefill,
+        unexplained_s: client_ttft - measured,
+    };
+    let e2e = match (finite(client.e2e_s), finite(server.decode_or_derived_s())) {
+        (Some(client_e2e), Some(decode)) => {
+            let network = finite(server.e2e_s).map(|e2e| client_e2e - e2e);
+            let measured =
+                queue + prefill + decode + outside_core.unwrap_or(0.0) + network.unwrap_or(0.0);
+            Some(E2eBreakdown {
+                client_s: client_e2e,
+                queue_s: queue,
+                prefill_s: prefill,
+                decode_s: decode,
+                server_outside_core_s: outside_core,
+                network_s: network,
+                unexplained_s: client_e2e - measured,
+            })
+        }
+        _ => None,
+    };
+    let (dominant, largest) = [
+        (DominantPart::Queue, queue),
+        (DominantPart::Prefill, prefill),
+        (DominantPart::OutsideEngine, ttft.outside_engine_s),
+    ]
+    .into_iter()
+    .fold((DominantPart::Queue, f64::NEG_INFINITY), |best, part| {
+        if part.1 > best.1 {
+            part
+        } else {
+            best
+        }
+    });
+    let dominant_share = if client_ttft > 0.0 {
+        (largest / client_ttft).clamp(0.0, 1.0)
+    } else {
+        0.0
+    };
+    let reason = reason_line(&ttft, dominant, dominant_share);
+    Ok(LatencyBreakdown {
+        ttft,
+        e2e,
+        dominant,
+        dominant_share,
+        reason,
+    })
+}
+
+fn reason_line(ttft: &TtftBreakdown, dominant: DominantPart, share: f64) -> String {
+    let mut outside = Vec::new();
+    if let Some(core) = ttft.server_outside_core_s {
+        outside.push(format!("server {}", secs(core)));
+    }
+    if let Some(network) = ttft.network_s {
+        outside.push(format!("network/client {}", secs(network)));
+    }
+    let outside = if outside.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", outside.join(", "))
+    };
+    format!(
+        "mean TTFT {} = queue {} + prefill {} + outside the engine {}{}: {} ({:.0} %)",
+        secs(ttft.client_s),
+        secs(ttft.queue_s),
+        secs(ttft.prefill_s),
+        secs(ttft.outside_engine_s),
+        outside,
+        dominant.meaning(),
+        share * 100.0,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The issue's real vLLM numbers: mean TTFT 0.79 s, queue 0.05 s,
+    /// prefill 0.46 s, e2e 3.45 s, inference 3.12 s.
+    fn real_vllm() -> ServerPhases {
+        ServerPhases {
+            queue_s: Some(0.05),
+            prefill_s: Some(0.46),
+            decode_s: Some(2.66),
+            inference_s: Some(3.12),
+            ttft_s: Some(0.79),
+            e2e_s: Some(3.45),
+        }
+    }
+
+    #[test]
+    fn parts_from_independent_histograms_sum_to_client_ttft() {
+        let client = ClientMeans {
+            ttft_s: Some(0.80),
+            e2e_s: Some(3.47),
+        };
+        let b = latency_breakdown(&real_vllm(), &client, true).unwrap();
+        // e2e − inference − queue = 0.28 s in the server outside the core.
+        assert!((b.ttft.server_outside_core_s.unwrap() - 0.28).abs() < 1e-9);
+        assert!((b.ttft.network_s.unwrap() - 0.01).abs() < 1e-9);
+        // 0.79 − 0.05 − 0.46 agrees with the e2e side's 0.28 s: nothing left.
+        assert!(b.ttft.unexplained_s.abs() < 1e-9, "{b:?}");
+        assert_eq!(b.dominant, DominantPart::Prefill);
+        assert!((b.dominant_share - 0.46 / 0.80).abs() < 1e-9);
+        assert!(b.reason.contains("prefill-dominated"), "{}", b.reason);
+        let e2e = b.e2e.unwrap();
+        assert!((e2e.network_s.unwrap() - 0.02).abs() < 1e-9);
+        assert!(e2e.unexplained_s.abs() < 1e-9, "{e2e:?}");
+    }
+
+    #[test]
+    fn disagreeing_clocks_show_as_unexplained() {
+        // The server's TTFT says 0.4 s outside the core, its e2e side 0.1 s:
+        // 0.3 s of the client's TTFT is accounted for by no instrument.
+        let server = ServerPhases {
+            queue_s: Some(0.1),
+            prefill_s: Some(0.2),
+            decode_s: Some(1.0),
+            inference_s: Some(1.2),
+            ttft_s: Some(0.7),
+            e2e_s: Some(1.4),
+        };
+        let client = ClientMeans {
+            ttft_s: Some(0.75),
+            e2e_s: Some(1.45),
+        };
+        let b = latency_breakdown(&server, &client, true).unwrap();
+        assert!((b.ttft.unexplained_s - 0.3).abs() < 1e-9, "{b:?}");
+        assert!(b.ttft.unexplained_fraction() > 0.1);
+        assert_eq!(b.dominant, DominantPart::OutsideEngine);
+    }
+
+    #[test]
+    fn queue_dominated_window() {
+        let server = ServerPhases {
+            queue_s: Some(2.0),
+            prefill_s: Some(0.3),
+            ttft_s: Some(2.35),
+            ..ServerPhases::default()
+        };
+        let client = ClientMeans {
+            ttft_s: Some(2.4),
+            e2e_s: None,
+        };
+        let b = latency_breakdown(&server, &client, true).unwrap();
+        assert_eq!(b.dominant, DominantPart::Queue);
+        // Without e2e/inference the overhead comes from the TTFT side.
+        assert!((b.ttft.server_outside_core_s.unwrap() - 0.05).abs() < 1e-9);
+        assert!(b.ttft.unexplained_s.abs() < 1e-9);
+        assert!(b.e2e.is_none());
+        assert!(
+            b.reason.contains("capacity or the scheduler"),
+            "{}",
+            b.reason
+        );
+    }
+
+    #[test]
+    fn missing_histograms_traffic_or_client_say_which() {
+        let client = ClientMeans {
+            ttft_s: Some(1.0),
+            e2e_s: Some(2.0),
+        };
+        let none = ServerPhases::default();
+        assert_eq!(
+            latency_breakdown(&none, &client, false),
+            Err(NoBreakdown::NoPhaseHistograms)
+        );
+        assert_eq!(
+            latency_breakdown(&none, &client, true),
+            Err(NoBreakdown::NoServerTraffic)
+        );
+        assert_eq!(
+            latency_breakdown(&real_vllm(), &ClientMeans::default(), true),
+            Err(NoBreakdown::NoClientTraffic)
+        );
+        let nan = ServerPhases {
+            queue_s: Some(f64::NAN),
+            ..real_vllm()
+        };
+        assert_eq!(
+            latency_breakdown(&nan, &client, true),
+            Err(NoBreakdown::NoServerTraffic)
+        );
+    }
+}

@@ -294,7 +294,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 ],
                 errors: &[BAD, UNKNOWN_TARGET],
                 success: 200,
-                returns: &["target", "from", "to", "step_s", "points", "missing"],
+                response: schemas::latency_breakdown_series,
                 request_body: None,
                 request_schema: None,
             },

@@ -154,6 +154,37 @@ pub fn target() -> Value {
         "probe_window_s": integer(),
         "firing_alerts": array(string()),
         "live": live_verdict(),
+        // Engine targets: the breakdown over the probe window, or why none.
+        "latency_breakdown": {
+            "type": ["object", "null"],
+            "additionalProperties": false,
+            "required": ["window_s"],
+            "properties": {
+                "window_s": integer(),
+                "breakdown": breakdown(),
+                "missing": string(),
+            },
+        },
+    }))
+}
+
+/// A `LatencyBreakdown` of `llmwatch-core` (TTFT and e2e by phase, the
+/// dominant part); its fields are documented there.
+fn breakdown() -> Value {
+    json!({ "type": "object", "required": ["ttft"] })
+}
+
+pub fn latency_breakdown_series() -> Value {
+    object(json!({
+        "target": string(),
+        "from": string(),
+        "to": string(),
+        "step_s": { "type": "number" },
+        "points": array(object(json!({
+            "t": { "type": "number" },
+            "breakdown": breakdown(),
+        }))),
+        "missing": nullable("string"),
     }))
 }
 

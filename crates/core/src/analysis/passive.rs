@@ -516,9 +516,11 @@ mod tests {
         assert_eq!(curve.windows, 18);
         assert_eq!(curve.idle_windows, 2);
         assert_eq!(curve.points.iter().map(|p| p.windows).sum::<usize>(), 16);
-        assert!(passive_curve(&[], &Objectives::default(), &AnalysisConfig::default())
-            .knee
-            .is_err());
+        assert!(
+            passive_curve(&[], &Objectives::default(), &AnalysisConfig::default())
+                .knee
+                .is_err()
+        );
     }
 
     fn sample(ts_ms: i64, signals: &[(Signal, f64)]) -> LiveSample {

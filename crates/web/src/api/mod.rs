@@ -14,6 +14,7 @@ mod context;
 mod live;
 pub mod openapi;
 pub mod params;
+mod passive;
 mod sweeps;
 
 use std::collections::BTreeMap;
@@ -466,6 +467,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             get(openapi_json),
         ),
         live::route(),
+        passive::route(),
     ]
 }
 

@@ -15,6 +15,7 @@
 
 pub mod alerts;
 pub mod clock;
+pub mod passive;
 pub mod runners;
 pub mod sinks;
 pub mod sources;

@@ -1,10 +1,13 @@
 //! `llmwatch demo`: two simulated engines (one healthy, one KV-starved), each
-//! with a simulated dcgm-exporter page, a steady background load on both, and
-//! the daemon watching them. Prints the dashboard URL and runs until Ctrl-C.
+//! with a simulated dcgm-exporter page, a background load on both whose
+//! concurrency steps through several levels (so the target pages' passive
+//! saturation curves fill in from it: a point per level within a cycle, a
+//! knee on the KV-starved target after a cycle or two), and the daemon
+//! watching them. Prints the dashboard URL and runs until Ctrl-C.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,8 +22,9 @@ use llmwatch_config::Config;
 struct DemoTarget {
     name: &'static str,
     profile: &'static str,
-    /// Concurrent background streams, and their prompt/output sizes in words/tokens.
-    concurrency: usize,
+    /// Concurrent background streams, one level per [`LEVEL_HOLD`], in a
+    /// cycle; and their prompt/output sizes in words/tokens.
+    levels: &'static [usize],
     prompt_words: usize,
     max_tokens: u32,
 }
@@ -29,20 +33,27 @@ const TARGETS: &[DemoTarget] = &[
     DemoTarget {
         name: "healthy",
         profile: "balanced",
-        concurrency: 4,
+        levels: &[4, 2, 1, 2, 4, 8],
         prompt_words: 200,
         max_tokens: 128,
     },
     DemoTarget {
         name: "kv-starved",
         profile: "kv-starved",
-        concurrency: 24,
+        // Starts full (the live verdict names the KV cache within a
+        // minute), then walks down and up across its knee (~4 sequences of
+        // 856 tokens fill its 256-block cache).
+        levels: &[24, 12, 6, 4, 3, 2, 1, 2, 3, 4, 6, 12],
         prompt_words: 600,
         max_tokens: 256,
     },
 ];
 
 const MODEL: &str = "sim-llama-8b";
+
+/// How long the background load stays at one level: a few of the passive
+/// curve's 1-minute windows.
+const LEVEL_HOLD: Duration = Duration::from_secs(120);
 
 /// Everything the demo started, for tests to drive and stop.
 pub struct RunningDemo {
@@ -96,6 +107,9 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
         ));
         let background = Background {
             paused: Arc::new(AtomicBool::new(false)),
+            active: Arc::new(AtomicUsize::new(
+                target.levels.first().copied().unwrap_or(1),
+            )),
             sim: sim.clone(),
         };
         sweep_targets.push((
@@ -114,16 +128,21 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
             .tcp_nodelay(true)
             .timeout(Duration::from_secs(300))
             .build()?;
-        for worker in 0..target.concurrency {
+        let most = target.levels.iter().copied().max().unwrap_or(1);
+        for worker in 0..most {
             load.push(tokio::spawn(background_stream_loop(
                 client.clone(),
                 url.clone(),
                 target.prompt_words,
                 target.max_tokens,
                 worker,
-                background.paused.clone(),
+                background.clone(),
             )));
         }
+        load.push(tokio::spawn(cycle_levels(
+            target.levels,
+            background.active.clone(),
+        )));
         engine_urls.push((target.name.to_string(), url));
         sims.push(sim);
     }
@@ -223,11 +242,21 @@ async fn demo_sweep(
     }
 }
 
-/// A target's background load: paused while its sweep runs.
+/// A target's background load: paused while its sweep runs; workers
+/// numbered `active` and above idle.
 #[derive(Clone)]
 struct Background {
     paused: Arc<AtomicBool>,
+    active: Arc<AtomicUsize>,
     sim: llmwatch_sim::Sim,
+}
+
+/// Steps `active` through `levels`, [`LEVEL_HOLD`] each, forever.
+async fn cycle_levels(levels: &'static [usize], active: Arc<AtomicUsize>) {
+    for level in levels.iter().cycle() {
+        active.store(*level, Ordering::Relaxed);
+        tokio::time::sleep(LEVEL_HOLD).await;
+    }
 }
 
 impl Background {
@@ -247,18 +276,21 @@ impl Background {
 }
 
 /// One client that streams completions back to back, so the simulated
-/// engines have something to show; it idles while `paused`.
+/// engines have something to show; it idles while paused or while the
+/// level is at or below its number.
 async fn background_stream_loop(
     client: reqwest::Client,
     base_url: String,
     prompt_words: usize,
     max_tokens: u32,
     worker: usize,
-    paused: Arc<AtomicBool>,
+    background: Background,
 ) {
     let mut round = 0usize;
     loop {
-        if paused.load(Ordering::Relaxed) {
+        if background.paused.load(Ordering::Relaxed)
+            || worker >= background.active.load(Ordering::Relaxed)
+        {
             tokio::time::sleep(Duration::from_millis(200)).await;
             continue;
         }

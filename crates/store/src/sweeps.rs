@@ -196,6 +196,24 @@ impl Store {
         rows.into_iter().map(sweep_from_row).collect()
     }
 
+    /// The newest sweep of a target that measured its whole ladder or
+    /// stopped at a limit (both curves a verdict may read), if any.
+    pub async fn last_finished_sweep_of(
+        &self,
+        target_name: &str,
+    ) -> Result<Option<SweepRow>, StoreError> {
+        let row = sqlx::query(
+            "SELECT id, target_name, target_url, started_ms, ended_ms, settings, card, verdict,
+                stop_reason, status
+             FROM sweeps WHERE target_name = ? AND status IN ('completed', 'stopped')
+             ORDER BY started_ms DESC, id DESC LIMIT 1",
+        )
+        .bind(target_name)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(sweep_from_row).transpose()
+    }
+
     /// A sweep's steps in ladder order.
     pub async fn sweep_steps(&self, sweep_id: i64) -> Result<Vec<SweepStepRow>, StoreError> {
         let rows = sqlx::query(

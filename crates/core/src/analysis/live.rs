@@ -31,7 +31,8 @@ pub struct LiveSample {
 }
 
 impl LiveSample {
-    fn get(&self, signal: Signal) -> Option<f64> {
+    /// The sample's finite value of `signal`.
+    pub fn get(&self, signal: Signal) -> Option<f64> {
         self.signals
             .iter()
             .find(|(s, _)| *s == signal)
@@ -40,7 +41,7 @@ impl LiveSample {
     }
 
     /// Requests the server held at this instant (running + waiting).
-    fn concurrency(&self) -> Option<f64> {
+    pub fn concurrency(&self) -> Option<f64> {
         let running = self.get(Signal::RequestsRunning)?;
         Some(running + self.get(Signal::RequestsWaiting).unwrap_or(0.0))
     }

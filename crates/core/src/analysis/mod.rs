@@ -24,6 +24,7 @@ mod card;
 mod diagnosis;
 mod fmt;
 mod live;
+mod passive;
 mod saturation;
 
 pub use breakdown::{
@@ -35,6 +36,13 @@ pub use diagnosis::{diagnose, Confidence, Finding, Verdict};
 pub use live::{
     band_steps, live_diagnosis, LiveKind, LiveSample, LiveVerdict, DEFAULT_LIVE_WINDOW_S,
     LIVE_ENGINE_SIGNALS, LIVE_GPU_SIGNALS, MIN_SAMPLES_PER_BAND,
+};
+pub use passive::{
+    assemble_windows, bin_of, passive_curve, NoKnee, PassiveCurve, PassiveKnee, PassivePoint,
+    PassiveSustainable, PassiveWindow, BINS_PER_DOUBLING, DEFAULT_PASSIVE_RANGE_S,
+    DEFAULT_PASSIVE_WINDOW_S, GAUGE_SAMPLES_PER_WINDOW, LINEAR_BINS_UP_TO, MAX_PASSIVE_WINDOWS,
+    MIN_POINTS_FOR_KNEE, MIN_WINDOWS_FOR_KNEE, MIN_WINDOWS_PER_POINT, PASSIVE_GAUGE_SIGNALS,
+    PASSIVE_WINDOW_SIGNALS,
 };
 pub use saturation::{
     check_objectives, max_sustainable, saturation_point, ExcludedStep, ObjectiveMiss, Saturation,

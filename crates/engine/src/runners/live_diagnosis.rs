@@ -63,24 +63,33 @@ pub async fn window_samples(
         .max(1);
     let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
     let range = Range::checked(now.saturating_sub(window_ms), now, step_ms)?;
+    let engine = store
+        .signals_series(job.target_id, &LIVE_ENGINE_SIGNALS, range)
+        .await?;
+    let gpu = match job.gpu_target_id {
+        Some(gpu) => store.signals_series(gpu, &LIVE_GPU_SIGNALS, range).await?,
+        None => Vec::new(),
+    };
+    Ok(samples_by_instant([engine, gpu]))
+}
+
+/// Signal series (of one or several sources) merged into one sample per
+/// instant, in time order.
+pub fn samples_by_instant(
+    sources: impl IntoIterator<Item = Vec<(Signal, Vec<Point>)>>,
+) -> Vec<LiveSample> {
     let mut by_ts: std::collections::BTreeMap<i64, Vec<(Signal, f64)>> = Default::default();
-    let mut add = |series: Vec<(Signal, Vec<Point>)>| {
+    for series in sources {
         for (signal, points) in series {
             for p in points {
                 by_ts.entry(p.ts_ms).or_default().push((signal, p.value));
             }
         }
-    };
-    add(store
-        .signals_series(job.target_id, &LIVE_ENGINE_SIGNALS, range)
-        .await?);
-    if let Some(gpu) = job.gpu_target_id {
-        add(store.signals_series(gpu, &LIVE_GPU_SIGNALS, range).await?);
     }
-    Ok(by_ts
+    by_ts
         .into_iter()
         .map(|(ts_ms, signals)| LiveSample { ts_ms, signals })
-        .collect())
+        .collect()
 }
 
 /// Evaluates one target now and stores the verdict.

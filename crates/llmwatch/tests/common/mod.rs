@@ -48,7 +48,21 @@ pub fn test_config(toml: &str, dir: &Path) -> Config {
 
 /// Polls `check` every 50 ms until it returns `Some`, or panics after
 /// `deadline` naming `what` was awaited.
-pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, mut check: F) -> T
+pub async fn wait_for<T, F, Fut>(what: &str, deadline: Duration, check: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    wait_for_every(what, deadline, Duration::from_millis(50), check).await
+}
+
+/// [`wait_for`] polling every `interval` (for checks that cost something).
+pub async fn wait_for_every<T, F, Fut>(
+    what: &str,
+    deadline: Duration,
+    interval: Duration,
+    mut check: F,
+) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
@@ -62,7 +76,7 @@ where
             started.elapsed() < deadline,
             "timed out after {deadline:?} waiting for {what}"
         );
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        tokio::time::sleep(interval).await;
     }
 }
 

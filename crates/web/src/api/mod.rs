@@ -14,6 +14,7 @@ mod context;
 mod live;
 pub mod openapi;
 pub mod params;
+mod passive;
 pub mod schemas;
 mod sweeps;
 
@@ -495,6 +496,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
             get(openapi_json),
         ),
         live::route(),
+        passive::route(),
     ]
 }
 

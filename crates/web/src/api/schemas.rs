@@ -288,12 +288,16 @@ fn sweep_summary_properties() -> Value {
     })
 }
 
-pub fn list_sweeps() -> Value {
-    let summary = with_times(
+/// A sweep as the list shows it.
+fn sweep_summary() -> Value {
+    with_times(
         sweep_summary_properties(),
         &[("started", false), ("ended", true)],
-    );
-    object(json!({ "sweeps": array(summary), "next_cursor": cursor() }))
+    )
+}
+
+pub fn list_sweeps() -> Value {
+    object(json!({ "sweeps": array(sweep_summary()), "next_cursor": cursor() }))
 }
 
 pub fn get_sweep() -> Value {
@@ -398,6 +402,52 @@ pub fn live_timeline() -> Value {
         "current": live_verdict(),
         "changes": array(change),
     }))
+}
+
+/// The passive saturation curve of a target over a range.
+pub fn passive_curve() -> Value {
+    let point = object(json!({
+        "concurrency": { "type": "number" },
+        "low": { "type": "number" },
+        "high": { "type": "number" },
+        "windows": integer(),
+        "supported": { "type": "boolean" },
+        "generation_tokens_per_s": number(),
+        "requests_per_s": number(),
+        "server_ttft_p95_s": number(),
+        "server_itl_p95_s": number(),
+        "meets_objectives": nullable("boolean"),
+    }));
+    let knee = object(json!({
+        "concurrency": { "type": "number" },
+        "windows": integer(),
+        "generation_tokens_per_s": number(),
+        "gain_per_doubling": number(),
+        "description": string(),
+    }));
+    let no_knee = object(json!({ "reason": string(), "description": string() }));
+    let sustainable = object(json!({ "concurrency": { "type": "number" }, "windows": integer() }));
+    let or_null = |schema: Value| json!({ "anyOf": [schema, { "type": "null" }] });
+    with_times(
+        json!({
+            "target": string(),
+            "window_s": { "type": "number" },
+            "objectives": object(json!({ "ttft_p95_s": number(), "itl_p95_s": number() })),
+            "minimums": object(json!({
+                "windows_per_point": integer(),
+                "points_for_knee": integer(),
+                "windows_for_knee": integer(),
+            })),
+            "windows": integer(),
+            "idle_windows": integer(),
+            "points": array(point),
+            "knee": or_null(knee),
+            "no_knee": or_null(no_knee),
+            "max_sustainable": or_null(sustainable),
+            "last_sweep": or_null(sweep_summary()),
+        }),
+        &[("from", false), ("to", false)],
+    )
 }
 
 /// The OpenAPI document itself (described loosely: it is its own schema).

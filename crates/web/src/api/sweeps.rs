@@ -25,7 +25,7 @@ fn parse_json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
 }
 
-fn sweep_summary(row: &SweepRow) -> Value {
+pub(super) fn sweep_summary(row: &SweepRow) -> Value {
     let verdict = row.verdict_json.as_deref().map(parse_json);
     let mut out = serde_json::Map::new();
     out.insert("id".into(), json!(row.id));

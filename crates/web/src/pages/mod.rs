@@ -16,6 +16,7 @@ pub mod format;
 pub mod live_cache;
 pub mod live_card;
 pub mod overview;
+pub mod passive;
 pub mod sweep;
 pub mod target;
 
@@ -37,6 +38,10 @@ pub fn router() -> Router<AppState> {
         .route("/events", get(events::handler))
         .route("/targets/{name}", get(target::handler))
         .route("/targets/{name}/charts/{file}", get(target::chart_download))
+        .route(
+            "/targets/{name}/passive/{file}",
+            get(passive::chart_download),
+        )
         .route(
             "/sweeps",
             get(sweep::list_handler).post(sweep::start_handler),

@@ -14,6 +14,7 @@ use serde::Deserialize;
 use super::charts::{ttft_breakdown_series, Chart, Dash, Marker, Rule, Series, Style, XAxis};
 use super::format;
 use super::overview::{target_card, TargetCard};
+use super::passive::{passive_section, PassiveSection};
 use super::{
     chart_file_response, error_response, path_segment, split_file, store_error, ChartView,
     PagesConfig, TargetObjectives,
@@ -92,6 +93,8 @@ pub struct TargetPage {
     pub objectives: String,
     /// Auto-refresh interval for JS-off readers, seconds.
     pub refresh_s: u32,
+    /// The passive saturation curve of the last 7 days.
+    pub passive: PassiveSection,
 }
 
 /// Every chart of a target page, as data.
@@ -454,6 +457,7 @@ pub async fn target_page(
         None => None,
     };
     let card = target_card(store, config, &target, gpu_now.as_deref(), now_ms).await?;
+    let passive = passive_section(store, config, target.id, name, now_ms).await?;
     let base = format!("/targets/{}", path_segment(name));
     let query = format!("?range={label}");
     Ok(Some(TargetPage {
@@ -491,6 +495,7 @@ pub async fn target_page(
         } else {
             300
         },
+        passive,
     }))
 }
 

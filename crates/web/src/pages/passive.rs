@@ -177,7 +177,7 @@ pub fn passive_charts(
             secondary: false,
             points: supported
                 .iter()
-                .filter_map(|p| Some([p.concurrency, pick(&Which::Point(*p))?]))
+                .filter_map(|p| Some([p.concurrency, pick(&Which::Point(p))?]))
                 .filter(|[_, v]| v.is_finite())
                 .collect(),
         }];
@@ -205,6 +205,7 @@ pub fn passive_charts(
             series,
             hlines: hline,
             vlines: vlines.clone(),
+            stacked: false,
         }
     };
     let rule = |what: &str, slo: Option<f64>, scale: f64| -> Vec<Rule> {

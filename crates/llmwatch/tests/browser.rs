@@ -363,14 +363,15 @@ async fn chromium_sees_live_updates_and_the_sweep_page() {
         .screenshot(1280, false, &shots.join("overview.png"))
         .await;
 
-    // A target page: eight charts, drawn server-side.
+    // A target page: nine charts over time (the ninth: canary TTFT by
+    // phase) and the passive curve's three, drawn server-side.
     browser
         .open(&format!("{base}/targets/kv-starved?range=15m"))
         .await;
     let charts = browser
         .eval("document.querySelectorAll('figure.chart svg').length")
         .await;
-    assert_eq!(charts, 8, "eight charts on the target page");
+    assert_eq!(charts, 12, "twelve charts on the target page");
     browser
         .screenshot(1280, false, &shots.join("target.png"))
         .await;
@@ -385,7 +386,7 @@ async fn chromium_sees_live_updates_and_the_sweep_page() {
     let charts = browser
         .eval("document.querySelectorAll('figure.chart svg').length")
         .await;
-    assert_eq!(charts, 3, "the method's three charts");
+    assert_eq!(charts, 4, "the method's three charts and TTFT by phase");
     browser
         .screenshot(1280, false, &shots.join("sweep.png"))
         .await;

@@ -284,7 +284,9 @@ async fn every_page_renders_what_the_store_holds() {
     ] {
         assert!(html.contains(title), "chart {title:?}");
     }
-    assert_eq!(html.matches("<svg").count(), 9, "nine inline charts");
+    // Nine over time, and the passive curve's three (throughput, TTFT, ITL
+    // against concurrency).
+    assert_eq!(html.matches("<svg").count(), 12, "twelve inline charts");
     assert!(html.contains("objective p95 ≤ 1.00 s"));
     assert!(html.contains("objective p95 ≤ 50 ms"));
     for legend in [

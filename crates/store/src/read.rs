@@ -584,7 +584,15 @@ impl Store {
                                 older =
                                     Some(self.last_ups(target_id, lookback - 1, 1).await?.pop());
                             }
-                            older.clone().flatten()
+                            // Watching began inside the window: diff against
+                            // the first scrape, so the window holds what was
+                            // observed, not everything since the server
+                            // started (which the canaries never saw).
+                            older.clone().flatten().or_else(|| {
+                                ups.first()
+                                    .filter(|first| first.health.ts_ms < cur.health.ts_ms)
+                                    .map(|first| (*first).clone())
+                            })
                         }
                         n => Some(ups[n - 1].clone()),
                     };

@@ -351,3 +351,54 @@ async fn downsampling_thins_old_scrapes_and_keeps_signals_right() {
         Err(StoreError::BadRange(_))
     ));
 }
+
+/// A server that ran long before llmwatch watched it: its histograms hold
+/// history nobody observed. A window longer than the watching so far is
+/// diffed against the first scrape, never taken whole since the server
+/// started (the latency breakdown compared a day of a server's history
+/// with the canaries of the last minutes on a real vLLM).
+#[tokio::test]
+async fn a_window_older_than_the_watching_starts_at_the_first_scrape() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("llmwatch.db")).await.unwrap();
+    let target = store
+        .upsert_target("vllm-a", TargetKind::Engine, "http://127.0.0.1:8000", 0)
+        .await
+        .unwrap();
+    let base: i64 = 1_800_000_000_000;
+    // Before watching: 1 000 slow first tokens (0.5 s each), 10 000 tokens.
+    // While watched (12 scrapes, 5 s apart): 10 fast ones (0.05 s) a scrape.
+    let batch: Vec<ScrapeRecord> = (0..12)
+        .map(|i| {
+            let fast = 10.0 * i as f64;
+            scrape(
+                target,
+                base + i * 5000,
+                0.5,
+                10_000.0 + 100.0 * i as f64,
+                fast,
+                1000.0,
+            )
+        })
+        .collect();
+    store.write_scrapes(&batch).await.unwrap();
+    let now = base + 11 * 5000;
+    // A 5-minute window at the last scrape: only 55 s of it were watched.
+    let range = Range::checked(now, now, 300_000).unwrap();
+    let wanted = [Signal::ServerTtftP95, Signal::GenerationTokensRate];
+    let series = store.signals_series(target, &wanted, range).await.unwrap();
+    let at = |signal: Signal| {
+        series
+            .iter()
+            .find(|(s, _)| *s == signal)
+            .and_then(|(_, points)| points.first())
+            .map(|p| p.value)
+    };
+    // 110 fast first tokens observed: p95 within the 0.1 s bucket, not the
+    // slow history's 1 s one.
+    let p95 = at(Signal::ServerTtftP95).expect("a p95 over the watched part");
+    assert!(p95 <= 0.1, "p95 {p95} s includes the unobserved history");
+    // 1 100 tokens over 55 s.
+    let rate = at(Signal::GenerationTokensRate).expect("a rate");
+    assert!((rate - 20.0).abs() < 1e-6, "{rate} tokens/s");
+}

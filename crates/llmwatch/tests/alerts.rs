@@ -121,6 +121,11 @@ async fn am_alerts(am: &Alertmanager, alertname: &str) -> Vec<Value> {
 
 /// A webhook receiver that records every body.
 async fn start_webhook() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
+    start_slow_webhook(Duration::ZERO).await
+}
+
+/// A webhook receiver that takes `delay` to answer each message.
+async fn start_slow_webhook(delay: Duration) -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
     let seen: Arc<Mutex<Vec<Value>>> = Arc::default();
     let store = seen.clone();
     let app = axum::Router::new().route(
@@ -128,6 +133,7 @@ async fn start_webhook() -> (SocketAddr, Arc<Mutex<Vec<Value>>>) {
         post(move |axum::Json(body): axum::Json<Value>| {
             let store = store.clone();
             async move {
+                tokio::time::sleep(delay).await;
                 store.lock().unwrap().push(body);
                 "ok"
             }
@@ -362,7 +368,10 @@ url = "http://{hook_addr}/hook"
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_keeps_a_firing_alert_without_firing_it_again() {
     let (_sim, engine) = start_sim().await;
-    let (hook_addr, hooks) = start_webhook().await;
+    // Slow to answer: the notification is still in flight when the first
+    // daemon is told to stop, and must be sent all the same (the second one
+    // resumes the alert as notified and never sends it again).
+    let (hook_addr, hooks) = start_slow_webhook(Duration::from_millis(700)).await;
     let dir = tempfile::tempdir().unwrap();
     // requests_waiting ≥ 0 holds as soon as there is a scrape.
     let toml = format!(
@@ -402,6 +411,11 @@ url = "http://{hook_addr}/hook"
     .await;
     let before = first.alerts.current().remove(0);
     first.shutdown().await;
+    assert_eq!(
+        hooks.lock().unwrap().len(),
+        1,
+        "the notification in flight at shutdown was sent"
+    );
 
     let second = daemon::start(config(&toml)).await.unwrap();
     let alerts = second.alerts.clone();

@@ -271,14 +271,16 @@ async fn evaluate_round(
         }
     }
     let current = settle(entries, &mut outcome.changes, now);
-    if let Ok(mut shared) = handle.current.write() {
-        *shared = current;
-    }
     if let Err(err) = store.apply_alert_changes(&outcome.changes).await {
         handle.counters.failures.fetch_add(1, Ordering::Relaxed);
         tracing::error!(error = %err, "storing alert states failed");
     }
     dispatch(handle, notifiers, outcome);
+    // Published last: whoever sees an alert firing may rely on it being
+    // stored and its notification queued.
+    if let Ok(mut shared) = handle.current.write() {
+        *shared = current;
+    }
 }
 
 /// One rule on one target: the alert's new state, its event if it changed,

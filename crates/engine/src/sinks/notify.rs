@@ -17,6 +17,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tokio::time::Instant;
 
 use llmwatch_config::{NotifierConfig, NotifierKind};
 use llmwatch_core::redact::origin_only;
@@ -27,6 +28,9 @@ pub const QUEUE_CAPACITY: usize = 16;
 pub const MAX_ATTEMPTS: u32 = 4;
 /// First retry delay; doubled each time.
 pub const FIRST_BACKOFF: Duration = Duration::from_millis(500);
+/// How long a shutdown waits for queued and in-flight notifications
+/// (well inside the daemon's 9 s shutdown limit).
+pub const SHUTDOWN_DRAIN: Duration = Duration::from_secs(3);
 
 /// One alert as sent.
 #[derive(Debug, Clone, PartialEq)]
@@ -167,23 +171,67 @@ struct Worker {
 }
 
 impl Worker {
+    /// Sends batches until the evaluator drops its queue handle (it does when
+    /// it stops), so what it queued before a shutdown is still sent: a
+    /// restarted daemon resumes a firing alert as already notified, and a
+    /// batch dropped here would never be sent. Once shutdown is signalled the
+    /// rest (the batch in flight included) gets at most [`SHUTDOWN_DRAIN`].
     async fn run(
         self,
         mut batches: mpsc::Receiver<Vec<OutAlert>>,
         mut shutdown: watch::Receiver<bool>,
     ) {
+        let mut drain_until: Option<Instant> = None;
         loop {
-            let batch = tokio::select! {
-                batch = batches.recv() => match batch {
-                    Some(batch) => batch,
-                    None => return,
+            let next = match drain_until {
+                None => tokio::select! {
+                    batch = batches.recv() => batch,
+                    _ = shutdown.changed() => {
+                        drain_until = Some(Instant::now() + SHUTDOWN_DRAIN);
+                        continue;
+                    }
                 },
-                _ = shutdown.changed() => return,
+                Some(deadline) => match tokio::time::timeout_at(deadline, batches.recv()).await {
+                    Ok(batch) => batch,
+                    Err(_) => return self.give_up_on_rest(&mut batches, 0),
+                },
             };
-            tokio::select! {
-                _ = self.deliver(&batch) => {}
-                _ = shutdown.changed() => return,
+            let Some(batch) = next else { return };
+            let delivery = self.deliver(&batch);
+            tokio::pin!(delivery);
+            if drain_until.is_none() {
+                tokio::select! {
+                    _ = &mut delivery => continue,
+                    _ = shutdown.changed() => drain_until = Some(Instant::now() + SHUTDOWN_DRAIN),
+                }
             }
+            let Some(deadline) = drain_until else {
+                continue;
+            };
+            if tokio::time::timeout_at(deadline, &mut delivery)
+                .await
+                .is_err()
+            {
+                return self.give_up_on_rest(&mut batches, 1);
+            }
+        }
+    }
+
+    /// Past the shutdown drain: counts what is left as failed, and says so.
+    fn give_up_on_rest(&self, batches: &mut mpsc::Receiver<Vec<OutAlert>>, in_flight: u64) {
+        batches.close();
+        let mut left = in_flight;
+        while batches.try_recv().is_ok() {
+            left += 1;
+        }
+        if left > 0 {
+            self.counters.failed.fetch_add(left, Ordering::Relaxed);
+            tracing::warn!(
+                notifier = %self.counters.name,
+                batches = left,
+                limit = ?SHUTDOWN_DRAIN,
+                "shutdown: notifications not sent in time"
+            );
         }
     }
 

@@ -121,13 +121,11 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
         .unwrap_or_else(|| "–".into())
 }
 
-/// Pure: the passive curve's charts, the sweep's curve on the same axes.
-pub fn passive_charts(
-    curve: &PassiveCurve,
+/// The concurrency axis spanning the supported points and the sweep's steps.
+fn load_axis(
+    supported: &[&llmwatch_core::analysis::PassivePoint],
     sweep: Option<(&[StepResult], &SweepVerdict)>,
-    objectives: TargetObjectives,
-) -> Vec<Chart> {
-    let supported: Vec<_> = curve.points.iter().filter(|p| p.supported).collect();
+) -> XAxis {
     let xs = supported
         .iter()
         .map(|p| p.concurrency)
@@ -139,11 +137,16 @@ pub fn passive_charts(
         .filter(|x| x.is_finite() && *x > 0.0);
     let min = xs.clone().fold(f64::INFINITY, f64::min);
     let max = xs.fold(0.0f64, f64::max);
-    let x = if min.is_finite() && max > min {
+    if min.is_finite() && max > min {
         XAxis::Load { min, max }
     } else {
         XAxis::Load { min: 1.0, max: 2.0 }
-    };
+    }
+}
+
+/// The vertical marks: the passive knee, the highest concurrency meeting
+/// the objectives, and the sweep's saturation point.
+fn knee_rules(curve: &PassiveCurve, sweep: Option<(&[StepResult], &SweepVerdict)>) -> Vec<Rule> {
     let mut vlines = Vec::new();
     if let Ok(k) = &curve.knee {
         vlines.push(Rule {
@@ -169,6 +172,18 @@ pub fn passive_charts(
             style: SWEEP_KNEE,
         });
     }
+    vlines
+}
+
+/// Pure: the passive curve's charts, the sweep's curve on the same axes.
+pub fn passive_charts(
+    curve: &PassiveCurve,
+    sweep: Option<(&[StepResult], &SweepVerdict)>,
+    objectives: TargetObjectives,
+) -> Vec<Chart> {
+    let supported: Vec<_> = curve.points.iter().filter(|p| p.supported).collect();
+    let x = load_axis(&supported, sweep);
+    let vlines = knee_rules(curve, sweep);
     let chart = |id: &str, title: &str, y: &str, pick: &dyn Fn(&Which) -> Option<f64>, hline| {
         let mut series = vec![Series {
             name: "production (passive)".to_string(),

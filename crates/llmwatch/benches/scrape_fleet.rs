@@ -1,7 +1,11 @@
 //! CPU per scrape beside Prometheus (issue 14, "scale per instance").
 //!
 //! A fixed workload: `TARGETS` loopback ports (default 100) each serve the
-//! real vLLM 0.32 capture (`fixtures/vllm-live/metrics_vllm_idle.txt`).
+//! real vLLM 0.32 capture as a server under steady load would write it
+//! (`PAGE=load`, the default: `fixtures/vllm-live/metrics_vllm_load_after.txt`
+//! with every series that moved since `…_load_before.txt` advancing by that
+//! much each scrape), or unchanging (`PAGE=idle`:
+//! `fixtures/vllm-live/metrics_vllm_idle.txt`).
 //! The real `llmwatch serve` binary, then `prometheus` (2.42 on `PATH`),
 //! scrape that fleet every second; after `WARMUP` seconds (default 15) the
 //! process's CPU time (utime + stime of every thread, `/proc/PID/stat`) and
@@ -36,6 +40,16 @@ const CAPTURE: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../fixtures/vllm-live/metrics_vllm_idle.txt"
 );
+/// The same server before and after a burst of load: the series whose
+/// values differ advance by that difference every scrape (`PAGE=load`).
+const LOAD_BEFORE: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../fixtures/vllm-live/metrics_vllm_load_before.txt"
+);
+const LOAD_AFTER: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../fixtures/vllm-live/metrics_vllm_load_after.txt"
+);
 
 /// Kernel clock ticks per second (`getconf CLK_TCK`; 100 on Linux).
 const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
@@ -65,6 +79,7 @@ enum PeerKind {
 #[derive(Debug, Clone, Copy)]
 struct Reading {
     cpu_s: f64,
+    system_s: f64,
     scrapes: f64,
     samples: f64,
 }
@@ -73,6 +88,7 @@ struct Outcome {
     label: String,
     scrapes: f64,
     cpu_s: f64,
+    system_s: f64,
     samples_per_scrape: f64,
 }
 
@@ -87,7 +103,14 @@ fn main() -> Result<()> {
     let targets = env_number("TARGETS", 100)? as usize;
     let warmup = Duration::from_secs(env_number("WARMUP", 15)?);
     let measured = Duration::from_secs(env_number("SECONDS", 60)?);
-    let page = std::fs::read(CAPTURE).with_context(|| format!("reading {CAPTURE}"))?;
+    let page = match std::env::var("PAGE").as_deref() {
+        Ok("idle") => LivePage::fixed(&read_text(CAPTURE)?),
+        Ok("load") | Err(_) => {
+            LivePage::under_load(&read_text(LOAD_BEFORE)?, &read_text(LOAD_AFTER)?)
+        }
+        Ok(other) => bail!("PAGE: expected idle or load, found {other:?}"),
+    };
+    let page_description = page.describe();
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -119,9 +142,8 @@ fn main() -> Result<()> {
     }
 
     println!(
-        "scrape_fleet: {targets} loopback targets serving the vLLM 0.32 capture ({} bytes), \
+        "scrape_fleet: {targets} loopback targets serving {page_description}, \
          1 s interval, {}s warm-up, {}s measured",
-        std::fs::metadata(CAPTURE)?.len(),
         warmup.as_secs(),
         measured.as_secs()
     );
@@ -131,10 +153,11 @@ fn main() -> Result<()> {
             .block_on(measure(peer, &fleet, warmup, measured))
             .with_context(|| format!("measuring {}", peer.label))?;
         println!(
-            "  {:<45} {:>7.0} scrapes  {:>6.2} s CPU  {:>6.3} ms/scrape  {:>5.0} samples/scrape",
+            "  {:<45} {:>7.0} scrapes  {:>6.2} s CPU ({:>5.2} s in the kernel)  {:>6.3} ms/scrape  {:>5.0} samples/scrape",
             outcome.label,
             outcome.scrapes,
             outcome.cpu_s,
+            outcome.system_s,
             outcome.ms_per_scrape(),
             outcome.samples_per_scrape
         );
@@ -152,21 +175,117 @@ fn main() -> Result<()> {
     Ok(())
 }
 
-/// Binds `count` loopback ports serving `page` at `/metrics`.
-async fn serve_fleet(count: usize, page: Vec<u8>) -> Result<Vec<SocketAddr>> {
-    let page = axum::body::Bytes::from(page);
-    let app = Router::new().route(
-        "/metrics",
-        get(move || {
-            let page = page.clone();
-            async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], page) }
-        }),
-    );
+fn read_text(path: &str) -> Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {path}"))
+}
+
+/// One line of a served page.
+enum PageLine {
+    Fixed(String),
+    /// `series value`: the value is `base + step × n` at the n-th scrape.
+    Advancing {
+        series: String,
+        base: f64,
+        step: f64,
+    },
+}
+
+/// The page a fleet target serves: fixed, or advancing as a server under
+/// steady load would (its counters and histogram buckets grow every scrape).
+struct LivePage {
+    lines: Vec<PageLine>,
+}
+
+impl LivePage {
+    fn fixed(text: &str) -> LivePage {
+        LivePage {
+            lines: text
+                .lines()
+                .map(|line| PageLine::Fixed(line.into()))
+                .collect(),
+        }
+    }
+
+    /// `after`'s lines; a series whose value differs from `before`'s
+    /// advances by that difference per scrape (new series stay as written).
+    fn under_load(before: &str, after: &str) -> LivePage {
+        let split = |line: &str| -> Option<(String, f64)> {
+            if line.starts_with('#') {
+                return None;
+            }
+            let (series, value) = line.rsplit_once(' ')?;
+            Some((series.to_string(), value.parse().ok()?))
+        };
+        let before: std::collections::HashMap<String, f64> =
+            before.lines().filter_map(split).collect();
+        let lines = after
+            .lines()
+            .map(|line| match split(line) {
+                Some((series, value)) => match before.get(&series) {
+                    Some(&base) if base != value && value.is_finite() && base.is_finite() => {
+                        PageLine::Advancing {
+                            series,
+                            base,
+                            step: value - base,
+                        }
+                    }
+                    _ => PageLine::Fixed(line.into()),
+                },
+                None => PageLine::Fixed(line.into()),
+            })
+            .collect();
+        LivePage { lines }
+    }
+
+    fn describe(&self) -> String {
+        let advancing = self
+            .lines
+            .iter()
+            .filter(|line| matches!(line, PageLine::Advancing { .. }))
+            .count();
+        let bytes = self.render(1).len();
+        if advancing == 0 {
+            format!("the vLLM 0.32 capture ({bytes} bytes, unchanging)")
+        } else {
+            format!("the vLLM 0.32 capture under load ({bytes} bytes, {advancing} series advancing every scrape)")
+        }
+    }
+
+    fn render(&self, scrape: u64) -> Vec<u8> {
+        let mut out = String::with_capacity(64 * 1024);
+        for line in &self.lines {
+            match line {
+                PageLine::Fixed(text) => out.push_str(text),
+                PageLine::Advancing { series, base, step } => {
+                    out.push_str(series);
+                    out.push(' ');
+                    out.push_str(&(base + step * scrape as f64).to_string());
+                }
+            }
+            out.push('\n');
+        }
+        out.into_bytes()
+    }
+}
+
+/// Binds `count` loopback ports serving `page` at `/metrics`, each with its
+/// own scrape count.
+async fn serve_fleet(count: usize, page: LivePage) -> Result<Vec<SocketAddr>> {
+    let page = std::sync::Arc::new(page);
     let mut addrs = Vec::with_capacity(count);
     for _ in 0..count {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         addrs.push(listener.local_addr()?);
-        let app = app.clone();
+        let page = page.clone();
+        let scrapes = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let app = Router::new().route(
+            "/metrics",
+            get(move || {
+                let n = scrapes.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                let body = page.render(n);
+                async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body) }
+            }),
+        );
         tokio::spawn(async move { axum::serve(listener, app).await });
     }
     Ok(addrs)
@@ -211,6 +330,7 @@ async fn measure(
             label: peer.label.clone(),
             scrapes,
             cpu_s: after.cpu_s - before.cpu_s,
+            system_s: after.system_s - before.system_s,
             samples_per_scrape: (after.samples - before.samples) / scrapes,
         })
     }
@@ -276,7 +396,7 @@ async fn read_peer(
     metrics: &str,
     pid: u32,
 ) -> Result<Reading> {
-    let cpu_s = cpu_seconds(pid)?;
+    let (user_s, system_s) = cpu_seconds(pid)?;
     let page = client.get(metrics).send().await?.text().await?;
     let (scrapes, samples) = match kind {
         PeerKind::Llmwatch(_) => (
@@ -289,14 +409,15 @@ async fn read_peer(
         ),
     };
     Ok(Reading {
-        cpu_s,
+        cpu_s: user_s + system_s,
+        system_s,
         scrapes,
         samples,
     })
 }
 
-/// utime + stime of every thread of `pid`, in seconds.
-fn cpu_seconds(pid: u32) -> Result<f64> {
+/// utime and stime of every thread of `pid`, in seconds.
+fn cpu_seconds(pid: u32) -> Result<(f64, f64)> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = stat
@@ -312,7 +433,10 @@ fn cpu_seconds(pid: u32) -> Result<f64> {
             .parse::<f64>()
             .context("/proc/PID/stat: a field that is not a number")
     };
-    Ok((ticks(11)? + ticks(12)?) / CLOCK_TICKS_PER_SECOND)
+    Ok((
+        ticks(11)? / CLOCK_TICKS_PER_SECOND,
+        ticks(12)? / CLOCK_TICKS_PER_SECOND,
+    ))
 }
 
 /// The sum of every sample of the family `name` on an exposition page.

@@ -8,15 +8,19 @@
 //!   why, and keeps everything else. It never fails.
 //! * [`detect_format`] picks the format from the `Content-Type` header, else
 //!   from a trailing `# EOF`.
+//! * [`PageTemplate`] reads the next page of the same shape without parsing
+//!   it (only values move), or says it cannot.
 
 mod build;
 mod error;
 mod lex;
 mod model;
 mod om;
+mod template;
 
 pub use error::ParseError;
 pub use model::*;
+pub use template::{PageTemplate, TemplateSample};
 
 /// Parse a page strictly: the first error aborts.
 ///

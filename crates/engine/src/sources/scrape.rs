@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llmwatch_core::catalog::{detect_engine, normalize, Engine};
-use llmwatch_core::exposition::{detect_format, parse_lenient};
+use llmwatch_core::exposition::{detect_format, parse_lenient, PageTemplate, TemplateSample};
 use llmwatch_store::{RawSample, ScrapeRecord, Store};
 use tokio::sync::{mpsc, watch};
 
@@ -142,20 +142,93 @@ pub struct PageLines {
     pub raw: Vec<RawSample>,
     pub families: usize,
     pub parse_errors: Vec<llmwatch_core::exposition::ParseError>,
+    /// The page's shape, for reading the next one without parsing (none
+    /// when the page had errors or is not written canonically).
+    template: Option<Arc<PageTemplate>>,
+    /// Read through the last page's template, not parsed.
+    pub from_template: bool,
+}
+
+/// What a target's last good page leaves for reading the next one.
+#[derive(Default)]
+pub struct LastPage {
+    /// Its lines, whose strings the next page shares.
+    raw: Vec<RawSample>,
+    engine: Option<Engine>,
+    families: usize,
+    template: Option<Arc<PageTemplate>>,
+}
+
+impl LastPage {
+    /// Remembers `lines` (a page that was up) for the next scrape.
+    pub fn remember(&mut self, lines: &PageLines) {
+        if !lines.from_template {
+            // Read through the template, a page has the last one's very
+            // strings: nothing to keep.
+            self.raw.clone_from(&lines.raw);
+        }
+        self.engine = Some(lines.engine);
+        self.families = lines.families;
+        self.template.clone_from(&lines.template);
+    }
 }
 
 /// Parses a page into its lines without normalising it: the store keeps
 /// raw lines and signals are normalised when read, so the scrape path
-/// skips the catalog (a fifth of a scrape's instructions). Lines equal to
-/// the same line of `previous` (the target's last page) share its strings.
-pub fn page_lines(page: &Page, engine: EngineChoice, previous: &[RawSample]) -> PageLines {
+/// skips the catalog (a fifth of a scrape's instructions). A page of the
+/// last page's shape is read through its template (values only, no parse);
+/// otherwise lines equal to the same line of the last page share its
+/// strings.
+pub fn page_lines(page: &Page, engine: EngineChoice, last: &LastPage) -> PageLines {
     let format = detect_format(page.content_type.as_deref(), &page.body);
+    if let (Some(template), Some(last_engine)) = (&last.template, last.engine) {
+        match template.values(&page.body, format) {
+            Some(values) if values.len() == last.raw.len() => {
+                let raw = last
+                    .raw
+                    .iter()
+                    .zip(values)
+                    .map(|(line, value)| RawSample {
+                        name: line.name.clone(),
+                        labels: line.labels.clone(),
+                        value,
+                    })
+                    .collect();
+                return PageLines {
+                    engine: last_engine,
+                    raw,
+                    families: last.families,
+                    parse_errors: Vec::new(),
+                    template: Some(template.clone()),
+                    from_template: true,
+                };
+            }
+            _ => {}
+        }
+    }
     let (exposition, parse_errors) = parse_lenient(&page.body, format);
+    let raw = RawSample::all_of_like(&exposition, &last.raw);
+    let template = if parse_errors.is_empty() {
+        PageTemplate::build(
+            &page.body,
+            format,
+            raw.iter().map(|line| TemplateSample {
+                name: &line.name,
+                labels: &line.labels,
+                value: line.value,
+            }),
+        )
+        .map(Arc::new)
+    } else {
+        None
+    };
     PageLines {
         engine: engine_of(engine, &exposition),
-        raw: RawSample::all_of_like(&exposition, previous),
+        raw,
         families: exposition.families.len(),
         parse_errors,
+        template,
+        from_template: false,
     }
 }
 
@@ -211,12 +284,12 @@ impl ScrapeCounters {
     }
 }
 
-/// Scrapes `job.url` once and describes the outcome; `previous` is the
-/// target's last page (or nothing), whose line strings the new page shares.
+/// Scrapes `job.url` once and describes the outcome; `last` is what the
+/// target's last good page left (or nothing), updated when this one is up.
 pub async fn scrape_once(
     client: &reqwest::Client,
     job: &ScrapeJob,
-    previous: &[RawSample],
+    last: &mut LastPage,
 ) -> ScrapeRecord {
     let ts_ms = now_ms();
     let started = Instant::now();
@@ -237,7 +310,7 @@ pub async fn scrape_once(
         Err(err) => record.error = Some(err.to_string()),
         Ok(page) => {
             record.body_bytes = page.body.len() as u64;
-            let understood = page_lines(&page, job.engine, previous);
+            let understood = page_lines(&page, job.engine, last);
             if understood.families == 0 && !understood.parse_errors.is_empty() {
                 record.error = Some(format!(
                     "unparseable page: {} ({} errors)",
@@ -253,6 +326,7 @@ pub async fn scrape_once(
                         understood.parse_errors.len()
                     ));
                 }
+                last.remember(&understood);
                 // The whole page is kept; signals are normalised from it
                 // when read.
                 record.raw = understood.raw;
@@ -276,12 +350,9 @@ pub async fn run_scrape_loop(
     // Up to 2 % of the interval (at most 250 ms), fresh each time.
     let max_jitter = (job.interval / 50).min(Duration::from_millis(250));
     let mut ticker = JitteredTicker::new(&job.name, job.interval, max_jitter);
-    let mut last_page: Vec<RawSample> = Vec::new();
+    let mut last_page = LastPage::default();
     while ticker.tick(&mut shutdown).await {
-        let record = scrape_once(&client, &job, &last_page).await;
-        if record.up {
-            last_page.clone_from(&record.raw);
-        }
+        let record = scrape_once(&client, &job, &mut last_page).await;
         counters.count(&job.name, record.up);
         if !record.up {
             tracing::warn!(

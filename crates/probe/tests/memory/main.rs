@@ -6,13 +6,18 @@
 //! mergeable statistics; RSS is sampled throughout and must stop growing
 //! once the warm-up (connections, the exact-sample buffers, allocator
 //! pools) is over.
+//!
+//! In CI it runs 12 s closed-loop. The issue's hour at 1 000 requests/s of
+//! 64 tokens, with the CLI's exact-sample cap, is the same test:
+//! `MEMORY_RUN_SECONDS=3600 MEMORY_RUN_RATE=1000 MEMORY_RUN_TOKENS=64 cargo
+//! test --release -p llmwatch-probe --test memory -- --nocapture`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use llmwatch_probe::{
-    Api, Bound, ClientConfig, MeasuringPool, ProbeRequest, RecordWriter, Records, RunConfig,
+    Api, Bound, ClientConfig, Load, MeasuringPool, ProbeRequest, RecordWriter, Records, RunConfig,
     RunOptions,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -29,16 +34,22 @@ fn http_chunk(data: &str) -> Vec<u8> {
     v
 }
 
-/// Answers every request on the connection with 16 chunks, no delay.
-async fn serve(mut sock: TcpStream) {
+/// Answers every request on the connection with `tokens` chunks, no delay.
+async fn serve(mut sock: TcpStream, tokens: usize) {
     let _ = sock.set_nodelay(true);
     let mut response =
         b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
             .to_vec();
-    for _ in 0..16 {
+    for _ in 0..tokens {
         response.extend(http_chunk(CHUNK));
     }
-    response.extend(http_chunk(FINAL));
+    response.extend(http_chunk(&FINAL.replace(
+        r#""completion_tokens":16,"total_tokens":20"#,
+        &format!(
+            r#""completion_tokens":{tokens},"total_tokens":{}"#,
+            tokens + 4
+        ),
+    )));
     response.extend(http_chunk("[DONE]"));
     response.extend_from_slice(b"0\r\n\r\n");
     let mut buf = Vec::new();
@@ -71,7 +82,7 @@ async fn serve(mut sock: TcpStream) {
     }
 }
 
-fn spawn_server() -> std::net::SocketAddr {
+fn spawn_server(tokens: usize) -> std::net::SocketAddr {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap();
     listener.set_nonblocking(true).unwrap();
@@ -83,7 +94,7 @@ fn spawn_server() -> std::net::SocketAddr {
         rt.block_on(async move {
             let l = TcpListener::from_std(listener).unwrap();
             while let Ok((s, _)) = l.accept().await {
-                tokio::spawn(serve(s));
+                tokio::spawn(serve(s, tokens));
             }
         });
     });
@@ -97,19 +108,45 @@ fn rss() -> u64 {
     pages * 4096
 }
 
+/// A number from the environment, or `default` when it is not set.
+fn setting(name: &str, default: u64) -> u64 {
+    match std::env::var(name) {
+        Ok(value) => value
+            .parse()
+            .unwrap_or_else(|_| panic!("{name}: expected a whole number, found {value:?}")),
+        Err(_) => default,
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
 async fn a_long_run_keeps_memory_flat() {
-    let addr = spawn_server();
+    let seconds = setting("MEMORY_RUN_SECONDS", 12);
+    let rate = setting("MEMORY_RUN_RATE", 0);
+    let tokens = setting("MEMORY_RUN_TOKENS", 16) as usize;
+    let long_run = std::env::var("MEMORY_RUN_SECONDS").is_ok();
+    let addr = spawn_server(tokens);
     let pool =
         MeasuringPool::start(2, false, &ClientConfig::new(format!("http://{addr}"))).unwrap();
     let writer = RecordWriter::create(std::path::Path::new("/dev/null")).unwrap();
     let options = RunOptions {
         records: Records::Stream(writer.sink()),
-        // Small, so the exact buffers fill during the warm-up.
-        exact_samples: 20_000,
+        // Small in CI, so the exact buffers fill during the warm-up; the
+        // CLI's own cap for a long run.
+        exact_samples: if long_run {
+            RunOptions::default().exact_samples
+        } else {
+            20_000
+        },
     };
-    let run_for = Duration::from_secs(12);
+    let run_for = Duration::from_secs(seconds);
     let mut config = RunConfig::closed(32, 1);
+    if rate > 0 {
+        config.load = Load::Rate {
+            per_second: rate as f64,
+            burstiness: 1.0,
+            max_concurrency: Some(256),
+        };
+    }
     config.bound = Bound::Duration(run_for);
 
     // RSS sampled every 100 ms by a thread of its own while the run goes.
@@ -127,8 +164,8 @@ async fn a_long_run_keeps_memory_flat() {
         })
     };
     let result = pool
-        .run(config, options, |i| {
-            ProbeRequest::fixed(Api::Chat, "m", format!("req-{i}"), 16)
+        .run(config, options, move |i| {
+            ProbeRequest::fixed(Api::Chat, "m", format!("req-{i}"), tokens as u32)
         })
         .await
         .unwrap();
@@ -162,11 +199,13 @@ async fn a_long_run_keeps_memory_flat() {
     let growth = peak.saturating_sub(base);
     let per_request_if_kept = 1_500 * result.requests / 3;
     eprintln!(
-        "{} requests in {:.1} s, RSS {:.1} MiB after warm-up, {:.1} MiB peak in the last third",
+        "{} requests in {:.1} s ({:.0}/s), RSS {:.1} MiB after warm-up, {:.1} MiB peak in the last third, {:.1} MiB peak overall",
         result.requests,
         result.duration_s,
+        result.requests as f64 / result.duration_s,
         base as f64 / 1048576.0,
-        peak as f64 / 1048576.0
+        peak as f64 / 1048576.0,
+        samples.iter().map(|(_, r)| *r).max().unwrap_or(0) as f64 / 1048576.0
     );
     assert!(
         growth < 4 << 20,

@@ -117,7 +117,9 @@ impl DominantPart {
 
 /// The client's mean TTFT split into parts (seconds). Parts may be negative
 /// where instruments disagree (a canary's client TTFT against a server mean
-/// over all its traffic); they are reported as measured.
+/// over all its traffic); they are reported as measured, and where the client
+/// is faster than the server the reason line says the server's means cover
+/// other traffic ([`OTHER_TRAFFIC`]).
 #[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct TtftBreakdown {
     pub client_s: f64,
@@ -248,7 +250,21 @@ pub fn latency_breakdown(
     } else {
         0.0
     };
-    let reason = reason_line(&ttft, dominant, dominant_share);
+    let mut reason = reason_line(&ttft, dominant, dominant_share);
+    let client_ahead_of_server = [
+        (ttft.network_s, ttft.client_s),
+        (
+            e2e.and_then(|e2e| e2e.network_s),
+            e2e.map_or(0.0, |e2e| e2e.client_s),
+        ),
+    ]
+    .into_iter()
+    .any(|(network, client)| {
+        network.is_some_and(|n| n < -OTHER_TRAFFIC_TOLERANCE.max(0.1 * client))
+    });
+    if client_ahead_of_server {
+        reason.push_str(OTHER_TRAFFIC);
+    }
     Ok(LatencyBreakdown {
         ttft,
         e2e,
@@ -257,6 +273,18 @@ pub fn latency_breakdown(
         reason,
     })
 }
+
+/// How far the client may be ahead of the server (clock skew between a
+/// histogram's buckets and the client's timer) before the windows are
+/// judged to count different requests.
+const OTHER_TRAFFIC_TOLERANCE: f64 = 0.005;
+
+/// Said when the client's time is shorter than the server's by more than
+/// the tolerance: impossible for the same requests, so the server's means
+/// cover other traffic (a sweep, users' requests of another shape).
+pub const OTHER_TRAFFIC: &str = "; the server's means cover other traffic than the client's \
+     requests (the client took less time than the server), so the parts describe the server's \
+     traffic and do not add up to the client's time";
 
 fn reason_line(ttft: &TtftBreakdown, dominant: DominantPart, share: f64) -> String {
     let mut outside = Vec::new();
@@ -286,6 +314,33 @@ fn reason_line(ttft: &TtftBreakdown, dominant: DominantPart, share: f64) -> Stri
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_client_faster_than_the_server_says_the_server_saw_other_traffic() {
+        // Canaries of 64x16 against a server busy with a sweep's 512x128:
+        // server means of 0.8 s e2e, the canaries' own 0.2 s.
+        let server = ServerPhases {
+            queue_s: Some(0.01),
+            prefill_s: Some(0.04),
+            decode_s: Some(0.75),
+            inference_s: Some(0.79),
+            ttft_s: Some(0.06),
+            e2e_s: Some(0.85),
+        };
+        let client = ClientMeans {
+            ttft_s: Some(0.07),
+            e2e_s: Some(0.2),
+        };
+        let b = latency_breakdown(&server, &client, true).expect("a breakdown");
+        assert!(b.reason.ends_with(OTHER_TRAFFIC), "{}", b.reason);
+        // The same server means under a client that waited longer: no note.
+        let client = ClientMeans {
+            ttft_s: Some(0.07),
+            e2e_s: Some(0.86),
+        };
+        let b = latency_breakdown(&server, &client, true).expect("a breakdown");
+        assert!(!b.reason.contains(OTHER_TRAFFIC), "{}", b.reason);
+    }
 
     /// The issue's real vLLM numbers: mean TTFT 0.79 s, queue 0.05 s,
     /// prefill 0.46 s, e2e 3.45 s, inference 3.12 s.

@@ -84,7 +84,7 @@ impl Store {
         if changes.upserts.is_empty() && changes.deletes.is_empty() && changes.events.is_empty() {
             return Ok(());
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         for row in &changes.upserts {
             let alert = &row.alert;
             if alert.state == AlertState::Inactive {

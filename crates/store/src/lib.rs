@@ -260,6 +260,18 @@ impl Store {
         &self.pool
     }
 
+    /// A write transaction that takes SQLite's write lock at once
+    /// (`BEGIN IMMEDIATE`). A deferred one that reads and then writes cannot
+    /// wait for the lock: when another connection committed after its read,
+    /// SQLite answers `SQLITE_BUSY_SNAPSHOT` at once, whatever the busy
+    /// timeout (the live diagnosis failed so with "database is locked"
+    /// beside the demo's sweep).
+    pub(crate) async fn begin_write(
+        &self,
+    ) -> Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error> {
+        self.pool.begin_with("BEGIN IMMEDIATE").await
+    }
+
     async fn load_series(&self) -> Result<(), StoreError> {
         let rows = sqlx::query("SELECT id, target_id, metric, labels, part FROM series")
             .fetch_all(&self.pool)

@@ -109,7 +109,7 @@ impl Store {
                 if rows.is_empty() {
                     break;
                 }
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 // Cleared before and after: a block id may be reused.
                 self.cache.clear();
                 for row in &rows {
@@ -211,7 +211,7 @@ impl Store {
                 rows.push(HeadRow { health, samples });
             }
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         // Cleared before and after: the new block may get the old one's id.
         self.cache.clear();
         sqlx::query("DELETE FROM blocks WHERE id = ?")

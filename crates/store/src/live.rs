@@ -37,7 +37,7 @@ impl Store {
         target_id: i64,
         row: &LiveVerdictRow,
     ) -> Result<Option<Option<String>>, StoreError> {
-        let mut tx = self.pool().begin().await?;
+        let mut tx = self.begin_write().await?;
         let previous: Option<String> =
             sqlx::query("SELECT verdict FROM live_verdict_now WHERE target_id = ?")
                 .bind(target_id)

@@ -84,7 +84,7 @@ impl Store {
     /// Returns the number of samples written.
     pub async fn write_scrapes(&self, batch: &[ScrapeRecord]) -> Result<u64, StoreError> {
         let _writer = self.write_lock.lock().await;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin_write().await?;
         let mut new_series = SeriesCache::default();
         let mut heads = self.heads.lock().map_err(poisoned)?.clone();
         let mut written = 0u64;
@@ -301,7 +301,7 @@ impl Store {
                     head.rows
                 };
                 let before = head.rows;
-                let mut tx = self.pool.begin().await?;
+                let mut tx = self.begin_write().await?;
                 head = self.seal_oldest(&mut tx, target, count, &empty).await?;
                 tx.commit().await?;
                 if head.rows >= before {

@@ -402,3 +402,47 @@ async fn a_window_older_than_the_watching_starts_at_the_first_scrape() {
     let rate = at(Signal::GenerationTokensRate).expect("a rate");
     assert!((rate - 20.0).abs() < 1e-6, "{rate} tokens/s");
 }
+
+/// A verdict recorded while scrapes are written on another connection:
+/// neither may fail. A deferred transaction that reads and then writes got
+/// "database is locked" at once, whatever the busy timeout, whenever the
+/// writer committed in between (seen in the demo's live diagnosis).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verdicts_recorded_beside_a_busy_writer_never_fail() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = std::sync::Arc::new(Store::open(&dir.path().join("x.db")).await.unwrap());
+    let target = store
+        .upsert_target("t", TargetKind::Engine, "http://127.0.0.1:9", 0)
+        .await
+        .unwrap();
+    const ROUNDS: i64 = 300;
+    let writer = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            for i in 0..ROUNDS {
+                let record = scrape(target, 1_000 + i * 5_000, 0.5, i as f64, 1.0, 1.0);
+                store.write_scrapes(&[record]).await?;
+            }
+            Ok::<_, StoreError>(())
+        })
+    };
+    for i in 0..ROUNDS {
+        let row = llmwatch_store::LiveVerdictRow {
+            ts_ms: 1_000 + i * 5_000,
+            // A change every time, so each round also appends a change.
+            verdict: if i % 2 == 0 { "healthy" } else { "idle" }.into(),
+            confidence: "high".into(),
+            evidence: String::new(),
+            what_to_try: String::new(),
+            samples: 1,
+        };
+        store
+            .record_live_verdict(target, &row)
+            .await
+            .unwrap_or_else(|err| panic!("round {i}: {err}"));
+    }
+    writer
+        .await
+        .unwrap()
+        .expect("the writer beside the verdicts");
+}

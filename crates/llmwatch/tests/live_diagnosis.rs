@@ -305,7 +305,11 @@ async fn prefill_decode_and_scheduler_profiles_get_their_verdicts() {
             levels: &[1],
             prompt_words: 1023,
             max_tokens: 16,
-            extra: "slo_ttft_p95 = \"50ms\"\nslo_itl_p95 = \"12ms\"",
+            // Its ITL (9.6 ms here) is fine but only 1.25× under the 12 ms
+            // of the other cases: on a box loaded by other work it crossed
+            // 12 ms and the verdict turned decode-bound (CI, 2026-12-04).
+            // 18 ms keeps "ITL fine" unambiguous; TTFT is 5× its objective.
+            extra: "slo_ttft_p95 = \"50ms\"\nslo_itl_p95 = \"18ms\"",
         },
         Case {
             name: "decode",

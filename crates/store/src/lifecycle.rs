@@ -287,29 +287,25 @@ impl Store {
 
     /// Thins scrapes older than `before_ms` to one per `bucket_ms` per
     /// target and health, an hour (of whole buckets) per transaction,
-    /// starting where the last pass of this process stopped.
+    /// starting where the last pass of this process stopped. Only hours that
+    /// hold head rows are visited: a `before_ms` far past the data (or data
+    /// far older than the cutoff) costs nothing per empty hour.
     pub(crate) async fn downsample_in_chunks(
         &self,
         before_ms: i64,
         bucket_ms: i64,
     ) -> Result<u64, StoreError> {
         let chunk_ms = bucket_ms * (3_600_000 / bucket_ms).max(1);
-        let targets: Vec<(i64, Option<i64>)> =
-            sqlx::query("SELECT t.id, (SELECT MIN(ts_ms) FROM scrapes s WHERE s.target_id = t.id) AS oldest FROM targets t")
-                .fetch_all(&self.pool)
-                .await?
-                .iter()
-                .map(|row| Ok((row.try_get("id")?, row.try_get("oldest")?)))
-                .collect::<Result<_, sqlx::Error>>()?;
+        let targets: Vec<i64> = sqlx::query_scalar("SELECT id FROM targets")
+            .fetch_all(&self.pool)
+            .await?;
         let mut deleted = 0;
-        for (target, oldest) in targets {
+        for target in targets {
             let done_until = self.thinned_until(target);
-            // No head rows: nothing to thin there.
-            let oldest = oldest.unwrap_or(before_ms);
-            let mut start = oldest.max(done_until.unwrap_or(i64::MIN));
-            start -= start.rem_euclid(bucket_ms);
-            while start < before_ms {
-                let end = (start + chunk_ms).min(before_ms);
+            let mut from = done_until.unwrap_or(i64::MIN);
+            while let Some(oldest) = self.first_head_scrape(target, from, before_ms).await? {
+                let start = oldest - oldest.rem_euclid(bucket_ms);
+                let end = start.saturating_add(chunk_ms).min(before_ms);
                 let _writer = self.write_lock.lock().await;
                 // SQLite fills a bare column from the row MIN() picked.
                 deleted += sqlx::query(
@@ -325,7 +321,7 @@ impl Store {
                 .await?
                 .rows_affected();
                 drop(_writer);
-                start = end;
+                from = end;
                 tokio::task::yield_now().await;
             }
             deleted += self
@@ -336,6 +332,23 @@ impl Store {
             self.set_thinned_until(target, before_ms - before_ms.rem_euclid(bucket_ms));
         }
         Ok(deleted)
+    }
+
+    /// The oldest head scrape of `target` in `[from_ms, before_ms)`.
+    async fn first_head_scrape(
+        &self,
+        target: i64,
+        from_ms: i64,
+        before_ms: i64,
+    ) -> Result<Option<i64>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT MIN(ts_ms) FROM scrapes WHERE target_id = ? AND ts_ms >= ? AND ts_ms < ?",
+        )
+        .bind(target)
+        .bind(from_ms)
+        .bind(before_ms)
+        .fetch_one(&self.pool)
+        .await?)
     }
 
     /// Thins the blocks of `target` that end in `[from, before)`: in each,

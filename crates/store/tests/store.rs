@@ -342,6 +342,16 @@ async fn downsampling_thins_old_scrapes_and_keeps_signals_right() {
     assert!(recent[0].1.iter().all(|p| (p.value - 10.0).abs() < 1e-9));
 
     assert_eq!(store.downsample(cutoff, 60_000).await.unwrap(), 0);
+    // A cutoff far past the data thins what is there and stops (it once
+    // walked every hour up to the cutoff, one DELETE each: forever here).
+    let everything = tokio::time::timeout(
+        std::time::Duration::from_secs(60),
+        store.downsample(i64::MAX, 60_000),
+    )
+    .await
+    .expect("a downsample to i64::MAX visits only hours that hold data")
+    .unwrap();
+    assert_eq!(everything, 720 - 60);
     assert!(matches!(
         store.downsample(cutoff, 0).await,
         Err(StoreError::BadRange(_))

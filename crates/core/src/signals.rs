@@ -4,7 +4,7 @@
 //! Pure: the caller supplies the scrape times; nothing here reads a clock.
 //! No function returns NaN or an infinity: an undefined signal is omitted.
 
-use std::collections::BTreeMap;
+use std::collections::HashMap;
 use std::fmt;
 use std::str::FromStr;
 
@@ -564,9 +564,28 @@ impl HistExt for Option<Hist> {
     }
 }
 
-/// GPU gauges of one page, per GPU label set.
-struct Gpus {
-    by_gpu: BTreeMap<Vec<(String, String)>, BTreeMap<CatalogMetric, f64>>,
+/// The GPU gauges [`Gpus`] keeps, one slot each.
+const GPU_METRICS: [CatalogMetric; 7] = [
+    CatalogMetric::GpuUtil,
+    CatalogMetric::GpuMemUsedBytes,
+    CatalogMetric::GpuMemTotalBytes,
+    CatalogMetric::GpuMemBwUtil,
+    CatalogMetric::GpuPowerWatts,
+    CatalogMetric::GpuTempCelsius,
+    CatalogMetric::GpuTensorActive,
+];
+
+fn gpu_slot(metric: CatalogMetric) -> Option<usize> {
+    GPU_METRICS.iter().position(|m| *m == metric)
+}
+
+/// One GPU's label set (borrowed from the page) and its gauges by slot.
+type GpuGauges<'a> = (&'a [(String, String)], [Option<f64>; GPU_METRICS.len()]);
+
+/// GPU gauges of one page, per GPU label set (a day's chart reads this once
+/// per instant), in the page's order.
+struct Gpus<'a> {
+    by_gpu: Vec<GpuGauges<'a>>,
 }
 
 #[derive(Clone, Copy)]
@@ -576,25 +595,34 @@ struct MemoryRatios {
     min: f64,
 }
 
-impl Gpus {
-    fn collect(samples: &[NormalizedSample]) -> Gpus {
-        let mut by_gpu: BTreeMap<Vec<(String, String)>, BTreeMap<CatalogMetric, f64>> =
-            BTreeMap::new();
+impl<'a> Gpus<'a> {
+    fn collect(samples: &'a [NormalizedSample]) -> Gpus<'a> {
+        let mut by_gpu: Vec<GpuGauges<'a>> = Vec::new();
+        // A hash index, not a search tree: label sets are long strings that
+        // differ late, and a fleet page can hold hundreds of GPUs.
+        let mut index: HashMap<&'a [(String, String)], usize> = HashMap::new();
         for s in samples {
-            if s.metric.is_gpu() && s.part == Part::Value && s.value.is_finite() {
-                by_gpu
-                    .entry(s.labels.clone())
-                    .or_default()
-                    .insert(s.metric, s.value);
+            if s.part != Part::Value || !s.value.is_finite() {
+                continue;
             }
+            let Some(slot) = gpu_slot(s.metric) else {
+                continue;
+            };
+            let at = *index.entry(&s.labels).or_insert_with(|| {
+                by_gpu.push((&s.labels, [None; GPU_METRICS.len()]));
+                by_gpu.len() - 1
+            });
+            // The last sample of a metric wins, as a map insert would.
+            by_gpu[at].1[slot] = Some(s.value);
         }
         Gpus { by_gpu }
     }
 
     fn each(&self, metric: CatalogMetric) -> impl Iterator<Item = f64> + '_ {
+        let slot = gpu_slot(metric);
         self.by_gpu
-            .values()
-            .filter_map(move |m| m.get(&metric).copied())
+            .iter()
+            .filter_map(move |(_, values)| values[slot?])
     }
 
     fn fold(&self, metric: CatalogMetric, f: fn(f64, f64) -> f64) -> Option<f64> {
@@ -611,10 +639,10 @@ impl Gpus {
     fn memory_ratios(&self) -> Option<MemoryRatios> {
         let pairs: Vec<(f64, f64)> = self
             .by_gpu
-            .values()
-            .filter_map(|m| {
-                let used = *m.get(&CatalogMetric::GpuMemUsedBytes)?;
-                let total = *m.get(&CatalogMetric::GpuMemTotalBytes)?;
+            .iter()
+            .filter_map(|(_, m)| {
+                let used = m[gpu_slot(CatalogMetric::GpuMemUsedBytes)?]?;
+                let total = m[gpu_slot(CatalogMetric::GpuMemTotalBytes)?]?;
                 (total > 0.0).then_some((used, total))
             })
             .collect();
@@ -632,6 +660,13 @@ impl Gpus {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_gpu_metric_has_a_slot() {
+        for metric in CatalogMetric::all() {
+            assert_eq!(gpu_slot(*metric).is_some(), metric.is_gpu(), "{metric}");
+        }
+    }
 
     #[test]
     fn signal_names_round_trip_and_error() {

@@ -28,7 +28,7 @@ fn scrape(target_id: i64, ts_ms: i64, samples: usize) -> ScrapeRecord {
         samples: (0..samples)
             .map(|i| NormalizedSample {
                 metric: CatalogMetric::KvCacheUsage,
-                labels: vec![("engine".to_string(), i.to_string())],
+                labels: vec![("engine".to_string(), i.to_string())].into(),
                 part: Part::Value,
                 value: (ts_ms % 1000) as f64 + i as f64,
             })

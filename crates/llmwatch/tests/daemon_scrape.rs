@@ -267,7 +267,7 @@ async fn retention_and_downsampling_run_at_start() {
                 engine: Some("vllm".into()),
                 samples: vec![NormalizedSample {
                     metric: CatalogMetric::KvCacheUsage,
-                    labels: Vec::new(),
+                    labels: Vec::new().into(),
                     part: Part::Value,
                     value: 0.5,
                 }],

@@ -30,7 +30,7 @@ fn scrape(target_id: i64, ts_ms: i64, labels: usize) -> ScrapeRecord {
         samples: (0..labels)
             .map(|i| NormalizedSample {
                 metric: CatalogMetric::KvCacheUsage,
-                labels: vec![("engine".to_string(), i.to_string())],
+                labels: vec![("engine".to_string(), i.to_string())].into(),
                 part: Part::Value,
                 value: ts_ms as f64,
             })

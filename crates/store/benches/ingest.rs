@@ -17,7 +17,7 @@ fn scrape_samples(round: u64) -> Vec<NormalizedSample> {
     let mut samples = Vec::with_capacity(SAMPLES_PER_SCRAPE);
     let plain = |metric, value| NormalizedSample {
         metric,
-        labels: Vec::new(),
+        labels: Vec::new().into(),
         part: Part::Value,
         value,
     };
@@ -41,7 +41,7 @@ fn scrape_samples(round: u64) -> Vec<NormalizedSample> {
         for b in 0..40 {
             samples.push(NormalizedSample {
                 metric,
-                labels: Vec::new(),
+                labels: Vec::new().into(),
                 part: Part::Bucket(0.001 * 1.4f64.powi(b)),
                 value: (round * b as u64) as f64,
             });
@@ -52,7 +52,7 @@ fn scrape_samples(round: u64) -> Vec<NormalizedSample> {
         for metric in [CatalogMetric::GpuUtil, CatalogMetric::GpuMemUsedBytes] {
             samples.push(NormalizedSample {
                 metric,
-                labels: vec![("gpu".into(), gpu.to_string())],
+                labels: vec![("gpu".into(), gpu.to_string())].into(),
                 part: Part::Value,
                 value: gpu as f64,
             });

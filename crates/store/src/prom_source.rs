@@ -206,7 +206,7 @@ fn own_labels(target: &TargetRow, name: &str, extra: &[(&str, &str)]) -> PromLab
 /// The name and labels of a catalog series stored normalised.
 fn catalog_labels(target: &TargetRow, def: &SeriesDef, part: Part) -> PromLabels {
     let base = format!("llmwatch_{}", def.name);
-    let mut labels = def.labels.clone();
+    let mut labels = def.labels.to_vec();
     let name = match part {
         Part::Value => base,
         Part::Sum => format!("{base}_sum"),
@@ -453,7 +453,7 @@ impl Store {
                     raw_by_name
                         .entry(def.name.clone())
                         .or_default()
-                        .insert(def.labels.clone(), labels);
+                        .insert(def.labels.to_vec(), labels);
                 }
                 SeriesKind::Catalog { .. } => catalog.push(labels),
             }
@@ -510,7 +510,7 @@ impl Store {
                 let def = SeriesDef {
                     target_id: target.id,
                     name: series.metric.clone(),
-                    labels: series.labels.clone(),
+                    labels: series.labels.clone().into(),
                     kind: SeriesKind::Catalog { metric, part },
                 };
                 let labels = catalog_labels(target, &def, part);

@@ -626,7 +626,7 @@ impl Store {
             for sample in catalog_samples(&selection.defs, engine, pairs) {
                 if sample.metric == metric {
                     by_series
-                        .entry((sample.labels, part_key(sample.part)))
+                        .entry((sample.labels.to_vec(), part_key(sample.part)))
                         .or_default()
                         .push(Point {
                             ts_ms: entry.health.ts_ms,
@@ -674,7 +674,7 @@ impl Store {
             match def.kind {
                 SeriesKind::Raw => page.raw.push(RawSample {
                     name: def.name.as_str().into(),
-                    labels: def.labels.as_slice().into(),
+                    labels: Arc::clone(&def.labels),
                     value,
                 }),
                 SeriesKind::Catalog { .. } => page.catalog.extend(def.catalog_sample(value)),
@@ -713,7 +713,7 @@ impl Store {
                 let def = selection.defs.get(&id)?;
                 Some(RawSeries {
                     name: def.name.clone(),
-                    labels: def.labels.clone(),
+                    labels: def.labels.to_vec(),
                     points,
                 })
             })

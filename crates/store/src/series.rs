@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
+use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part, SampleLabels};
 use llmwatch_core::exposition::Exposition;
 
 /// One sample line of a scraped page, as the server wrote it.
@@ -105,7 +105,8 @@ pub struct SeriesDef {
     pub target_id: i64,
     /// The sample name (raw) or the catalog metric's name.
     pub name: String,
-    pub labels: Vec<(String, String)>,
+    /// Shared with every catalog sample read from the series.
+    pub labels: SampleLabels,
     pub kind: SeriesKind,
 }
 
@@ -114,7 +115,7 @@ impl SeriesDef {
         SeriesDef {
             target_id,
             name: sample.name.to_string(),
-            labels: sample.labels.to_vec(),
+            labels: Arc::clone(&sample.labels),
             kind: SeriesKind::Raw,
         }
     }
@@ -150,13 +151,15 @@ impl SeriesDef {
         Some(SeriesDef {
             target_id,
             name: metric.to_string(),
-            labels: serde_json::from_str(labels).ok()?,
+            labels: serde_json::from_str::<Vec<(String, String)>>(labels)
+                .ok()?
+                .into(),
             kind,
         })
     }
 
     pub fn labels_column(&self) -> String {
-        serde_json::to_string(&self.labels).unwrap_or_else(|_| "[]".to_string())
+        serde_json::to_string(&*self.labels).unwrap_or_else(|_| "[]".to_string())
     }
 
     pub fn part_column(&self) -> String {
@@ -172,7 +175,7 @@ impl SeriesDef {
             SeriesKind::Raw => None,
             SeriesKind::Catalog { metric, part } => Some(NormalizedSample {
                 metric,
-                labels: self.labels.clone(),
+                labels: Arc::clone(&self.labels),
                 part,
                 value,
             }),
@@ -274,7 +277,7 @@ impl SeriesCache {
                     def.target_id,
                     &NormalizedSample {
                         metric,
-                        labels: def.labels.clone(),
+                        labels: Arc::clone(&def.labels),
                         part,
                         value: 0.0,
                     },
@@ -374,7 +377,7 @@ mod tests {
         };
         let catalog = NormalizedSample {
             metric: CatalogMetric::RequestsRunning,
-            labels: Vec::new(),
+            labels: Vec::new().into(),
             part: Part::Value,
             value: 1.0,
         };

@@ -113,7 +113,7 @@ async fn every_scrape_once_in_order_in_bounded_batches() {
                     assert_eq!(def.kind, SeriesKind::Raw);
                     RawSample {
                         name: def.name.as_str().into(),
-                        labels: def.labels.as_slice().into(),
+                        labels: def.labels.clone(),
                         value: *value,
                     }
                 })

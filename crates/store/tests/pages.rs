@@ -302,7 +302,7 @@ async fn signals_from_stored_pages_equal_the_catalogs_reading_of_the_live_pages(
 fn catalog_scrape(i: i64) -> Vec<NormalizedSample> {
     let sample = |metric, part, value| NormalizedSample {
         metric,
-        labels: Vec::new(),
+        labels: Vec::new().into(),
         part,
         value,
     };

@@ -8,7 +8,7 @@ use llmwatch_store::{Range, ScrapeRecord, Store, StoreError, TargetKind};
 fn sample(metric: CatalogMetric, part: Part, value: f64) -> NormalizedSample {
     NormalizedSample {
         metric,
-        labels: Vec::new(),
+        labels: Vec::new().into(),
         part,
         value,
     }

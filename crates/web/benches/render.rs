@@ -27,7 +27,7 @@ const START_MS: i64 = END_MS - (SCRAPES - 1) * STEP_MS;
 fn plain(metric: CatalogMetric, value: f64) -> NormalizedSample {
     NormalizedSample {
         metric,
-        labels: Vec::new(),
+        labels: Vec::new().into(),
         part: Part::Value,
         value,
     }
@@ -60,26 +60,26 @@ fn engine_samples(i: i64) -> Vec<NormalizedSample> {
             let frac = (le / (le + 0.2 + wave)).min(1.0);
             s.push(NormalizedSample {
                 metric,
-                labels: Vec::new(),
+                labels: Vec::new().into(),
                 part: Part::Bucket(le),
                 value: (count * frac).floor(),
             });
         }
         s.push(NormalizedSample {
             metric,
-            labels: Vec::new(),
+            labels: Vec::new().into(),
             part: Part::Bucket(f64::INFINITY),
             value: count,
         });
         s.push(NormalizedSample {
             metric,
-            labels: Vec::new(),
+            labels: Vec::new().into(),
             part: Part::Sum,
             value: count * 0.3,
         });
         s.push(NormalizedSample {
             metric,
-            labels: Vec::new(),
+            labels: Vec::new().into(),
             part: Part::Count,
             value: count,
         });
@@ -114,7 +114,7 @@ fn gpu_samples(i: i64) -> Vec<NormalizedSample> {
         ] {
             s.push(NormalizedSample {
                 metric,
-                labels: labels.clone(),
+                labels: labels.clone().into(),
                 part: Part::Value,
                 value,
             });

@@ -334,7 +334,7 @@ fn aggregate(metric: CatalogMetric, raws: &[Raw], out: &mut Vec<NormalizedSample
             .filter(|(_, (_, value))| value.is_finite())
             .map(|((labels, _), (part, value))| NormalizedSample {
                 metric,
-                labels,
+                labels: labels.into(),
                 part,
                 value,
             }),
@@ -555,7 +555,7 @@ mod tests {
             vec![(Part::Value, 4.0 * MIB)]
         );
         assert!(values(&out, CatalogMetric::GpuTempCelsius).is_empty());
-        let labels = &out[0].labels;
+        let labels = &out[0].labels.to_vec();
         assert_eq!(
             labels,
             &vec![

@@ -223,7 +223,7 @@ impl State {
                 SeriesKind::Catalog { .. } => {
                     if let Some(sample) = def.catalog_sample(*value) {
                         let (name, le) = catalog_name(&sample);
-                        let mut extra = sample.labels.clone();
+                        let mut extra = sample.labels.to_vec();
                         extra.extend(le.map(|le| ("le".to_string(), le)));
                         self.push_derived(
                             builder,

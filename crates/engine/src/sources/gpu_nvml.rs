@@ -2,7 +2,7 @@
 //! driver library). Without a driver, [`NvmlSource::init`] says so once and
 //! the daemon carries on without local GPU data.
 
-use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
+use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part, SampleLabels};
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::Nvml;
 
@@ -25,11 +25,12 @@ pub struct GpuReading {
 pub fn readings_to_samples(readings: &[GpuReading]) -> Vec<NormalizedSample> {
     let mut samples = Vec::new();
     for gpu in readings {
-        let labels = vec![
+        let labels: SampleLabels = vec![
             ("UUID".to_string(), gpu.uuid.clone()),
             ("gpu".to_string(), gpu.index.to_string()),
             ("modelName".to_string(), gpu.model_name.clone()),
-        ];
+        ]
+        .into();
         let mut push = |metric, value: Option<f64>| {
             if let Some(value) = value {
                 samples.push(NormalizedSample {

@@ -275,20 +275,25 @@ fn part_key(part: Part) -> (u8, u64) {
     }
 }
 
-fn replica_group(labels: &[Label]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = labels
+/// Label pairs borrowed from the page.
+type BorrowedLabels<'p> = Vec<(&'p str, &'p str)>;
+
+/// The labels that tell replica groups apart, borrowed from the page (a
+/// day's chart normalises every instant's page: no label is copied here).
+fn replica_group<'p>(labels: &'p [Label<'p>]) -> BorrowedLabels<'p> {
+    let mut out: Vec<(&str, &str)> = labels
         .iter()
         .filter(|label| !REPLICA_LABELS.contains(&label.name.as_ref()))
-        .map(|label| (label.name.to_string(), label.value.to_string()))
+        .map(|label| (label.name.as_ref(), label.value.as_ref()))
         .collect();
-    out.sort();
+    out.sort_unstable();
     out
 }
 
 type OwnedLabels = Vec<(String, String)>;
 type PartKey = (u8, u64);
 
-fn aggregate(metric: CatalogMetric, raws: &[Raw], out: &mut Vec<NormalizedSample>) {
+fn aggregate<'p>(metric: CatalogMetric, raws: &[Raw<'p>], out: &mut Vec<NormalizedSample>) {
     // (labels kept, part key) → (part, value)
     let mut result: BTreeMap<(OwnedLabels, PartKey), (Part, f64)> = BTreeMap::new();
     if metric.is_gpu() {
@@ -318,7 +323,8 @@ fn aggregate(metric: CatalogMetric, raws: &[Raw], out: &mut Vec<NormalizedSample
         }
     } else {
         // max within a replica group, then sum across groups.
-        let mut groups: BTreeMap<(usize, OwnedLabels, PartKey), (Part, f64)> = BTreeMap::new();
+        let mut groups: BTreeMap<(usize, BorrowedLabels<'p>, PartKey), (Part, f64)> =
+            BTreeMap::new();
         for raw in raws {
             let key = (raw.series, replica_group(raw.labels), part_key(raw.part));
             let entry = groups.entry(key).or_insert((raw.part, raw.value));

@@ -33,7 +33,9 @@ fn plain(metric: CatalogMetric, value: f64) -> NormalizedSample {
     }
 }
 
-/// A vLLM-like scrape: gauges, counters, four histograms of 30 buckets.
+/// A vLLM-like scrape: gauges, counters, seven histograms of 30 buckets
+/// (TTFT, ITL, e2e and vLLM's phase histograms, whose means the TTFT
+/// breakdown chart splits the canaries' TTFT by).
 fn engine_samples(i: i64) -> Vec<NormalizedSample> {
     let r = i as f64;
     let wave = (r / 200.0).sin() * 0.5 + 0.5;
@@ -48,11 +50,15 @@ fn engine_samples(i: i64) -> Vec<NormalizedSample> {
         plain(CatalogMetric::GenerationTokensTotal, r * 5_000.0),
         plain(CatalogMetric::RequestsSuccessTotal, r * 20.0),
     ];
-    for metric in [
-        CatalogMetric::TtftSeconds,
-        CatalogMetric::ItlSeconds,
-        CatalogMetric::E2eSeconds,
-        CatalogMetric::QueueTimeSeconds,
+    // (histogram, its mean in seconds): phases that add up as an engine's do.
+    for (metric, mean) in [
+        (CatalogMetric::TtftSeconds, 0.04),
+        (CatalogMetric::ItlSeconds, 0.012),
+        (CatalogMetric::E2eSeconds, 0.22),
+        (CatalogMetric::QueueTimeSeconds, 0.005),
+        (CatalogMetric::PrefillTimeSeconds, 0.03),
+        (CatalogMetric::DecodeTimeSeconds, 0.18),
+        (CatalogMetric::InferenceTimeSeconds, 0.21),
     ] {
         let count = r * 20.0;
         for b in 0..30 {
@@ -75,7 +81,7 @@ fn engine_samples(i: i64) -> Vec<NormalizedSample> {
             metric,
             labels: Vec::new().into(),
             part: Part::Sum,
-            value: count * 0.3,
+            value: count * mean,
         });
         s.push(NormalizedSample {
             metric,
@@ -244,6 +250,7 @@ fn render(c: &mut Criterion) {
 
     let mut group = c.benchmark_group("render");
     group.sample_size(20);
+    // A page viewed again within a minute: its passive curve is kept.
     group.bench_function("target_page_24h_5s_data", |b| {
         b.iter(|| {
             let page = runtime
@@ -260,7 +267,11 @@ fn render(c: &mut Criterion) {
                     .signals_series(engine, &scrape_signals, range)
                     .await
                     .expect("engine");
-                s.extend(probe_series(&store, engine, range).await.expect("probes"));
+                s.extend(
+                    probe_series(&store, engine, range, &[])
+                        .await
+                        .expect("probes"),
+                );
                 s.extend(
                     store
                         .signals_series(gpu, GPU_SIGNALS, range)
@@ -278,7 +289,7 @@ fn render(c: &mut Criterion) {
         b.iter(|| runtime.block_on(store.signals_series(engine, &probe_signals, range)))
     });
     group.bench_function("page_probe_series_one_read", |b| {
-        b.iter(|| runtime.block_on(probe_series(&store, engine, range)))
+        b.iter(|| runtime.block_on(probe_series(&store, engine, range, &[])))
     });
     group.bench_function("store_gpu_signals", |b| {
         b.iter(|| runtime.block_on(store.signals_series(gpu, GPU_SIGNALS, range)))
@@ -292,6 +303,11 @@ fn render(c: &mut Criterion) {
     cold.sample_size(10);
     cold.bench_function("target_page_24h_5s_data", |b| {
         b.iter(|| {
+            // No passive curve computed yet either.
+            let config = PagesConfig {
+                passive_curves: Default::default(),
+                ..config.clone()
+            };
             let page = runtime
                 .block_on(target_page(&store, &config, "vllm-a", "24h", END_MS))
                 .expect("page")

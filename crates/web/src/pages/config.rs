@@ -52,6 +52,8 @@ pub struct PagesConfig {
     /// Flips to `true` when the daemon stops: live streams end, so a
     /// graceful shutdown does not wait on open browser tabs.
     pub shutdown: Option<tokio::sync::watch::Receiver<bool>>,
+    /// Passive curves computed lately (shared by every clone).
+    pub passive_curves: super::passive::PassiveCurveCache,
 }
 
 /// One configured target, as far as pages need it. No secrets: the API key
@@ -87,6 +89,7 @@ impl Default for PagesConfig {
             sweeps_enabled: true,
             rules: Vec::new(),
             shutdown: None,
+            passive_curves: Default::default(),
         }
     }
 }

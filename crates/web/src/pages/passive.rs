@@ -3,6 +3,8 @@
 //! sweep's curve on the same axes, with the windows behind each point and
 //! the knee (or why none is drawn).
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Path, State};
@@ -92,13 +94,65 @@ async fn last_sweep(store: &Store, name: &str) -> Result<Option<SweepCurve>, Sto
     }
 }
 
-/// The curve of the last 7 days (1-minute windows) as of `now`.
+/// How long a computed passive curve is served as it is. It spans 7 days of
+/// 1-minute windows, and recomputing it was ≈ 40 % of a target page's time
+/// (BENCHMARKS.md); a minute more of traffic moves it by a window or so.
+pub const PASSIVE_CURVE_TTL_MS: i64 = 60_000;
+
+/// A target's id and its objectives (as bits): what a curve depends on.
+type CurveKey = (i64, Option<u64>, Option<u64>);
+
+/// A passive curve as read: the curve, its window length, where it starts.
+pub type CurveRead = (PassiveCurve, i64, i64);
+
+/// A curve and when it was computed (ms).
+type KeptCurve = (i64, Arc<CurveRead>);
+
+/// Passive curves computed lately, per target and objectives, so that a
+/// page refreshed (or its chart downloads fetched) within
+/// [`PASSIVE_CURVE_TTL_MS`] does not read 7 days of windows again.
+#[derive(Debug, Clone, Default)]
+pub struct PassiveCurveCache {
+    curves: Arc<Mutex<HashMap<CurveKey, KeptCurve>>>,
+}
+
+impl PassiveCurveCache {
+    /// The curve kept for `key`, if it was computed at most a TTL before
+    /// `now` (and not after it: a page asked as of an earlier instant reads).
+    fn fresh(&self, key: &CurveKey, now: i64) -> Option<Arc<CurveRead>> {
+        let curves = self.curves.lock().ok()?;
+        let (at, read) = curves.get(key)?;
+        (0..PASSIVE_CURVE_TTL_MS)
+            .contains(&now.saturating_sub(*at))
+            .then(|| Arc::clone(read))
+    }
+
+    fn keep(&self, key: CurveKey, now: i64, read: Arc<CurveRead>) {
+        if let Ok(mut curves) = self.curves.lock() {
+            // Stale entries go: the map holds at most the targets viewed lately.
+            curves.retain(|_, (at, _)| now.saturating_sub(*at) < PASSIVE_CURVE_TTL_MS);
+            curves.insert(key, (now, read));
+        }
+    }
+}
+
+/// The curve of the last 7 days (1-minute windows) as of `now`, computed
+/// at most once a [`PASSIVE_CURVE_TTL_MS`] per target and objectives.
 async fn curve_of(
     store: &Store,
+    cache: &PassiveCurveCache,
     target_id: i64,
     objectives: TargetObjectives,
     now: i64,
-) -> Result<(PassiveCurve, i64, i64), StoreError> {
+) -> Result<Arc<CurveRead>, StoreError> {
+    let key = (
+        target_id,
+        objectives.ttft_p95.map(f64::to_bits),
+        objectives.itl_p95.map(f64::to_bits),
+    );
+    if let Some(read) = cache.fresh(&key, now) {
+        return Ok(read);
+    }
     let from = now.saturating_sub(i64::try_from(DEFAULT_PASSIVE_RANGE_S * 1000).unwrap_or(0));
     let query = PassiveQuery {
         target_id,
@@ -112,7 +166,9 @@ async fn curve_of(
         ..Objectives::default()
     };
     let (curve, window_ms) = read_passive_curve(store, &query, &objectives).await?;
-    Ok((curve, window_ms, from))
+    let read = Arc::new((curve, window_ms, from));
+    cache.keep(key, now, Arc::clone(&read));
+    Ok(read)
 }
 
 fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
@@ -281,12 +337,13 @@ pub async fn passive_section(
     now: i64,
 ) -> Result<PassiveSection, StoreError> {
     let objectives = config.objectives_for(name);
-    let ((curve, window_ms, from), sweep) = tokio::try_join!(
-        curve_of(store, target_id, objectives, now),
+    let (read, sweep) = tokio::try_join!(
+        curve_of(store, &config.passive_curves, target_id, objectives, now),
         last_sweep(store, name)
     )?;
+    let (curve, window_ms, from) = &*read;
     let charts = passive_charts(
-        &curve,
+        curve,
         sweep.as_ref().map(|(_, _, s, v)| (s.as_slice(), v)),
         objectives,
     );
@@ -316,9 +373,9 @@ pub async fn passive_section(
         (None, false) => "No objectives set: nothing to meet.".to_string(),
     };
     Ok(PassiveSection {
-        from: format::datetime(from),
+        from: format::datetime(*from),
         to: format::datetime(now),
-        window: format::seconds(window_ms as f64 / 1000.0),
+        window: format::seconds(*window_ms as f64 / 1000.0),
         windows: curve.windows,
         idle_windows: curve.idle_windows,
         min_windows: MIN_WINDOWS_PER_POINT,
@@ -381,13 +438,19 @@ pub async fn chart_download(
     };
     let objectives = state.pages.objectives_for(&name);
     let read = tokio::try_join!(
-        curve_of(&state.store, target.id, objectives, now_ms()),
+        curve_of(
+            &state.store,
+            &state.pages.passive_curves,
+            target.id,
+            objectives,
+            now_ms()
+        ),
         last_sweep(&state.store, &name)
     );
     match read {
-        Ok(((curve, _, _), sweep)) => {
+        Ok((read, sweep)) => {
             let charts = passive_charts(
-                &curve,
+                &read.0,
                 sweep.as_ref().map(|(_, _, s, v)| (s.as_slice(), v)),
                 objectives,
             );
@@ -397,5 +460,39 @@ pub async fn chart_download(
             }
         }
         Err(err) => store_error(err),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use llmwatch_core::analysis::{passive_curve, AnalysisConfig};
+
+    use super::*;
+
+    #[test]
+    fn a_curve_is_served_for_a_ttl_after_it_was_computed_and_no_longer() {
+        let cache = PassiveCurveCache::default();
+        let curve = passive_curve(&[], &Objectives::default(), &AnalysisConfig::default());
+        let key: CurveKey = (7, Some(1.0f64.to_bits()), None);
+        let at = 1_800_000_000_000;
+        cache.keep(key, at, Arc::new((curve, 60_000, at - 1)));
+        assert!(cache.fresh(&key, at).is_some());
+        assert!(cache.fresh(&key, at + PASSIVE_CURVE_TTL_MS - 1).is_some());
+        assert!(cache.fresh(&key, at + PASSIVE_CURVE_TTL_MS).is_none());
+        // Asked as of an earlier instant: computed again.
+        assert!(cache.fresh(&key, at - 1).is_none());
+        // Other objectives or another target: their own curve.
+        assert!(cache.fresh(&(7, None, None), at).is_none());
+        assert!(cache
+            .fresh(&(8, Some(1.0f64.to_bits()), None), at)
+            .is_none());
+        // A later curve replaces it, and stale entries are dropped.
+        let later = passive_curve(&[], &Objectives::default(), &AnalysisConfig::default());
+        cache.keep(
+            (8, None, None),
+            at + PASSIVE_CURVE_TTL_MS,
+            Arc::new((later, 60_000, at)),
+        );
+        assert_eq!(cache.curves.lock().map(|c| c.len()).ok(), Some(1));
     }
 }

@@ -19,7 +19,7 @@ use super::{
     chart_file_response, error_response, path_segment, split_file, store_error, ChartView,
     PagesConfig, TargetObjectives,
 };
-use crate::latency_breakdown::breakdown_series;
+use crate::latency_breakdown::{breakdown_points, breakdown_series, BREAKDOWN_SIGNALS};
 use crate::AppState;
 use llmwatch_engine::sources::scrape::now_ms;
 
@@ -105,16 +105,29 @@ pub async fn target_charts(
     target_name: &str,
     range: Range,
 ) -> Result<Vec<Chart>, StoreError> {
-    let scrape_signals: Vec<Signal> = TARGET_SIGNALS
+    // At a step of at least the shortest probe window, the TTFT breakdown's
+    // signals are read with the charts' (one pass over the range, not two).
+    let breakdown_alongside = range.step_ms >= PROBE_WINDOW_MIN_MS;
+    let extra: &[Signal] = if breakdown_alongside {
+        BREAKDOWN_SIGNALS
+    } else {
+        &[]
+    };
+    let mut scrape_signals: Vec<Signal> = TARGET_SIGNALS
         .iter()
         .copied()
         .filter(|s| !is_probe_signal(*s))
         .collect();
+    for signal in extra.iter().filter(|s| !is_probe_signal(**s)) {
+        if !scrape_signals.contains(signal) {
+            scrape_signals.push(*signal);
+        }
+    }
     let gpu = match config.gpus_of(target_name) {
         Some(gpu) => store.target_by_name(gpu).await?,
         None => None,
     };
-    // Three independent reads: run them at once (SQLite in WAL mode serves
+    // Independent reads: run them at once (SQLite in WAL mode serves
     // concurrent readers from the pool).
     let gpu_series = async {
         match &gpu {
@@ -122,13 +135,21 @@ pub async fn target_charts(
             None => Ok(Vec::new()),
         }
     };
+    let breakdown = async {
+        if breakdown_alongside {
+            Ok(None)
+        } else {
+            breakdown_series(store, target_id, range).await.map(Some)
+        }
+    };
     let (mut series, probes, gpu_series, breakdown) = tokio::try_join!(
         store.signals_series(target_id, &scrape_signals, range),
-        probe_series(store, target_id, range),
+        probe_series(store, target_id, range, extra),
         gpu_series,
-        breakdown_series(store, target_id, range),
+        breakdown,
     )?;
     series.extend(probes);
+    let breakdown = breakdown.unwrap_or_else(|| breakdown_points(&series));
     series.extend(gpu_series);
     Ok(build_charts(
         &series,
@@ -138,22 +159,29 @@ pub async fn target_charts(
     ))
 }
 
-/// Every probe signal over `range`, each instant rolled over the same
-/// window as [`Store::signals_series`] (the step, at least
-/// [`PROBE_WINDOW_MIN_MS`]), from one read of the probes: the store's
-/// per-signal series reads them once per signal, which on a 24 h page was
-/// 170 of its 195 ms (BENCHMARKS.md).
+/// Every probe signal of the target page (and the probe signals of
+/// `extra`) over `range`, each instant rolled over the same window as
+/// [`Store::signals_series`] (the step, at least [`PROBE_WINDOW_MIN_MS`]),
+/// from one read of the probes: the store's per-signal series reads them
+/// once per signal, which on a 24 h page was 170 of its 195 ms
+/// (BENCHMARKS.md).
 pub async fn probe_series(
     store: &Store,
     target_id: i64,
     range: Range,
+    extra: &[Signal],
 ) -> Result<Vec<(Signal, Vec<Point>)>, StoreError> {
     let window = range.step_ms.max(PROBE_WINDOW_MIN_MS);
-    let wanted: Vec<Signal> = TARGET_SIGNALS
+    let mut wanted: Vec<Signal> = TARGET_SIGNALS
         .iter()
         .copied()
         .filter(|s| is_probe_signal(*s))
         .collect();
+    for signal in extra.iter().filter(|s| is_probe_signal(**s)) {
+        if !wanted.contains(signal) {
+            wanted.push(*signal);
+        }
+    }
     store
         .probe_signals_series(target_id, &wanted, range, window)
         .await

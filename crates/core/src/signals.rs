@@ -565,22 +565,15 @@ impl HistExt for Option<Hist> {
 }
 
 /// The GPU gauges [`Gpus`] keeps, one slot each.
-const GPU_METRICS: [CatalogMetric; 7] = [
-    CatalogMetric::GpuUtil,
-    CatalogMetric::GpuMemUsedBytes,
-    CatalogMetric::GpuMemTotalBytes,
-    CatalogMetric::GpuMemBwUtil,
-    CatalogMetric::GpuPowerWatts,
-    CatalogMetric::GpuTempCelsius,
-    CatalogMetric::GpuTensorActive,
-];
+const GPU_METRICS: &[CatalogMetric] = CatalogMetric::GPU;
+const GPU_SLOTS: usize = GPU_METRICS.len();
 
 fn gpu_slot(metric: CatalogMetric) -> Option<usize> {
     GPU_METRICS.iter().position(|m| *m == metric)
 }
 
 /// One GPU's label set (borrowed from the page) and its gauges by slot.
-type GpuGauges<'a> = (&'a [(String, String)], [Option<f64>; GPU_METRICS.len()]);
+type GpuGauges<'a> = (&'a [(String, String)], [Option<f64>; GPU_SLOTS]);
 
 /// GPU gauges of one page, per GPU label set (a day's chart reads this once
 /// per instant), in the page's order.
@@ -609,7 +602,7 @@ impl<'a> Gpus<'a> {
                 continue;
             };
             let at = *index.entry(&s.labels).or_insert_with(|| {
-                by_gpu.push((&s.labels, [None; GPU_METRICS.len()]));
+                by_gpu.push((&s.labels, [None; GPU_SLOTS]));
                 by_gpu.len() - 1
             });
             // The last sample of a metric wins, as a map insert would.

@@ -290,18 +290,12 @@ impl CatalogMetric {
         }
     }
 
+    /// The per-GPU metrics: the last of [`CatalogMetric::all`].
+    pub const GPU: &'static [CatalogMetric] = Self::ALL.split_at(Self::ALL.len() - 7).1;
+
     /// Per-GPU metrics keep GPU identity labels; engine metrics keep none.
     pub fn is_gpu(&self) -> bool {
-        matches!(
-            self,
-            CatalogMetric::GpuUtil
-                | CatalogMetric::GpuMemUsedBytes
-                | CatalogMetric::GpuMemTotalBytes
-                | CatalogMetric::GpuMemBwUtil
-                | CatalogMetric::GpuPowerWatts
-                | CatalogMetric::GpuTempCelsius
-                | CatalogMetric::GpuTensorActive
-        )
+        Self::GPU.contains(self)
     }
 }
 
@@ -340,6 +334,18 @@ pub struct NormalizedSample {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_gpu_metrics_are_exactly_the_gpu_named_ones() {
+        for metric in CatalogMetric::all() {
+            assert_eq!(
+                metric.is_gpu(),
+                metric.name().starts_with("gpu_"),
+                "{metric}"
+            );
+        }
+        assert_eq!(CatalogMetric::GPU.first(), Some(&CatalogMetric::GpuUtil));
+    }
 
     #[test]
     fn engine_round_trips_and_error_names_value() {

@@ -29,8 +29,9 @@
 //! that scrape's time, so it disappears from instant queries at once.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
 
-use llmwatch_core::catalog::Part;
+use llmwatch_core::catalog::{Part, SampleLabels};
 use llmwatch_core::signals::Signal;
 
 use crate::read::Entry;
@@ -443,8 +444,7 @@ impl Store {
             .map_err(poisoned)?
             .of_target(target.id, |_| true);
         // Raw series by (name, labels as written) → their Prometheus labels.
-        let mut raw_by_name: BTreeMap<String, HashMap<Vec<(String, String)>, PromLabels>> =
-            BTreeMap::new();
+        let mut raw_by_name: BTreeMap<String, HashMap<SampleLabels, PromLabels>> = BTreeMap::new();
         let mut catalog: Vec<PromLabels> = Vec::new();
         for (id, labels) in stored {
             let Some(def) = defs.get(&id) else { continue };
@@ -453,7 +453,7 @@ impl Store {
                     raw_by_name
                         .entry(def.name.clone())
                         .or_default()
-                        .insert(def.labels.to_vec(), labels);
+                        .insert(Arc::clone(&def.labels), labels);
                 }
                 SeriesKind::Catalog { .. } => catalog.push(labels),
             }
@@ -462,7 +462,7 @@ impl Store {
         let mut out = Vec::new();
         for (name, by_labels) in raw_by_name {
             for series in self.raw_series(target.id, &name, from_ms, to_ms).await? {
-                if let Some(labels) = by_labels.get(&series.labels) {
+                if let Some(labels) = by_labels.get(series.labels.as_slice()) {
                     let mut points = series.points;
                     points.retain(|p| p.ts_ms >= from_ms && p.ts_ms <= to_ms);
                     out.push(PromSeries {

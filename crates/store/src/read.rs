@@ -10,7 +10,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 
-use llmwatch_core::catalog::{normalize, source_names, CatalogMetric, Engine, NormalizedSample};
+use llmwatch_core::catalog::{
+    normalize, source_names, CatalogMetric, Engine, NormalizedSample, SampleLabels,
+};
 use llmwatch_core::exposition::{Exposition, Format, Label, MetricFamily, MetricType, Sample};
 use llmwatch_core::signals::{signals_between, Signal, Snapshot};
 use sqlx::{AssertSqlSafe, Row};
@@ -25,7 +27,7 @@ use crate::{
 };
 
 /// A catalog series: its labels and part key.
-type SeriesKey = (Vec<(String, String)>, String);
+type SeriesKey = (SampleLabels, String);
 
 /// Where a scrape's samples are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -626,7 +628,7 @@ impl Store {
             for sample in catalog_samples(&selection.defs, engine, pairs) {
                 if sample.metric == metric {
                     by_series
-                        .entry((sample.labels.to_vec(), part_key(sample.part)))
+                        .entry((sample.labels, part_key(sample.part)))
                         .or_default()
                         .push(Point {
                             ts_ms: entry.health.ts_ms,
@@ -639,7 +641,7 @@ impl Store {
             .into_iter()
             .map(|((labels, part), points)| SeriesPoints {
                 metric: metric.name().to_string(),
-                labels,
+                labels: labels.to_vec(),
                 part,
                 points,
             })

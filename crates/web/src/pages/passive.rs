@@ -103,7 +103,7 @@ pub const PASSIVE_CURVE_TTL_MS: i64 = 60_000;
 type CurveKey = (i64, Option<u64>, Option<u64>);
 
 /// A passive curve as read: the curve, its window length, where it starts.
-pub type CurveRead = (PassiveCurve, i64, i64);
+type CurveRead = (PassiveCurve, i64, i64);
 
 /// A curve and when it was computed (ms).
 type KeptCurve = (i64, Arc<CurveRead>);

@@ -113,16 +113,7 @@ pub async fn target_charts(
     } else {
         &[]
     };
-    let mut scrape_signals: Vec<Signal> = TARGET_SIGNALS
-        .iter()
-        .copied()
-        .filter(|s| !is_probe_signal(*s))
-        .collect();
-    for signal in extra.iter().filter(|s| !is_probe_signal(**s)) {
-        if !scrape_signals.contains(signal) {
-            scrape_signals.push(*signal);
-        }
-    }
+    let scrape_signals = page_signals(extra, |s| !is_probe_signal(s));
     let gpu = match config.gpus_of(target_name) {
         Some(gpu) => store.target_by_name(gpu).await?,
         None => None,
@@ -159,6 +150,18 @@ pub async fn target_charts(
     ))
 }
 
+/// The page's signals that `kind` takes, then those of `extra` not among
+/// them, once each.
+fn page_signals(extra: &[Signal], kind: impl Fn(Signal) -> bool) -> Vec<Signal> {
+    let mut signals: Vec<Signal> = Vec::new();
+    for signal in TARGET_SIGNALS.iter().chain(extra).copied() {
+        if kind(signal) && !signals.contains(&signal) {
+            signals.push(signal);
+        }
+    }
+    signals
+}
+
 /// Every probe signal of the target page (and the probe signals of
 /// `extra`) over `range`, each instant rolled over the same window as
 /// [`Store::signals_series`] (the step, at least [`PROBE_WINDOW_MIN_MS`]),
@@ -172,16 +175,7 @@ pub async fn probe_series(
     extra: &[Signal],
 ) -> Result<Vec<(Signal, Vec<Point>)>, StoreError> {
     let window = range.step_ms.max(PROBE_WINDOW_MIN_MS);
-    let mut wanted: Vec<Signal> = TARGET_SIGNALS
-        .iter()
-        .copied()
-        .filter(|s| is_probe_signal(*s))
-        .collect();
-    for signal in extra.iter().filter(|s| is_probe_signal(**s)) {
-        if !wanted.contains(signal) {
-            wanted.push(*signal);
-        }
-    }
+    let wanted = page_signals(extra, is_probe_signal);
     store
         .probe_signals_series(target_id, &wanted, range, window)
         .await

@@ -309,13 +309,17 @@ async fn sweeps_out_of_bounds_are_refused_naming_the_field() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_sweep_stops_within_five_seconds_and_keeps_its_steps() {
-    let (sim, engine) = sim().await;
+    // At real speed a 256-token answer streams for ~2 s, so a request seen
+    // running at the start of the second step is still running when the
+    // cancel lands (at 10x speed a step could drain between the two).
+    let (sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 1.0))
+        .await
+        .unwrap();
     let test = spawn_daemon(&target_toml(engine)).await;
     let base = test.base_url();
-    // Long steps: the first is measured in ~1 s, the second would take a minute.
     let (status, answer) = post_sweep(
         &base,
-        json!({"target": "sim", "shape": "16x64", "concurrency": [1, 4, 8],
+        json!({"target": "sim", "shape": "16x256", "concurrency": [1, 4, 8],
                "requests_per_step": 2, "min_step_duration": "1s"}),
     )
     .await;

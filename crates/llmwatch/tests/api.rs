@@ -344,6 +344,29 @@ window = "10s"
         .await;
     api.bad("/api/v1/probes?target=sim&cursor=abc", "cursor")
         .await;
+    api.bad(
+        "/api/v1/probes?target=sim&run=sweep",
+        "run: expected a sweep step id",
+    )
+    .await;
+    // This daemon ran no sweep: its canaries are all its probes (up to a
+    // fixed end, as canaries go on arriving).
+    let until = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let all = api
+        .ok(&format!("/api/v1/probes?target=sim&to={until}&limit=1000"))
+        .await;
+    let canaries = api
+        .ok(&format!(
+            "/api/v1/probes?target=sim&run=canary&to={until}&limit=1000"
+        ))
+        .await;
+    assert!(!all["probes"].as_array().unwrap().is_empty());
+    assert_eq!(canaries["probes"], all["probes"]);
+    let of_a_step = api.ok("/api/v1/probes?target=sim&run=1&limit=1000").await;
+    assert_eq!(of_a_step["probes"], serde_json::json!([]));
     api.bad("/api/v1/probes", "missing parameter \"target\"")
         .await;
 

@@ -175,10 +175,43 @@ async fn bench_run(url: &str, extra: &[&str]) -> (serde_json::Value, String) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reruns_send_new_prompts_unless_asked_to_reuse_them() {
     let (_sim, url) = sim("cache-model").await;
-    let (first, _) = bench_run(&url, &[]).await;
+    reruns_miss_the_cache_unless_asked(&url).await;
+}
+
+/// The same against a server that counts tokens with a real byte-level
+/// BPE (the 4 096-token tokenizer of the model `shared/peers` serves with
+/// vLLM), whose prefix cache keys on those tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reruns_on_a_real_bpe_send_new_prompts_unless_asked_to_reuse_them() {
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/tokenizers/tiny-bpe-4096.json"
+    );
+    let mut config =
+        llmwatch_sim::SimConfig::new(llmwatch_sim::Profile::named("balanced").unwrap());
+    config.model = "bpe-model".to_string();
+    config.time_scale = 8.0;
+    config.tokenizer = std::sync::Arc::new(
+        llmwatch_sim::HfTokenizer::from_file(std::path::Path::new(path))
+            .unwrap_or_else(|err| panic!("{err}")),
+    );
+    let sim = Sim::start(config).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    tokio::spawn(llmwatch_sim::serve(listener, sim.router()));
+    reruns_miss_the_cache_unless_asked(&url).await;
+}
+
+/// Two default runs: the second hits nothing (new salts); two runs with
+/// `--reuse-prompts`: the second hits, and the run says so.
+async fn reruns_miss_the_cache_unless_asked(url: &str) {
+    let (first, _) = bench_run(url, &[]).await;
+    // Every prompt exactly the asked 512 tokens.
+    assert_eq!(first["input_tokens_per_request"]["min"], 512.0, "{first}");
+    assert_eq!(first["input_tokens_per_request"]["max"], 512.0, "{first}");
     assert_eq!(first["successful"], 10);
     assert!(first["total_input_tokens"].as_u64().unwrap() >= 5000);
-    let (second, stderr) = bench_run(&url, &[]).await;
+    let (second, stderr) = bench_run(url, &[]).await;
     assert_eq!(second["successful"], 10);
     assert_eq!(second["total_cached_tokens"], 0, "rerun hit the cache");
     assert_eq!(
@@ -188,8 +221,8 @@ async fn reruns_send_new_prompts_unless_asked_to_reuse_them() {
     assert!(second["cache_contaminated"].is_null(), "{second}");
     assert!(!stderr.contains("--reuse-prompts"), "{stderr}");
 
-    let (_, _) = bench_run(&url, &["--reuse-prompts"]).await;
-    let (reused, stderr) = bench_run(&url, &["--reuse-prompts"]).await;
+    let (_, _) = bench_run(url, &["--reuse-prompts"]).await;
+    let (reused, stderr) = bench_run(url, &["--reuse-prompts"]).await;
     let cached = reused["total_cached_tokens"].as_u64().unwrap();
     assert!(cached >= 10 * 256, "reused prompts should hit: {cached}");
     assert!(stderr.contains("--reuse-prompts"), "{stderr}");
@@ -349,6 +382,35 @@ async fn sweep_cli_takes_the_shared_workload_flags() {
     assert_eq!(settings["spin"], "on");
     assert_eq!(settings["objectives"]["e2e_p95_s"], 30.0);
     assert!(stdout.contains("p95 e2e ≤ 30"), "{stdout}");
+    // Each step's line gives its input tokens per request and its cache
+    // hits, as `bench` does: exact 64-token prompts, the shared prefix hit.
+    assert!(
+        stdout.contains("in tok min/med/max") && stdout.contains("cached"),
+        "{stdout}"
+    );
+    let step_lines: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.trim_start().starts_with("c="))
+        .collect();
+    let json_steps = report["steps"].as_array().unwrap();
+    assert_eq!(step_lines.len(), json_steps.len(), "{stdout}");
+    for (line, step) in step_lines.iter().zip(json_steps) {
+        let cells: Vec<&str> = line.split_whitespace().collect();
+        let at = cells
+            .iter()
+            .position(|c| *c == "64/64/64")
+            .unwrap_or_else(|| panic!("{line}"));
+        let run = &step["run"];
+        let cached = run["total_cached_tokens"].as_u64().unwrap();
+        let input = run["total_input_tokens"].as_u64().unwrap();
+        assert!(cached > 0, "{line}");
+        assert_eq!(cells[at + 1], cached.to_string(), "{line}");
+        assert_eq!(
+            cells[at + 2],
+            format!("{:.2}", cached as f64 / input as f64),
+            "{line}"
+        );
+    }
     assert_eq!(report["model"], "sweep-model");
     let steps = report["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "{report}");

@@ -9,6 +9,7 @@ use std::time::Duration;
 use common::{spawn_daemon, wait_for};
 use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch_core::signals::Signal;
+use llmwatch_core::stats::percentile;
 use llmwatch_engine::sources::scrape::now_ms;
 use llmwatch_store::ProbeRow;
 
@@ -230,4 +231,218 @@ async fn a_canary_past_llama_servers_slot_context_names_the_limit() {
         0,
         "no request reached the engine"
     );
+}
+
+/// A target name whose canaries fire in the first second of each `period`
+/// after the daemon starts (the ticker's phase is a stable hash of it), so
+/// a test knows when none is due.
+fn name_with_early_phase(period: Duration) -> String {
+    (0..10_000)
+        .map(|i| format!("sim-{i}"))
+        .find(|name| {
+            llmwatch_engine::ticker::schedule_offset(&format!("{name}/probe"), period)
+                < Duration::from_millis(500)
+        })
+        .expect("some name hashes into the first 500 ms")
+}
+
+/// Probes of `target` listed by the API, of `run` (`canary` or a step id)
+/// or all.
+async fn listed_probes(base: &str, target: &str, run: Option<&str>) -> Vec<serde_json::Value> {
+    let run = run.map(|r| format!("&run={r}")).unwrap_or_default();
+    let page: serde_json::Value = reqwest::get(format!(
+        "{base}/api/v1/probes?target={target}{run}&from=0&limit=1000"
+    ))
+    .await
+    .unwrap()
+    .error_for_status()
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    page["probes"].as_array().cloned().unwrap_or_default()
+}
+
+fn ttfts(probes: &[serde_json::Value]) -> Vec<f64> {
+    let mut values: Vec<f64> = probes.iter().filter_map(|p| p["ttft_s"].as_f64()).collect();
+    values.sort_by(f64::total_cmp);
+    values
+}
+
+/// Issue 11: canaries and a sweep of the same target. The sweep's probes
+/// (long prompts on a prefill-heavy engine: TTFT ≥ 0.3 s) are kept and
+/// listed per step, but `probe_ttft_p95` is the canaries' alone, so an
+/// alert on it stays quiet; a server-side alert that fires under the
+/// sweep's load says a sweep was running; the target page shades the sweep
+/// with a link to it. The canaries come every 30 s and none is due while
+/// the sweep runs, so the canaries' own TTFT is that of an idle server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sweep_traffic_stays_out_of_canary_signals_and_alerts() {
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("prefill-heavy", "sim-model", 1.0))
+        .await
+        .unwrap();
+    let period = Duration::from_secs(30);
+    let name = name_with_early_phase(period);
+    let toml = format!(
+        r#"
+[server]
+alert_interval = "200ms"
+
+[[targets]]
+name = "{name}"
+url = "http://{engine}"
+scrape_interval = "250ms"
+[targets.probe]
+interval = "30s"
+shape = "16x8"
+api = "chat"
+
+[[alerts]]
+name = "canary-ttft"
+signal = "probe_ttft_p95"
+op = ">"
+threshold = "200ms"
+window = "60s"
+target = "{name}"
+
+[[alerts]]
+name = "busy"
+signal = "requests_running"
+op = ">="
+threshold = 2
+window = "1s"
+target = "{name}"
+"#
+    );
+    let test = spawn_daemon(&toml).await;
+    let started = std::time::Instant::now();
+    let base = test.base_url();
+    let store = test.daemon.store.clone();
+    let canary = wait_for("the first canary", Duration::from_secs(10), || async {
+        let t = store.target_by_name(&name).await.unwrap()?;
+        let probes = store.probes(t.id, 0, i64::MAX, 10).await.unwrap();
+        probes.into_iter().next()
+    })
+    .await;
+    assert!(canary.ok, "{:?}", canary.error);
+
+    let response = reqwest::Client::new()
+        .post(format!("{base}/api/v1/sweeps"))
+        .json(&serde_json::json!({
+            "target": name,
+            "shape": "1800x4",
+            "concurrency": [1, 2],
+            "requests_per_step": 6,
+            "min_step_duration": "500ms",
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), reqwest::StatusCode::ACCEPTED);
+    let sweep_id = response.json::<serde_json::Value>().await.unwrap()["id"]
+        .as_i64()
+        .expect("sweep id");
+
+    // While it runs, the server-side alert fires and names the sweep.
+    let running_note = format!("sweep {sweep_id} running");
+    let alerts = test.daemon.alerts.clone();
+    let busy = wait_for("the busy alert, annotated", Duration::from_secs(20), || {
+        let alerts = alerts.clone();
+        let running_note = running_note.clone();
+        async move {
+            alerts.current().into_iter().find(|a| {
+                a.rule == "busy"
+                    && a.alert.state == llmwatch_core::alerts::AlertState::Firing
+                    && a.annotations
+                        .get("sweep")
+                        .is_some_and(|n| n.starts_with(&running_note))
+            })
+        }
+    })
+    .await;
+    assert!(busy.annotations["sweep"].contains(&format!("/sweeps/{sweep_id}")));
+
+    let sweep = wait_for("the sweep to finish", Duration::from_secs(25), || async {
+        let row = store.sweep(sweep_id).await.unwrap()?;
+        (row.status != llmwatch_store::SweepStatus::Running).then_some(row)
+    })
+    .await;
+    assert_eq!(sweep.status, llmwatch_store::SweepStatus::Completed);
+    // Two evaluation rounds after the sweep, with its probes in the window.
+    let evaluated = alerts.evaluations();
+    wait_for("two more alert rounds", Duration::from_secs(5), || async {
+        (alerts.evaluations() >= evaluated + 2).then_some(())
+    })
+    .await;
+    assert!(
+        started.elapsed() < period - Duration::from_secs(1),
+        "the sweep overran the gap between two canaries: this test cannot tell their TTFTs apart"
+    );
+
+    // The sweep's probes are kept, per step, and slow.
+    let steps: serde_json::Value = reqwest::get(format!("{base}/api/v1/runs?sweep={sweep_id}"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let steps = steps["runs"].as_array().cloned().unwrap_or_default();
+    assert_eq!(steps.len(), 2, "{steps:?}");
+    let mut sweep_probes = Vec::new();
+    for step in &steps {
+        let id = step["id"].as_i64().expect("step id");
+        let probes = listed_probes(&base, &name, Some(&id.to_string())).await;
+        assert!(probes.len() >= 6, "step {id}: {} probes", probes.len());
+        assert!(probes.iter().all(|p| p["run_id"] == id), "{probes:?}");
+        sweep_probes.extend(probes);
+    }
+    let canaries = listed_probes(&base, &name, Some("canary")).await;
+    assert!(!canaries.is_empty());
+    assert!(canaries.iter().all(|p| p["run_id"].is_null()));
+    let all = listed_probes(&base, &name, None).await;
+    assert_eq!(all.len(), canaries.len() + sweep_probes.len());
+
+    let canary_p95 = percentile(&ttfts(&canaries), 0.95).unwrap();
+    let mut everything = ttfts(&canaries);
+    everything.extend(ttfts(&sweep_probes));
+    everything.sort_by(f64::total_cmp);
+    let mixed_p95 = percentile(&everything, 0.95).unwrap();
+    assert!(
+        canary_p95 < 0.2 && mixed_p95 > 0.2,
+        "canaries p95 {canary_p95} s, with the sweep's probes {mixed_p95} s: the test needs them on either side of the threshold"
+    );
+    let target = store.target_by_name(&name).await.unwrap().unwrap();
+    let signals = store
+        .probe_signals(target.id, now_ms(), 60_000)
+        .await
+        .unwrap();
+    let signal_p95 = signals
+        .iter()
+        .find(|(s, _)| *s == Signal::ProbeTtftP95)
+        .map(|(_, v)| *v);
+    assert_eq!(signal_p95, Some(canary_p95));
+    assert!(
+        store
+            .alert_events(Some("canary-ttft"), None, None, 100)
+            .await
+            .unwrap()
+            .is_empty(),
+        "the canary alert fired from sweep traffic"
+    );
+
+    // The target page shades the sweep on its charts, linked to it.
+    let page = reqwest::get(format!("{base}/targets/{name}?range=15m"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let href = format!("href=\"/sweeps/{sweep_id}\"");
+    assert!(
+        page.contains(&format!("data-sweep-band=\"/sweeps/{sweep_id}\"")),
+        "no sweep list on the page"
+    );
+    let shaded = page.matches(&format!("<a class=\"band\" {href}")).count();
+    assert!(shaded >= 4, "{shaded} charts shade the sweep");
+    test.daemon.shutdown().await;
 }

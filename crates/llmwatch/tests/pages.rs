@@ -394,6 +394,36 @@ async fn every_page_renders_what_the_store_holds() {
         assert_eq!(saturation, "not reached in this sweep");
     }
     assert_eq!(html.matches("<tr class=").count(), 6, "one row per step");
+    // Each step says what the server saw of its prompts: exact input
+    // lengths, no cache hits for random prompts, and links to its probes.
+    assert_eq!(
+        html.matches("<td class=\"input-tokens\">240 / 240 / 240</td>")
+            .count(),
+        6,
+        "exact input tokens per step"
+    );
+    assert_eq!(
+        html.matches("<td class=\"cached\">0 (0.00 hit)</td>")
+            .count(),
+        6,
+        "no cache hits"
+    );
+    let probes_href = html
+        .split("<a href=\"/api/v1/probes?target=kv&#38;run=")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("a step links to its probes")
+        .replace("&#38;", "&");
+    let (status, body) = get(
+        &client,
+        &format!("{base}/api/v1/probes?target=kv&run={probes_href}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let listed: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let probes = listed["probes"].as_array().unwrap();
+    assert!(!probes.is_empty(), "{body}");
+    assert!(probes.iter().all(|p| p["prompt_tokens"] == 240), "{body}");
     assert!(html.contains("concurrency 32"));
     assert!(
         html.contains(&format!("<td>{MODEL}</td>")),

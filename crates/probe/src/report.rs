@@ -106,10 +106,7 @@ fn request_counts(out: &mut String, r: &RunResult) {
 /// Input tokens, their length per request and cache hygiene.
 fn token_section(out: &mut String, r: &RunResult) {
     line(out, "Total input tokens:", r.total_input_tokens);
-    let per_request = &r.input_tokens_per_request;
-    if let (Some(min), Some(median), Some(max)) =
-        (per_request.min, per_request.p50, per_request.max)
-    {
+    if let Some((min, median, max)) = r.input_tokens_min_median_max() {
         line(
             out,
             "Input tokens per request (min/med/max):",
@@ -131,15 +128,8 @@ fn token_section(out: &mut String, r: &RunResult) {
     if let Some(why) = &r.cache_contaminated {
         line(out, "Cache hygiene:", format!("CONTAMINATED: {why}"));
     }
-    if r.total_input_tokens > 0 && !r.cached_tokens_unreported_by_all() {
-        line(
-            out,
-            "Prefix-cache hit ratio:",
-            format!(
-                "{:.3}",
-                r.total_cached_tokens as f64 / r.total_input_tokens as f64
-            ),
-        );
+    if let Some(ratio) = r.cache_hit_ratio() {
+        line(out, "Prefix-cache hit ratio:", format!("{ratio:.3}"));
     }
 }
 

@@ -388,6 +388,19 @@ impl RunResult {
         self.requests > 0 && self.cached_tokens_unreported >= self.requests
     }
 
+    /// The prefix-cache hit ratio the requests' usage reported (cached /
+    /// input tokens), or `None` when the server reported no cached tokens.
+    pub fn cache_hit_ratio(&self) -> Option<f64> {
+        (self.total_input_tokens > 0 && !self.cached_tokens_unreported_by_all())
+            .then(|| self.total_cached_tokens as f64 / self.total_input_tokens as f64)
+    }
+
+    /// Server-reported prompt tokens per request as (min, median, max).
+    pub fn input_tokens_min_median_max(&self) -> Option<(f64, f64, f64)> {
+        let s = &self.input_tokens_per_request;
+        Some((s.min?, s.p50?, s.max?))
+    }
+
     /// Aggregates measured records (pure; also usable on stored records):
     /// one [`RunStats`] fed every record, the records kept in the result.
     pub fn from_records(

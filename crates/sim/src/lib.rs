@@ -47,6 +47,8 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 pub use profile::{Profile, Shape};
+#[cfg(feature = "hf-tokenizer")]
+pub use tokenizer::HfTokenizer;
 pub use tokenizer::{TextTokenizer, ToyTokenizer};
 
 /// Errors of the simulator's public API.

@@ -102,6 +102,37 @@ impl TextTokenizer for ToyTokenizer {
     }
 }
 
+/// A real tokenizer read from a Hugging Face `tokenizer.json` (feature
+/// `hf-tokenizer`), for tests that need a real BPE's irregular counts.
+#[cfg(feature = "hf-tokenizer")]
+#[derive(Debug)]
+pub struct HfTokenizer(tokenizers::Tokenizer);
+
+#[cfg(feature = "hf-tokenizer")]
+impl HfTokenizer {
+    /// Reads `tokenizer.json`; the error says which file and why.
+    pub fn from_file(path: &std::path::Path) -> Result<HfTokenizer, String> {
+        tokenizers::Tokenizer::from_file(path)
+            .map(HfTokenizer)
+            .map_err(|err| format!("{}: {err}", path.display()))
+    }
+}
+
+#[cfg(feature = "hf-tokenizer")]
+impl TextTokenizer for HfTokenizer {
+    fn encode(&self, text: &str, add_special: bool) -> Vec<u32> {
+        match self.0.encode(text, add_special) {
+            Ok(encoding) => encoding.get_ids().to_vec(),
+            // A byte-level BPE encodes any text; should one fail, count
+            // with the toy tokenizer rather than report zero tokens.
+            Err(err) => {
+                tracing::warn!(error = %err, "the tokenizer failed; counting with the toy one");
+                encode(text, add_special)
+            }
+        }
+    }
+}
+
 /// Token ids of `text`, with [`BOS_ID`] first when `add_bos`.
 pub fn encode(text: &str, add_bos: bool) -> Vec<u32> {
     let mut ids = Vec::with_capacity(text.len() / 3 + 1);

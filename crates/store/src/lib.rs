@@ -45,13 +45,13 @@ pub use cache::DEFAULT_CACHE_BYTES;
 pub use export::{ExportCursor, ExportedProbe, ExportedScrape, RemoteWriteCursor};
 pub use lifecycle::{Pruned, RetentionCutoffs};
 pub use live::{LiveChangeRow, LiveVerdictRow};
-pub use probes::{is_probe_signal, ProbeRow};
+pub use probes::{is_probe_signal, ProbeOrigin, ProbeRow};
 pub use prom_source::{PromLabels, PromLimits, PromSeries, PromSourceError};
 pub use read::{RawSeries, StoredPage};
 use series::SeriesCache;
 pub use series::{parse_part_key, part_key, RawSample, SeriesDef, SeriesKind};
 pub use stats::{DbStats, TargetStats};
-pub use sweeps::{NewSweep, SweepEnd, SweepRow, SweepStatus, SweepStepRow};
+pub use sweeps::{NewSweep, SweepEnd, SweepRow, SweepSpan, SweepStatus, SweepStepRow};
 
 /// Errors of the store. Messages say what was being done.
 #[derive(Debug, thiserror::Error)]

@@ -40,6 +40,15 @@ fn pack_f64s(values: &[f64]) -> Vec<u8> {
 }
 
 /// The probe columns but the full record (large; only some readers need it).
+/// Which probes a listing wants: all of them, the daemon's canaries only
+/// (no `run_id`), or the probes of one sweep step (its row id).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProbeOrigin {
+    Any,
+    Canary,
+    Run(i64),
+}
+
 const PROBE_COLUMNS: &str = "id, target_id, run_id, ts_ms, api, model, shape, ok, error_kind,
     error, http_status, ttfb_s, ttft_s, tpot_s, e2e_s, itl_s, prompt_tokens, output_tokens,
     cached_tokens, finish_reason";
@@ -167,6 +176,7 @@ impl Store {
     pub async fn probes_page(
         &self,
         target_id: i64,
+        origin: ProbeOrigin,
         from_ms: i64,
         to_ms: i64,
         after_id: Option<i64>,
@@ -177,8 +187,14 @@ impl Store {
              WHERE target_id = ?1 AND ts_ms BETWEEN ?2 AND ?3
                AND (?4 IS NULL OR ts_ms > (SELECT ts_ms FROM probes WHERE id = ?4)
                     OR (ts_ms = (SELECT ts_ms FROM probes WHERE id = ?4) AND id > ?4))
+               AND (?6 = 0 OR (?6 = 1 AND run_id IS NULL) OR (?6 = 2 AND run_id = ?7))
              ORDER BY ts_ms, id LIMIT ?5"
         );
+        let (origin_kind, run_id) = match origin {
+            ProbeOrigin::Any => (0, None),
+            ProbeOrigin::Canary => (1, None),
+            ProbeOrigin::Run(id) => (2, Some(id)),
+        };
         // Only the constant column list is interpolated; every value is bound.
         let rows = sqlx::query(sqlx::AssertSqlSafe(sql))
             .bind(target_id)
@@ -186,6 +202,8 @@ impl Store {
             .bind(to_ms)
             .bind(after_id)
             .bind(limit)
+            .bind(origin_kind)
+            .bind(run_id)
             .fetch_all(&self.pool)
             .await?;
         rows.iter().map(probe_from_row).collect()

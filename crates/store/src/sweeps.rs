@@ -79,6 +79,17 @@ pub struct SweepRow {
     pub status: SweepStatus,
 }
 
+/// When a sweep ran (for marking it on time charts and alerts).
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct SweepSpan {
+    pub id: i64,
+    pub target_name: Option<String>,
+    pub started_ms: i64,
+    /// `None` while it runs.
+    pub ended_ms: Option<i64>,
+    pub status: SweepStatus,
+}
+
 /// One measured step of a sweep.
 #[derive(Debug, Clone, PartialEq, serde::Serialize)]
 pub struct SweepStepRow {
@@ -196,6 +207,42 @@ impl Store {
         rows.into_iter().map(sweep_from_row).collect()
     }
 
+    /// When each sweep overlapping `[from_ms, to_ms]` ran (a running one
+    /// has no end yet), of one target or (`None`) of all, oldest first, at
+    /// most `limit`.
+    pub async fn sweep_spans(
+        &self,
+        target_name: Option<&str>,
+        from_ms: i64,
+        to_ms: i64,
+        limit: u32,
+    ) -> Result<Vec<SweepSpan>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, target_name, started_ms, ended_ms, status FROM sweeps
+             WHERE (?1 IS NULL OR target_name = ?1) AND started_ms <= ?2
+               AND (ended_ms IS NULL OR ended_ms >= ?3)
+             ORDER BY started_ms, id LIMIT ?4",
+        )
+        .bind(target_name)
+        .bind(to_ms)
+        .bind(from_ms)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let status: String = row.try_get("status")?;
+                Ok(SweepSpan {
+                    id: row.try_get("id")?,
+                    target_name: row.try_get("target_name")?,
+                    started_ms: row.try_get("started_ms")?,
+                    ended_ms: row.try_get("ended_ms")?,
+                    status: SweepStatus::parse(&status)?,
+                })
+            })
+            .collect()
+    }
+
     /// The newest sweep of a target that measured its whole ladder or
     /// stopped at a limit (both curves a verdict may read), if any.
     pub async fn last_finished_sweep_of(
@@ -216,8 +263,22 @@ impl Store {
 
     /// A sweep's steps in ladder order.
     pub async fn sweep_steps(&self, sweep_id: i64) -> Result<Vec<SweepStepRow>, StoreError> {
+        Ok(self
+            .sweep_steps_with_ids(sweep_id)
+            .await?
+            .into_iter()
+            .map(|(_, step)| step)
+            .collect())
+    }
+
+    /// The steps of a sweep with their row ids (the `run_id` of each
+    /// step's probes), in step order.
+    pub async fn sweep_steps_with_ids(
+        &self,
+        sweep_id: i64,
+    ) -> Result<Vec<(i64, SweepStepRow)>, StoreError> {
         let rows = sqlx::query(
-            "SELECT sweep_id, step_index, load_kind, load_value, start_ms, end_ms, run, evidence
+            "SELECT id, sweep_id, step_index, load_kind, load_value, start_ms, end_ms, run, evidence
              FROM sweep_steps WHERE sweep_id = ? ORDER BY step_index",
         )
         .bind(sweep_id)
@@ -225,7 +286,7 @@ impl Store {
         .await?;
         rows.iter()
             .map(|row| {
-                Ok(SweepStepRow {
+                let step = SweepStepRow {
                     sweep_id: row.try_get("sweep_id")?,
                     step_index: row.try_get("step_index")?,
                     load_kind: row.try_get("load_kind")?,
@@ -234,7 +295,8 @@ impl Store {
                     end_ms: row.try_get("end_ms")?,
                     run_json: row.try_get("run")?,
                     evidence_json: row.try_get("evidence")?,
-                })
+                };
+                Ok((row.try_get("id")?, step))
             })
             .collect()
     }

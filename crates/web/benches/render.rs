@@ -335,7 +335,7 @@ fn render(c: &mut Criterion) {
     );
     group.bench_function("charts_svg_only", |b| {
         b.iter(|| {
-            build_charts(&series, &[], config.objectives_for("vllm-a"), range)
+            build_charts(&series, &[], &[], config.objectives_for("vllm-a"), range)
                 .iter()
                 .map(|c| charts::render_svg(c).len())
                 .sum::<usize>()

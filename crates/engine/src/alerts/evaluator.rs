@@ -12,7 +12,8 @@ use llmwatch_core::alerts::{
 };
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{
-    is_probe_signal, AlertChanges, AlertEventRow, AlertRow, Range, Store, StoreError,
+    is_probe_signal, AlertChanges, AlertEventRow, AlertRow, Range, Store, StoreError, SweepSpan,
+    SweepStatus,
 };
 use tokio::sync::watch;
 
@@ -230,6 +231,7 @@ async fn evaluate_round(
 ) {
     let now = now_ms();
     let mut outcome = RoundOutcome::default();
+    let sweeps = sweeps_in_windows(store, &handle.rules, now).await;
     for rule in handle.rules.iter() {
         for target in targets {
             if rule.target.as_ref().is_some_and(|t| t != target) {
@@ -244,8 +246,20 @@ async fn evaluate_round(
                 }
                 live => rule_signal::live_value(live, store, target_id, now, rule.window).await,
             };
+            let note = sweep_note(&sweeps, target, now - duration_ms(rule.window), now);
             match read {
-                Ok(value) => observe(settings, rule, target, value, now, entries, &mut outcome),
+                Ok(value) => observe(
+                    settings,
+                    Observation {
+                        rule,
+                        target,
+                        value,
+                        sweep: note,
+                    },
+                    now,
+                    entries,
+                    &mut outcome,
+                ),
                 Err(err) => {
                     // Unknown is not "fine": keep the state as it is.
                     handle.counters.failures.fetch_add(1, Ordering::Relaxed);
@@ -267,7 +281,13 @@ async fn evaluate_round(
         .collect();
     for (rule_name, target) in gone {
         if let Some(rule) = handle.rules.iter().find(|r| r.name == rule_name) {
-            observe(settings, rule, &target, None, now, entries, &mut outcome);
+            let gone = Observation {
+                rule,
+                target: &target,
+                value: None,
+                sweep: None,
+            };
+            observe(settings, gone, now, entries, &mut outcome);
         }
     }
     let current = settle(entries, &mut outcome.changes, now);
@@ -283,17 +303,75 @@ async fn evaluate_round(
     }
 }
 
+/// The sweeps that overlap any rule's window ending at `now` (none when
+/// they cannot be read: the note is context, not a reason to skip a round).
+async fn sweeps_in_windows(store: &Store, rules: &[Rule], now: i64) -> Vec<SweepSpan> {
+    let widest = rules
+        .iter()
+        .map(|r| duration_ms(r.window))
+        .max()
+        .unwrap_or(0);
+    match store
+        .sweep_spans(None, now - widest, now, MAX_SWEEPS_NOTED)
+        .await
+    {
+        Ok(sweeps) => sweeps,
+        Err(err) => {
+            tracing::warn!(error = %err, "alerts: reading the sweeps in progress failed");
+            Vec::new()
+        }
+    }
+}
+
+/// At most this many sweeps are looked at per round (a rule window holds
+/// one or two: sweeps run one at a time).
+const MAX_SWEEPS_NOTED: u32 = 50;
+
+/// The `sweep` annotation of an alert on `target` whose window is
+/// `(from_ms, now]`: which sweep loaded the target then, so whoever is paged
+/// sees that the server was busy with llmwatch's own load test.
+fn sweep_note(sweeps: &[SweepSpan], target: &str, from_ms: i64, now: i64) -> Option<String> {
+    let sweep = sweeps.iter().rev().find(|s| {
+        s.target_name.as_deref() == Some(target)
+            && s.started_ms <= now
+            && s.ended_ms.is_none_or(|end| end > from_ms)
+    })?;
+    let when = if sweep.status == SweepStatus::Running {
+        "running"
+    } else {
+        "ran in this rule's window"
+    };
+    Some(format!(
+        "sweep {} {when} (/sweeps/{}): its load is in this target's server-side signals; probe_* signals are canaries only",
+        sweep.id, sweep.id
+    ))
+}
+
+/// What one rule read for one target this round.
+struct Observation<'a> {
+    rule: &'a Rule,
+    target: &'a str,
+    value: Option<f64>,
+    /// The `sweep` annotation, when a sweep of the target overlaps the
+    /// rule's window.
+    sweep: Option<String>,
+}
+
 /// One rule on one target: the alert's new state, its event if it changed,
 /// and what is due for sending.
 fn observe(
     settings: &EvalSettings,
-    rule: &Rule,
-    target: &str,
-    value: Option<f64>,
+    observation: Observation<'_>,
     now: i64,
     entries: &mut HashMap<(String, String), Entry>,
     outcome: &mut RoundOutcome,
 ) {
+    let Observation {
+        rule,
+        target,
+        value,
+        sweep,
+    } = observation;
     let interval_ms = duration_ms(settings.interval);
     let resend_ms = duration_ms(settings.resend_delay);
     let key = (rule.name.clone(), target.to_string());
@@ -306,7 +384,10 @@ fn observe(
     // Labels and annotations follow the value while the alert is
     // live; once resolved they keep what was last sent.
     if entry.alert.state != AlertState::Resolved || transition.is_some() {
-        let (labels, annotations) = render(rule, target, entry.alert.value);
+        let (labels, mut annotations) = render(rule, target, entry.alert.value);
+        if let Some(note) = sweep {
+            annotations.insert("sweep".to_string(), note);
+        }
         entry.labels = labels;
         entry.annotations = annotations;
     }

@@ -189,7 +189,7 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
     };
     println!("{}", table_header());
     let report = run_sweep(settings, store.as_ref(), |step| {
-        println!("{}", step_line(&step.step));
+        println!("{}", step_line(step));
     })
     .await?;
     println!();

@@ -5,13 +5,14 @@
 use std::fmt::Write as _;
 
 use llmwatch_core::analysis::{Load, StepResult};
+use llmwatch_probe::RunResult;
 
-use llmwatch_engine::runners::sweep::{SweepComparison, SweepReport};
+use llmwatch_engine::runners::sweep::{StepReport, SweepComparison, SweepReport};
 
 /// The table's column headers, fixed-width to line up with [`step_line`].
 pub fn table_header() -> String {
     format!(
-        "{:>8} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>5} {:>5} {:>6} {:>7}  {}",
+        "{:>8} {:>8} {:>10} {:>9} {:>9} {:>9} {:>9} {:>7} {:>5} {:>5} {:>6} {:>7} {:>17} {:>8} {:>5}  {}",
         "load",
         "req/s",
         "out tok/s",
@@ -24,6 +25,9 @@ pub fn table_header() -> String {
         "KVmax",
         "wait",
         "GPUmem",
+        "in tok min/med/max",
+        "cached",
+        "hit",
         "client_bound"
     )
 }
@@ -58,15 +62,43 @@ fn num(v: Option<f64>) -> String {
     }
 }
 
-/// One row of the table.
-pub fn step_line(s: &StepResult) -> String {
+/// Prompt tokens per request as the server reported them.
+fn input_cell(run: &RunResult) -> String {
+    match run.input_tokens_min_median_max() {
+        Some((min, median, max)) => format!("{min:.0}/{median:.0}/{max:.0}"),
+        None => "-".into(),
+    }
+}
+
+/// Cached prompt tokens, or `-` when the server reports none per request.
+fn cached_cell(run: &RunResult) -> String {
+    if run.cached_tokens_unreported_by_all() {
+        "-".into()
+    } else {
+        run.total_cached_tokens.to_string()
+    }
+}
+
+/// The usage's hit ratio, else the server counters' (marked `s`).
+fn hit_cell(run: &RunResult) -> String {
+    match (run.cache_hit_ratio(), run.server_prefix_cache_hit_ratio) {
+        (Some(r), _) => format!("{r:.2}"),
+        (None, Some(r)) => format!("{r:.2}s"),
+        (None, None) => "-".into(),
+    }
+}
+
+/// One row of the table: the step's figures, then its run's input tokens
+/// and cache hygiene.
+pub fn step_line(report: &StepReport) -> String {
+    let (s, run) = (&report.step, &report.run);
     let total = s.requests_ok + s.requests_failed;
     let gpu = s
         .server
         .gpu_mem_used_ratio_max
         .or(s.server.gpu_mem_used_ratio_mean);
     format!(
-        "{:>8} {:>8.2} {:>10.1} {:>9} {:>9} {:>9} {:>9} {:>7} {:>5} {:>5} {:>6} {:>7}  {}",
+        "{:>8} {:>8.2} {:>10.1} {:>9} {:>9} {:>9} {:>9} {:>7} {:>5} {:>5} {:>6} {:>7} {:>17} {:>8} {:>5}  {}",
         load_cell(&s.load),
         s.request_throughput,
         s.output_token_throughput,
@@ -79,6 +111,9 @@ pub fn step_line(s: &StepResult) -> String {
         pct(s.server.kv_cache_usage_max),
         num(s.server.requests_waiting_max),
         pct(gpu),
+        input_cell(run),
+        cached_cell(run),
+        hit_cell(run),
         s.client_bound
             .as_deref()
             .or(s.cache_contaminated.as_ref().map(|_| "cache-contaminated"))
@@ -91,7 +126,7 @@ pub fn render_report(r: &SweepReport) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "{}", table_header());
     for s in &r.steps {
-        let _ = writeln!(out, "{}", step_line(&s.step));
+        let _ = writeln!(out, "{}", step_line(s));
     }
     out.push('\n');
     out.push_str(&render_verdict(r));

@@ -10,26 +10,14 @@ use std::sync::Arc;
 use llmwatch_probe::{
     run, Api, Calibrator, ClientConfig, ProbeClient, PromptKind, RunConfig, Shape, Workload,
 };
-use llmwatch_sim::{serve, Profile, Sim, SimConfig, TextTokenizer};
+use llmwatch_sim::{serve, HfTokenizer, Profile, Sim, SimConfig, TextTokenizer};
 
-#[derive(Debug)]
-struct Bpe(tokenizers::Tokenizer);
-
-impl TextTokenizer for Bpe {
-    fn encode(&self, text: &str, add_special: bool) -> Vec<u32> {
-        self.0
-            .encode(text, add_special)
-            .map(|e| e.get_ids().to_vec())
-            .unwrap_or_else(|err| panic!("the fixture tokenizer failed on {text:?}: {err}"))
-    }
-}
-
-fn bpe() -> Bpe {
+fn bpe() -> HfTokenizer {
     let path = concat!(
         env!("CARGO_MANIFEST_DIR"),
         "/../../fixtures/tokenizers/tiny-bpe-4096.json"
     );
-    Bpe(tokenizers::Tokenizer::from_file(path).unwrap_or_else(|err| panic!("{path}: {err}")))
+    HfTokenizer::from_file(std::path::Path::new(path)).unwrap_or_else(|err| panic!("{err}"))
 }
 
 /// The control: on this tokenizer a bare 16-digit run is *not* a fixed

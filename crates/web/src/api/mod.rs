@@ -31,12 +31,13 @@ use llmwatch_core::catalog::{engine_may_expose, CatalogMetric, Engine};
 use llmwatch_core::redact::redact_url;
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{
-    is_probe_signal, ProbeRow, Range, Store, StoreError, TargetKind, TargetRow, PROBE_WINDOW_MIN_MS,
+    is_probe_signal, ProbeOrigin, ProbeRow, Range, Store, StoreError, TargetKind, TargetRow,
+    PROBE_WINDOW_MIN_MS,
 };
 use serde_json::{json, Value};
 
 pub use self::context::ApiContext;
-use self::params::Params;
+use self::params::{parse_id, Params};
 use crate::latency_breakdown::breakdown_series;
 use crate::{AppState, PROBE_WINDOW_MS};
 use llmwatch_engine::alerts::CurrentAlert;
@@ -326,9 +327,14 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 method: "get",
                 path: "/api/v1/probes",
                 operation_id: "listProbes",
-                summary: "Probe records of a target, oldest first, paginated.",
+                summary: "Probe records of a target, oldest first, paginated: canaries and sweep steps' probes, or one kind.",
                 params: vec![
                     required_query("target", NAME, "Target name."),
+                    query(
+                        "run",
+                        r#"{"anyOf": [{"type": "string", "enum": ["canary"]}, {"type": "string", "pattern": "^[1-9][0-9]{0,14}$"}]}"#,
+                        "Only the probes of one sweep step (its `id` in `/api/v1/runs`), or `canary` for the daemon's canaries alone (default: all).",
+                    ),
                     FROM,
                     TO,
                     LIMIT,
@@ -859,8 +865,13 @@ fn probe_json(id: i64, probe: &ProbeRow) -> Value {
 }
 
 async fn list_probes(State(state): State<AppState>, query: RawQuery) -> ApiResult {
-    let p = params(query, &["target", "from", "to", "limit", "cursor"])?;
+    let p = params(query, &["target", "run", "from", "to", "limit", "cursor"])?;
     let name = p.required("target")?;
+    let origin = match p.get("run") {
+        None => ProbeOrigin::Any,
+        Some("canary") => ProbeOrigin::Canary,
+        Some(run) => ProbeOrigin::Run(parse_id(run, "run", "sweep step")?),
+    };
     let (from, to) = time_range(&p)?;
     let limit = p.limit(100, 1000)?;
     let cursor = p.cursor()?;
@@ -868,7 +879,7 @@ async fn list_probes(State(state): State<AppState>, query: RawQuery) -> ApiResul
     let mut page = state
         .api
         .store
-        .probes_page(target.id, from, to, cursor, limit + 1)
+        .probes_page(target.id, origin, from, to, cursor, limit + 1)
         .await?;
     let more = page.len() > limit as usize;
     page.truncate(limit as usize);

@@ -92,6 +92,19 @@ impl Params {
     }
 }
 
+/// A row id (`noun`: a sweep, a sweep step): a positive whole number; the
+/// error names the parameter `what`.
+pub fn parse_id(text: &str, what: &str, noun: &str) -> Result<i64, ApiError> {
+    text.parse::<i64>()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| {
+            ApiError::bad_request(format!(
+                "{what}: expected a {noun} id (a positive whole number), found {text:?}"
+            ))
+        })
+}
+
 /// A time: Unix seconds (`1700000000`, `1700000000.5`) or RFC 3339
 /// (`2026-01-02T03:04:05Z`, `…05.250+02:00`). Returns Unix ms.
 pub fn parse_time(text: &str) -> Result<i64, String> {

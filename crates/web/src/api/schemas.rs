@@ -259,6 +259,7 @@ pub fn list_probes() -> Value {
 fn step() -> Value {
     with_times(
         json!({
+            "id": integer(),
             "sweep_id": integer(),
             "index": integer(),
             "load": object(json!({

@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use llmwatch_core::redact::redact_url;
 
+use super::params::parse_id;
 use super::{params, time_fields, ApiError, ApiResult, RawQuery};
 use crate::AppState;
 use llmwatch_config::SweepLimits;
@@ -52,17 +53,6 @@ pub(super) fn sweep_summary(row: &SweepRow) -> Value {
     Value::Object(out)
 }
 
-fn parse_id(text: &str, what: &str) -> Result<i64, ApiError> {
-    text.parse::<i64>()
-        .ok()
-        .filter(|id| *id > 0)
-        .ok_or_else(|| {
-            ApiError::bad_request(format!(
-                "{what}: expected a sweep id (a positive whole number), found {text:?}"
-            ))
-        })
-}
-
 pub(super) async fn list_sweeps(State(state): State<AppState>, query: RawQuery) -> ApiResult {
     let p = params(query, &["limit", "cursor"])?;
     let limit = p.limit(100, 1000)?;
@@ -91,7 +81,7 @@ pub(super) async fn get_sweep(
     query: RawQuery,
 ) -> ApiResult {
     params(query, &[])?;
-    let id = parse_id(&id, "id")?;
+    let id = parse_id(&id, "id", "sweep")?;
     let store = &state.api.store;
     let row = store
         .sweep(id)
@@ -113,11 +103,12 @@ async fn run_list(state: &AppState, sweep_id: i64) -> Result<Vec<Value>, ApiErro
     Ok(state
         .api
         .store
-        .sweep_steps(sweep_id)
+        .sweep_steps_with_ids(sweep_id)
         .await?
         .iter()
-        .map(|s| {
+        .map(|(id, s)| {
             let mut out = serde_json::Map::new();
+            out.insert("id".into(), json!(id));
             out.insert("sweep_id".into(), json!(s.sweep_id));
             out.insert("index".into(), json!(s.step_index));
             out.insert(
@@ -135,7 +126,7 @@ async fn run_list(state: &AppState, sweep_id: i64) -> Result<Vec<Value>, ApiErro
 
 pub(super) async fn list_runs(State(state): State<AppState>, query: RawQuery) -> ApiResult {
     let p = params(query, &["sweep"])?;
-    let id = parse_id(p.required("sweep")?, "sweep")?;
+    let id = parse_id(p.required("sweep")?, "sweep", "sweep")?;
     if state.api.store.sweep(id).await?.is_none() {
         return Err(ApiError::not_found(format!("no sweep with id {id}")));
     }
@@ -365,7 +356,7 @@ pub(super) async fn cancel_sweep(
     query: RawQuery,
 ) -> Result<Response, ApiError> {
     params(query, &[])?;
-    let id = parse_id(&id, "id")?;
+    let id = parse_id(&id, "id", "sweep")?;
     let row = state
         .api
         .store

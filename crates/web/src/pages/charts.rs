@@ -42,6 +42,10 @@ pub fn ttft_breakdown_series(points: &[(f64, &TtftBreakdown)]) -> Vec<Series> {
 
 /// Okabe–Ito: black, orange, sky blue, bluish green, blue, vermillion,
 /// reddish purple, yellow (last: weak on white).
+/// Sweep bands: a pale amber behind the data, named in a darker one.
+const BAND_FILL: RGBColor = RGBColor(253, 236, 200);
+const BAND_TEXT: RGBColor = RGBColor(140, 90, 0);
+
 pub const PALETTE: [RGBColor; 8] = [
     RGBColor(0, 0, 0),
     RGBColor(230, 159, 0),
@@ -123,6 +127,18 @@ pub struct Rule {
     pub style: Style,
 }
 
+/// A shaded span of the x axis that explains the data under it (a sweep
+/// loading the target), linked to where it is told in full.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Band {
+    pub label: String,
+    /// x in the axis' unit (Unix ms on a time axis).
+    pub from: f64,
+    pub to: f64,
+    /// Where the band links (a same-origin page path).
+    pub href: String,
+}
+
 /// A chart: what it shows, and how.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Chart {
@@ -140,6 +156,8 @@ pub struct Chart {
     pub hlines: Vec<Rule>,
     /// Vertical lines at an x value (saturation, max sustainable).
     pub vlines: Vec<Rule>,
+    /// Shaded spans behind the data (sweeps of the target), each a link.
+    pub bands: Vec<Band>,
     /// Draw the series as stacked bars (a latency breakdown): at each x the
     /// series' values are piled in series order. A negative part (two
     /// instruments disagreeing) is drawn as nothing; downloads keep it.
@@ -210,6 +228,13 @@ pub fn render_svg(chart: &Chart) -> String {
 type DrawResult = Result<(), Box<dyn std::error::Error>>;
 
 fn draw(chart: &Chart, out: &mut String) -> DrawResult {
+    let band_areas = draw_plot(chart, out)?;
+    link_bands(out, &band_areas);
+    Ok(())
+}
+
+/// The chart itself; answers where its bands landed.
+fn draw_plot(chart: &Chart, out: &mut String) -> Result<Vec<BandArea>, Box<dyn std::error::Error>> {
     let root = SVGBackend::with_string(out, (WIDTH, HEIGHT)).into_drawing_area();
     root.fill(&WHITE)?;
     let titled = root.titled(&chart.title, ("sans-serif", 20).into_font().color(&BLACK))?;
@@ -267,6 +292,7 @@ fn draw(chart: &Chart, out: &mut String) -> DrawResult {
         ))?;
     }
 
+    let band_areas = draw_bands(&mut ctx, chart, (x_lo, x_hi), (y_lo, y_hi))?;
     draw_rules(&mut ctx, chart, (x_lo, x_hi), (y_lo, y_hi))?;
     if chart.stacked {
         draw_stacks(&mut ctx, chart, (x_lo, x_hi))?;
@@ -274,7 +300,81 @@ fn draw(chart: &Chart, out: &mut String) -> DrawResult {
         draw_lines(&mut ctx, chart)?;
     }
     root.present()?;
-    Ok(())
+    Ok(band_areas)
+}
+
+/// A band's place on the drawing, in pixels, with what it links to.
+struct BandArea {
+    left: i32,
+    top: i32,
+    width: i32,
+    height: i32,
+    label: String,
+    href: String,
+}
+
+/// Shades each band (clipped to the axis) and names it at its top; answers
+/// where each landed, for [`link_bands`].
+fn draw_bands(
+    ctx: &mut Ctx<'_, '_>,
+    chart: &Chart,
+    (x_lo, x_hi): (f64, f64),
+    (y_lo, y_hi): (f64, f64),
+) -> Result<Vec<BandArea>, Box<dyn std::error::Error>> {
+    let mut areas = Vec::new();
+    for band in &chart.bands {
+        let from = x_value(chart.x, band.from).max(x_lo);
+        let to = x_value(chart.x, band.to).min(x_hi);
+        if !(from.is_finite() && to.is_finite()) || to < from {
+            continue;
+        }
+        ctx.draw_series(std::iter::once(Rectangle::new(
+            [(from, y_lo), (to, y_hi)],
+            BAND_FILL.filled(),
+        )))?;
+        ctx.draw_series(std::iter::once(Text::new(
+            band.label.clone(),
+            (from, y_hi),
+            ("sans-serif", 12).into_font().color(&BAND_TEXT),
+        )))?;
+        let (left, top) = ctx.backend_coord(&(from, y_hi));
+        let (right, bottom) = ctx.backend_coord(&(to, y_lo));
+        areas.push(BandArea {
+            left,
+            top,
+            // At least a few pixels, so a short sweep on a long range is
+            // still something to click.
+            width: (right - left).max(4),
+            height: (bottom - top).max(1),
+            label: band.label.clone(),
+            href: band.href.clone(),
+        });
+    }
+    Ok(areas)
+}
+
+/// Lays a transparent link over each band, on top of the data (plotters
+/// draws no links), with the band's label as its tooltip.
+fn link_bands(svg: &mut String, areas: &[BandArea]) {
+    if areas.is_empty() {
+        return;
+    }
+    let Some(end) = svg.rfind("</svg>") else {
+        return;
+    };
+    let mut links = String::new();
+    for a in areas {
+        let label = super::escape_text(&a.label);
+        links.push_str(&format!(
+            "<a class=\"band\" href=\"{}\" aria-label=\"{label}\"><rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"#000\" fill-opacity=\"0\"><title>{label}</title></rect></a>\n",
+            super::escape_text(&a.href),
+            a.left,
+            a.top,
+            a.width,
+            a.height,
+        ));
+    }
+    svg.insert_str(end, &links);
 }
 
 type Ctx<'a, 'b> = DualCoordChartContext<
@@ -687,6 +787,7 @@ mod tests {
                 style: Style::new(5, Dash::Dashed, Marker::None),
             }],
             vlines: vec![],
+            bands: Vec::new(),
             stacked: false,
         }
     }
@@ -702,6 +803,40 @@ mod tests {
         assert!(svg.contains("time (UTC)"));
         assert!(svg.contains("00:05"), "clock labels");
         assert!(!svg.contains("no data"));
+    }
+
+    #[test]
+    fn a_band_is_shaded_named_and_linked_over_its_span() {
+        let mut c = chart(vec![[0.0, 0.5], [300_000.0, 0.7], [600_000.0, 1.4]]);
+        c.bands.push(Band {
+            label: "sweep 7 <running>".into(),
+            from: 300_000.0,
+            to: 450_000.0,
+            href: "/sweeps/7".into(),
+        });
+        let svg = render_svg(&c);
+        let at = svg
+            .find("<a class=\"band\" href=\"/sweeps/7\"")
+            .expect("band link");
+        assert!(at < svg.rfind("</svg>").unwrap());
+        assert!(svg.contains("sweep 7 &lt;running&gt;"), "label escaped");
+        // The link covers the middle quarter of a 10-minute axis: its left
+        // edge between the plot's ends, its width a quarter of theirs.
+        let attr = |name: &str| -> f64 {
+            let from = svg[at..].find(&format!(" {name}=\"")).unwrap() + at + name.len() + 3;
+            let to = svg[from..].find('"').unwrap() + from;
+            svg[from..to].parse().unwrap()
+        };
+        let (x, width) = (attr("x"), attr("width"));
+        assert!(x > WIDTH as f64 * 0.4 && x < WIDTH as f64 * 0.6, "x {x}");
+        assert!(
+            width > WIDTH as f64 * 0.15 && width < WIDTH as f64 * 0.3,
+            "width {width}"
+        );
+        // A band outside the axis is left out.
+        c.bands[0].from = 900_000.0;
+        c.bands[0].to = 990_000.0;
+        assert!(!render_svg(&c).contains("class=\"band\""));
     }
 
     #[test]
@@ -721,6 +856,7 @@ mod tests {
         // Three bars: two parts at the first x, one at the second.
         let rects = svg.matches("<rect").count();
         let lines_only = render_svg(&Chart {
+            bands: Vec::new(),
             stacked: false,
             ..c.clone()
         })

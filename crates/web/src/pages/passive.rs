@@ -276,6 +276,7 @@ pub fn passive_charts(
             series,
             hlines: hline,
             vlines: vlines.clone(),
+            bands: Vec::new(),
             stacked: false,
         }
     };

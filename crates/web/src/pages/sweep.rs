@@ -12,7 +12,7 @@ use llmwatch_core::analysis::{
     analyze_sweep, summary_lines, AnalysisConfig, Load, Objectives, StepResult, SweepVerdict,
     TtftBreakdown, WorkloadHints,
 };
-use llmwatch_probe::{PromptKind, Shape};
+use llmwatch_probe::{PromptKind, RunResult, Shape};
 use llmwatch_store::Store;
 use serde::Deserialize;
 use serde_json::Value;
@@ -21,6 +21,7 @@ use super::charts::{ttft_breakdown_series, Chart, Dash, Marker, Rule, Series, St
 use super::format;
 use super::{chart_file_response, error_response, split_file, store_error, ChartView, PagesConfig};
 use crate::auth::CsrfToken;
+use crate::urls::path_segment;
 use crate::AppState;
 use llmwatch_engine::runners::sweep::schedule::check_limits;
 use llmwatch_engine::runners::sweep::{
@@ -197,6 +198,7 @@ pub fn sweep_charts(steps: &[StepResult], verdict: &SweepVerdict) -> Vec<Chart> 
             series: s,
             hlines,
             vlines: vlines.clone(),
+            bands: Vec::new(),
             stacked: false,
         }
     };
@@ -284,6 +286,7 @@ fn breakdown_chart(steps: &[StepResult], x: XAxis, x_label: &str, vlines: Vec<Ru
         series: ttft_breakdown_series(&points),
         hlines: Vec::new(),
         vlines,
+        bands: Vec::new(),
         stacked: true,
     }
 }
@@ -305,6 +308,12 @@ pub struct StepRow {
     /// Where the step's mean TTFT went (the latency breakdown's line), or
     /// why there is no breakdown.
     pub breakdown: String,
+    /// Server-reported prompt tokens per request, min / median / max.
+    pub input_tokens: String,
+    /// Cached prompt tokens and the hit ratio they make.
+    pub cached: String,
+    /// The step's probes in the API (`?run=` its id).
+    pub probes_href: String,
     pub note: String,
     /// `saturation`, `sustainable` or empty (a CSS class).
     pub mark: &'static str,
@@ -380,11 +389,15 @@ fn stored_summary(sweep: &StoredSweep) -> Option<Vec<String>> {
 }
 
 /// The per-step table, marking the saturation and sustainable steps.
-fn step_rows(steps: &[StepResult], verdict: &SweepVerdict) -> Vec<StepRow> {
-    steps
+fn step_rows(sweep: &StoredSweep, verdict: &SweepVerdict) -> Vec<StepRow> {
+    let target = sweep.row.target_name.as_deref().unwrap_or_default();
+    sweep
+        .steps
         .iter()
+        .zip(&sweep.runs)
+        .zip(&sweep.step_ids)
         .enumerate()
-        .map(|(i, s)| StepRow {
+        .map(|(i, ((s, run), step_id))| StepRow {
             index: i,
             load: s.load.to_string(),
             requests: format!("{} ok / {} failed", s.requests_ok, s.requests_failed),
@@ -413,6 +426,17 @@ fn step_rows(steps: &[StepResult], verdict: &SweepVerdict) -> Vec<StepRow> {
                 (None, Some(why)) => why.clone(),
                 (None, None) => "—".to_string(),
             },
+            input_tokens: run
+                .input_tokens_min_median_max()
+                .map(|(min, median, max)| format!("{min:.0} / {median:.0} / {max:.0}"))
+                .unwrap_or_else(|| "not reported".into()),
+            cached: cached_cell(run),
+            probes_href: format!(
+                "/api/v1/probes?target={}&run={step_id}&from={}&to={}&limit=1000",
+                path_segment(target),
+                s.start_unix_ms / 1000,
+                (s.end_unix_ms + 999) / 1000
+            ),
             note: s
                 .client_bound
                 .as_ref()
@@ -432,6 +456,16 @@ fn step_rows(steps: &[StepResult], verdict: &SweepVerdict) -> Vec<StepRow> {
             },
         })
         .collect()
+}
+
+/// A step's cached prompt tokens and hit ratio: from the requests' usage,
+/// else the server's counters (which count every client), else why not.
+fn cached_cell(run: &RunResult) -> String {
+    match (run.cache_hit_ratio(), run.server_prefix_cache_hit_ratio) {
+        (Some(ratio), _) => format!("{} ({ratio:.2} hit)", run.total_cached_tokens),
+        (None, Some(ratio)) => format!("not per request ({ratio:.2} hit, server counters)"),
+        (None, None) => "not reported".into(),
+    }
 }
 
 /// The saturation and max-sustainable lines, in the sweep's load unit.
@@ -489,7 +523,7 @@ pub async fn sweep_page(store: &Store, id: i64) -> Result<Option<SweepPage>, Swe
     let (settings, verdict) = verdict_of(&sweep);
     let summary = stored_summary(&sweep).unwrap_or_else(|| summary_lines(&verdict));
     let (_, short) = load_label(&sweep.steps);
-    let steps = step_rows(&sweep.steps, &verdict);
+    let steps = step_rows(&sweep, &verdict);
     let (saturation, sustainable) = saturation_texts(&verdict, short);
     let charts = sweep_charts(&sweep.steps, &verdict)
         .iter()
@@ -885,6 +919,7 @@ pub fn compare_charts(a: &StoredSweep, b: &StoredSweep) -> Vec<Chart> {
                 ],
                 hlines: Vec::new(),
                 vlines: Vec::new(),
+                bands: Vec::new(),
                 stacked: false,
             }
         };

@@ -7,11 +7,12 @@ use axum::response::{IntoResponse, Response};
 use llmwatch_core::analysis::LatencyBreakdown;
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{
-    is_probe_signal, Point, Range, Store, StoreError, TargetKind, PROBE_WINDOW_MIN_MS,
+    is_probe_signal, Point, Range, Store, StoreError, SweepSpan, SweepStatus, TargetKind,
+    PROBE_WINDOW_MIN_MS,
 };
 use serde::Deserialize;
 
-use super::charts::{ttft_breakdown_series, Chart, Dash, Marker, Rule, Series, Style, XAxis};
+use super::charts::{ttft_breakdown_series, Band, Chart, Dash, Marker, Rule, Series, Style, XAxis};
 use super::format;
 use super::overview::{target_card, TargetCard};
 use super::passive::{passive_section, PassiveSection};
@@ -70,6 +71,14 @@ pub const TARGET_SIGNALS: &[Signal] = &[
 /// The signals read from the target's GPU source.
 pub const GPU_SIGNALS: &[Signal] = &[Signal::GpuUtil, Signal::GpuMemUsedRatio];
 
+/// A sweep shaded on the charts, as the page lists it under them.
+pub struct SweepLink {
+    pub label: String,
+    pub href: String,
+    pub from: String,
+    pub to: String,
+}
+
 pub struct RangeLink {
     pub label: &'static str,
     pub href: String,
@@ -88,6 +97,8 @@ pub struct TargetPage {
     pub from: String,
     pub to: String,
     pub charts: Vec<ChartView>,
+    /// The sweeps shaded on the charts, in time order.
+    pub sweeps: Vec<SweepLink>,
     /// The target's live KPIs now (as on the overview).
     pub card: TargetCard,
     pub objectives: String,
@@ -133,11 +144,17 @@ pub async fn target_charts(
             breakdown_series(store, target_id, range).await.map(Some)
         }
     };
-    let (mut series, probes, gpu_series, breakdown) = tokio::try_join!(
+    let (mut series, probes, gpu_series, breakdown, sweeps) = tokio::try_join!(
         store.signals_series(target_id, &scrape_signals, range),
         probe_series(store, target_id, range, extra),
         gpu_series,
         breakdown,
+        store.sweep_spans(
+            Some(target_name),
+            range.from_ms,
+            range.to_ms,
+            MAX_SWEEP_BANDS
+        ),
     )?;
     series.extend(probes);
     let breakdown = breakdown.unwrap_or_else(|| breakdown_points(&series));
@@ -145,9 +162,30 @@ pub async fn target_charts(
     Ok(build_charts(
         &series,
         &breakdown,
+        &sweeps,
         config.objectives_for(target_name),
         range,
     ))
+}
+
+/// The most sweeps a page range shades (a week of hourly sweeps is 168).
+const MAX_SWEEP_BANDS: u32 = 500;
+
+/// Each sweep as a band over the time it loaded the target (a running one
+/// reaches the end of the range), linked to its page.
+fn sweep_bands(sweeps: &[SweepSpan], range: Range) -> Vec<Band> {
+    sweeps
+        .iter()
+        .map(|sweep| Band {
+            label: match sweep.status {
+                SweepStatus::Running => format!("sweep {} running", sweep.id),
+                _ => format!("sweep {}", sweep.id),
+            },
+            from: sweep.started_ms as f64,
+            to: sweep.ended_ms.unwrap_or(range.to_ms) as f64,
+            href: format!("/sweeps/{}", sweep.id),
+        })
+        .collect()
 }
 
 /// The page's signals that `kind` takes, then those of `extra` not among
@@ -378,6 +416,7 @@ fn breakdown_chart(points: &[(i64, LatencyBreakdown)], x: XAxis) -> Chart {
         ),
         hlines: Vec::new(),
         vlines: Vec::new(),
+        bands: Vec::new(),
         stacked: true,
     }
 }
@@ -386,6 +425,7 @@ fn breakdown_chart(points: &[(i64, LatencyBreakdown)], x: XAxis) -> Chart {
 pub fn build_charts(
     series: &[(Signal, Vec<Point>)],
     breakdown: &[(i64, LatencyBreakdown)],
+    sweeps: &[SweepSpan],
     objectives: TargetObjectives,
     range: Range,
 ) -> Vec<Chart> {
@@ -406,6 +446,7 @@ pub fn build_charts(
                 series: spec.lines.iter().map(|l| chart_series(series, l)).collect(),
                 hlines: Vec::new(),
                 vlines: Vec::new(),
+                bands: Vec::new(),
                 stacked: false,
             };
             let objective = match spec.objective {
@@ -424,6 +465,10 @@ pub fn build_charts(
         })
         .collect();
     charts.push(breakdown_chart(breakdown, x));
+    let bands = sweep_bands(sweeps, range);
+    for chart in &mut charts {
+        chart.bands = bands.clone();
+    }
     charts
 }
 
@@ -501,6 +546,18 @@ pub async fn target_page(
         charts: charts
             .iter()
             .map(|c| ChartView::new(c, format!("{base}/charts/{}", c.id), query.clone()))
+            .collect(),
+        sweeps: charts
+            .first()
+            .map(|c| c.bands.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .map(|b| SweepLink {
+                label: b.label.clone(),
+                href: b.href.clone(),
+                from: format::datetime(b.from as i64),
+                to: format::datetime(b.to as i64),
+            })
             .collect(),
         card,
         objectives: {
@@ -593,7 +650,7 @@ mod tests {
             ttft_p95: Some(3.0),
             itl_p95: None,
         };
-        let charts = build_charts(&[], &[], objectives, range);
+        let charts = build_charts(&[], &[], &[], objectives, range);
         let rules = |id: &str| -> Vec<(String, f64)> {
             let chart = charts.iter().find(|c| c.id == id).unwrap();
             chart

@@ -1099,6 +1099,10 @@ pub struct StoredSweep {
     pub row: SweepRow,
     pub card: ExperimentCard,
     pub steps: Vec<StepResult>,
+    /// Each step's probe run summary (no records: those are probes) ...
+    pub runs: Vec<RunResult>,
+    /// ... and its row id, the `run_id` of its probes.
+    pub step_ids: Vec<i64>,
 }
 
 /// Two sweeps side by side: both curves, the card fields that differ and
@@ -1120,7 +1124,9 @@ pub async fn load_sweep(store: &Store, id: i64) -> Result<StoredSweep, SweepErro
         })?;
     let card = card_from_json(&card_value);
     let mut steps = Vec::new();
-    for s in store.sweep_steps(id).await? {
+    let mut runs = Vec::new();
+    let mut step_ids = Vec::new();
+    for (step_id, s) in store.sweep_steps_with_ids(id).await? {
         let corrupt = |why: String| SweepError::Corrupt { id, why };
         let load = match s.load_kind.as_str() {
             "concurrency" => Load::Concurrency(
@@ -1135,8 +1141,16 @@ pub async fn load_sweep(store: &Store, id: i64) -> Result<StoredSweep, SweepErro
         let evidence: ServerEvidence = serde_json::from_str(&s.evidence_json)
             .map_err(|err| corrupt(format!("step {} evidence: {err}", s.step_index)))?;
         steps.push(step_result(load, s.start_ms, s.end_ms, &run, evidence));
+        runs.push(run);
+        step_ids.push(step_id);
     }
-    Ok(StoredSweep { row, card, steps })
+    Ok(StoredSweep {
+        row,
+        card,
+        steps,
+        runs,
+        step_ids,
+    })
 }
 
 /// Compares two stored sweeps (`llmwatch sweep --compare A B`).

@@ -60,7 +60,8 @@ pub struct ServerConfig {
     /// How long finished sweeps (with their steps) are kept.
     #[serde(default = "default_sweep_retention", deserialize_with = "duration")]
     pub sweep_retention: Duration,
-    /// How long the alert history (state changes) is kept.
+    /// How long the alert history (state changes) and the live-verdict
+    /// timeline are kept.
     #[serde(
         default = "default_alert_history_retention",
         deserialize_with = "duration"

@@ -11,8 +11,8 @@ use llmwatch_core::alerts::AlertState;
 use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
 use llmwatch_engine::sources::scrape::now_ms;
 use llmwatch_store::{
-    AlertChanges, AlertEventRow, ProbeRow, RetentionCutoffs, ScrapeRecord, Store, SweepEnd,
-    SweepStatus, TargetKind,
+    AlertChanges, AlertEventRow, LiveVerdictRow, ProbeRow, RetentionCutoffs, ScrapeRecord, Store,
+    SweepEnd, SweepStatus, TargetKind,
 };
 
 const HOUR: i64 = 3_600_000;
@@ -125,6 +125,16 @@ async fn retention_bounds_every_table() {
             })
             .await
             .unwrap();
+        for (target, ts_ms, verdict) in [
+            (live, now - 100 * DAY, "healthy"),
+            (live, now - HOUR, "kv_cache_capacity"),
+            (gone, now - HOUR, "healthy"),
+        ] {
+            store
+                .record_live_verdict(target, &verdict_row(ts_ms, verdict))
+                .await
+                .unwrap();
+        }
     }
     // `live` stays configured, `gone` was removed from the config.
     let config = test_config(
@@ -168,6 +178,31 @@ async fn retention_bounds_every_table() {
     };
     assert_eq!(series_of(gone).await, 0, "the removed target's series went");
     assert_eq!(series_of(live).await, 3, "the configured target's stay");
+    let changes = store.live_changes(live, 0, i64::MAX, 100).await.unwrap();
+    assert!(
+        changes.iter().all(|c| c.ts_ms > now - 90 * DAY),
+        "verdict changes past alert_history_retention go: {changes:?}"
+    );
+    assert!(
+        changes.iter().any(|c| c.ts_ms == now - HOUR),
+        "the recent change stays: {changes:?}"
+    );
+    assert!(
+        store.live_verdict(gone).await.unwrap().is_none(),
+        "a removed target has no standing verdict"
+    );
+    assert!(store.live_verdict(live).await.unwrap().is_some());
+}
+
+fn verdict_row(ts_ms: i64, verdict: &str) -> LiveVerdictRow {
+    LiveVerdictRow {
+        ts_ms,
+        verdict: verdict.into(),
+        confidence: "high".into(),
+        evidence: "test".into(),
+        what_to_try: String::new(),
+        samples: 10,
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

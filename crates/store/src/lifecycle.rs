@@ -26,6 +26,9 @@ pub struct Pruned {
     pub probes: u64,
     pub sweeps: u64,
     pub alert_events: u64,
+    /// Live-verdict changes past the alert-history retention, and the
+    /// standing verdicts of removed targets.
+    pub live_verdicts: u64,
     pub series: u64,
     pub freed_pages: u64,
 }
@@ -36,6 +39,8 @@ pub struct RetentionCutoffs {
     pub scrapes_before_ms: i64,
     pub probes_before_ms: i64,
     pub sweeps_before_ms: i64,
+    /// Alert events and the live-verdict timeline (both are the history of
+    /// what the daemon concluded about a target).
     pub alert_events_before_ms: i64,
 }
 
@@ -77,6 +82,15 @@ impl Store {
                 false,
             )
             .await?;
+        pruned.live_verdicts = self
+            .delete_in_batches(
+                "DELETE FROM live_verdict_changes WHERE id IN \
+                 (SELECT id FROM live_verdict_changes WHERE target_id = ?1 AND ts_ms < ?2 LIMIT ?3)",
+                cutoffs.alert_events_before_ms,
+                true,
+            )
+            .await?;
+        pruned.live_verdicts += self.prune_removed_verdicts(active_targets).await?;
         pruned.series = self.prune_orphan_series(active_targets).await?;
         pruned.freed_pages = self.vacuum_free_pages().await?;
         Ok(pruned)
@@ -427,6 +441,27 @@ impl Store {
         }
         if deleted > 0 {
             self.load_series().await?;
+        }
+        Ok(deleted)
+    }
+
+    /// Drops the standing verdict of every target no longer configured: it
+    /// would otherwise stay "current" forever.
+    async fn prune_removed_verdicts(&self, active_targets: &[i64]) -> Result<u64, StoreError> {
+        let _writer = self.write_lock.lock().await;
+        let standing: Vec<i64> = sqlx::query("SELECT target_id FROM live_verdict_now")
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(|row| row.try_get::<i64, _>("target_id"))
+            .collect::<Result<_, _>>()?;
+        let mut deleted = 0;
+        for target in standing.iter().filter(|t| !active_targets.contains(t)) {
+            deleted += sqlx::query("DELETE FROM live_verdict_now WHERE target_id = ?")
+                .bind(target)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
         }
         Ok(deleted)
     }

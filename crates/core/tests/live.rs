@@ -150,3 +150,108 @@ fn every_code_names_its_kind_and_back() {
     }
     assert_eq!(LiveKind::from_code("kv_cache"), None);
 }
+
+/// `samples` with `extra` signals set on each (replacing any already there),
+/// `extra` given per sample by its load (running requests).
+fn with_signals(
+    samples: Vec<LiveSample>,
+    extra: impl Fn(f64) -> Vec<(Signal, f64)>,
+) -> Vec<LiveSample> {
+    samples
+        .into_iter()
+        .map(|mut s| {
+            let running = s.get(Signal::RequestsRunning).unwrap_or(0.0);
+            for (signal, value) in extra(running) {
+                s.signals.retain(|(have, _)| *have != signal);
+                s.signals.push((signal, value));
+            }
+            s
+        })
+        .collect()
+}
+
+#[test]
+fn flat_throughput_on_an_idle_gpu_is_outside_the_gpu() {
+    // Eight times the requests in flight, the same tokens/s, the GPU 20 %
+    // busy and the KV cache nearly empty: the limit is in front of the GPU.
+    let samples = with_signals(
+        window([2.0, 0.0, 0.10, 0.10, 0.02], [16.0, 0.0, 0.12, 0.11, 0.021]),
+        |_| {
+            vec![
+                (Signal::GenerationTokensRate, 400.0),
+                (Signal::GpuUtil, 0.20),
+                (Signal::GpuCount, 1.0),
+            ]
+        },
+    );
+    let v = judge(&samples);
+    assert_eq!(v.kind, LiveKind::Bottleneck(Verdict::OutsideGpu), "{v:?}");
+    assert_eq!(v.kind.code(), "outside_gpu");
+    assert!(
+        v.evidence.contains("GPU utilisation is 0.20"),
+        "{}",
+        v.evidence
+    );
+    assert!(!v.what_to_try.is_empty());
+}
+
+#[test]
+fn one_gpu_full_while_its_partner_has_room_is_an_unbalanced_split() {
+    let samples = with_signals(
+        window([1.0, 0.0, 0.05, 0.10, 0.02], [3.0, 0.0, 0.12, 0.11, 0.021]),
+        |_| {
+            vec![
+                (Signal::GpuMemUsedRatio, 0.80),
+                (Signal::GpuMemUsedRatioMax, 0.97),
+                (Signal::GpuMemUsedRatioMin, 0.62),
+                (Signal::GpuCount, 2.0),
+                (Signal::GpuUtil, 0.70),
+            ]
+        },
+    );
+    let v = judge(&samples);
+    assert_eq!(
+        v.kind,
+        LiveKind::Bottleneck(Verdict::UnbalancedSplit),
+        "{v:?}"
+    );
+    assert!(
+        v.evidence.contains("0.97") && v.evidence.contains("0.62") && v.evidence.contains("2 GPUs"),
+        "{}",
+        v.evidence
+    );
+}
+
+#[test]
+fn prefix_hits_lost_under_load_are_eviction_and_steady_hits_are_healthy() {
+    // The light band's traffic hits the cache 60 %; the busy band 10 %.
+    let evicted = with_signals(
+        window([1.0, 0.0, 0.05, 0.10, 0.02], [3.0, 0.0, 0.12, 0.11, 0.021]),
+        |running| {
+            vec![(
+                Signal::PrefixCacheHitRate,
+                if running > 2.0 { 0.10 } else { 0.60 },
+            )]
+        },
+    );
+    let v = judge(&evicted);
+    assert_eq!(
+        v.kind,
+        LiveKind::Bottleneck(Verdict::PrefixCachingIneffective),
+        "{v:?}"
+    );
+    assert_eq!(v.kind.code(), "prefix_caching");
+    assert!(v.evidence.contains("evicted"), "{}", v.evidence);
+    // The same hit rate at every load: nothing lost, healthy.
+    let steady = with_signals(
+        window([1.0, 0.0, 0.05, 0.10, 0.02], [3.0, 0.0, 0.12, 0.11, 0.021]),
+        |_| vec![(Signal::PrefixCacheHitRate, 0.60)],
+    );
+    assert_eq!(judge(&steady).kind, LiveKind::Healthy);
+    // Traffic that never shared prefixes says nothing about the cache.
+    let unshared = with_signals(
+        window([1.0, 0.0, 0.05, 0.10, 0.02], [3.0, 0.0, 0.12, 0.11, 0.021]),
+        |_| vec![(Signal::PrefixCacheHitRate, 0.01)],
+    );
+    assert_eq!(judge(&unshared).kind, LiveKind::Healthy);
+}

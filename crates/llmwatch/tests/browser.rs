@@ -181,17 +181,32 @@ impl Browser {
         .await;
     }
 
+    /// Returns once the page has drawn two frames since the call, so a
+    /// relayout (after a viewport change) is on screen.
+    async fn painted(&mut self) {
+        self.call(
+            "Runtime.evaluate",
+            json!({
+                "expression": "new Promise(done => requestAnimationFrame(() => \
+                               requestAnimationFrame(() => done(true))))",
+                "awaitPromise": true,
+                "returnByValue": true,
+            }),
+        )
+        .await;
+    }
+
     /// A full-page PNG at `width` CSS pixels.
     async fn screenshot(&mut self, width: u32, mobile: bool, path: &Path) {
         self.viewport(width, 900, mobile).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.painted().await;
         let metrics = self.call("Page.getLayoutMetrics", json!({})).await;
         let height = metrics["cssContentSize"]["height"]
             .as_f64()
             .unwrap_or(900.0)
             .clamp(400.0, 6000.0) as u32;
         self.viewport(width, height, mobile).await;
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        self.painted().await;
         let shot = self
             .call("Page.captureScreenshot", json!({ "format": "png" }))
             .await;
@@ -279,6 +294,51 @@ async fn chromium_sees_live_updates_and_the_sweep_page() {
     eprintln!(
         "demo sweep ready after {:.1} s",
         started.elapsed().as_secs_f64()
+    );
+
+    // The KV-starved target's sweep runs next: it finds a saturation point
+    // and names the KV cache (the method working, not only its labels).
+    let kv_sweep = wait_for_kv_sweep(&store).await;
+    eprintln!(
+        "kv-starved sweep {} done after {:.1} s",
+        kv_sweep.id,
+        started.elapsed().as_secs_f64()
+    );
+    let verdict: Value =
+        serde_json::from_str(kv_sweep.verdict_json.as_deref().expect("a stored verdict"))
+            .expect("verdict JSON");
+    assert!(
+        verdict["saturation"]["load"].is_object(),
+        "the kv-starved sweep finds a saturation point: {verdict}"
+    );
+    assert_eq!(
+        verdict["findings"][0]["verdict"], "kv_cache_capacity",
+        "the kv-starved sweep names the KV cache first: {verdict}"
+    );
+
+    // The passive curve fills in from the demo's background load.
+    // The last 15 minutes in 10 s windows (the default week would be read
+    // in windows too long for a test's few minutes).
+    let from_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_secs()
+        - 900;
+    let passive: Value = reqwest::get(format!(
+        "{base}/api/v1/targets/healthy/passive?from={from_s}&window=10s"
+    ))
+    .await
+    .expect("passive curve answers")
+    .json()
+    .await
+    .expect("passive JSON");
+    let busy_windows: u64 = passive["points"]
+        .as_array()
+        .map(|points| points.iter().filter_map(|p| p["windows"].as_u64()).sum())
+        .unwrap_or(0);
+    assert!(
+        busy_windows >= 3,
+        "the passive curve has windows of background load: {passive}"
     );
 
     let mut browser = Browser::launch(&chromium).await;
@@ -391,6 +451,21 @@ async fn chromium_sees_live_updates_and_the_sweep_page() {
         .screenshot(1280, false, &shots.join("sweep.png"))
         .await;
 
+    // The KV-starved sweep's page says what its stored summary says.
+    browser
+        .open(&format!("{base}/sweeps/{}", kv_sweep.id))
+        .await;
+    let text = browser.eval("document.body.innerText").await;
+    let text = text.as_str().unwrap_or("");
+    let headline = verdict["summary"][0].as_str().expect("a summary line");
+    assert!(
+        text.contains(&format!("Sweep {} of kv-starved", kv_sweep.id)) && text.contains(headline),
+        "{headline:?} on the page:\n{text}"
+    );
+    browser
+        .screenshot(1280, false, &shots.join("sweep-kv-starved.png"))
+        .await;
+
     // On a phone.
     browser.open(&format!("{base}/")).await;
     browser
@@ -400,6 +475,26 @@ async fn chromium_sees_live_updates_and_the_sweep_page() {
     browser.close().await;
     demo.shutdown().await;
     eprintln!("browser test took {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// The demo's KV-starved sweep, once it has ended (it follows the healthy
+/// target's sweep).
+async fn wait_for_kv_sweep(store: &llmwatch_store::Store) -> llmwatch_store::SweepRow {
+    let deadline = Instant::now() + Duration::from_secs(180);
+    loop {
+        let sweeps = store.sweeps(10).await.expect("store reads");
+        if let Some(sweep) = sweeps
+            .into_iter()
+            .find(|s| s.target_name.as_deref() == Some("kv-starved") && s.ended_ms.is_some())
+        {
+            return sweep;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the kv-starved demo sweep did not end within 180 s"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
 }
 
 /// Polls `expression` in the page until it is `true`, or panics naming `what`.

@@ -421,6 +421,40 @@ target = "{name}"
         .find(|(s, _)| *s == Signal::ProbeTtftP95)
         .map(|(_, v)| *v);
     assert_eq!(signal_p95, Some(canary_p95));
+    // The API and own /metrics read the canaries alone too.
+    let listed: serde_json::Value = reqwest::get(format!("{base}/api/v1/targets"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let api_p95 = listed["targets"]
+        .as_array()
+        .and_then(|targets| targets.iter().find(|t| t["name"] == name.as_str()))
+        .and_then(|t| t["signals"]["probe_ttft_p95"]["value"].as_f64());
+    assert!(
+        api_p95.is_some_and(|p95| (p95 - canary_p95).abs() < 1e-9),
+        "/api/v1/targets says probe_ttft_p95 {api_p95:?}, the canaries {canary_p95}"
+    );
+    let own_metrics = reqwest::get(format!("{base}/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let target_label = format!("target=\"{name}\"");
+    let counted: f64 = own_metrics
+        .lines()
+        .filter(|l| {
+            l.starts_with("llmwatch_probe_ttft_seconds_count{") && l.contains(&target_label)
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert_eq!(
+        counted,
+        ttfts(&canaries).len() as f64,
+        "own /metrics' canary TTFT histogram counts the canaries alone"
+    );
     assert!(
         store
             .alert_events(Some("canary-ttft"), None, None, 100)

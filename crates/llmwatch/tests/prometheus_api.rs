@@ -8,18 +8,15 @@ mod common;
 #[path = "common/prom.rs"]
 mod prom;
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use common::{spawn_daemon, wait_for};
-use prom::{client, daemon_toml, enc, get, now_ms, secs, start_sim, substitute, MODEL};
+use prom::{
+    client, daemon_toml, dashboard_exprs, enc, get, now_ms, secs, start_sim, substitute, MODEL,
+};
 use serde_json::Value;
 
 const TOKEN: &str = "grafana-token";
-
-fn repo() -> PathBuf {
-    PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../.."))
-}
 
 /// A daemon (token required) scraping the simulator and its GPU page every
 /// 250 ms with canaries every 300 ms, once it has a canary probe stored.
@@ -319,52 +316,6 @@ async fn grafana_calls_answer_in_prometheus_shapes() {
         body["error"].as_str().unwrap().contains("status/tsdb"),
         "{body}"
     );
-}
-
-/// Every `expr` of every panel of every shipped dashboard.
-fn dashboard_exprs() -> Vec<(String, String)> {
-    let dir = repo().join("deploy/grafana/dashboards");
-    let mut out = Vec::new();
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{dir:?}: {e}"))
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "json"))
-        .collect();
-    files.sort();
-    assert!(
-        files.len() >= 5,
-        "overview, target, GPUs, probes, sweeps: {files:?}"
-    );
-    for file in files {
-        let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap())
-            .unwrap_or_else(|e| panic!("{file:?}: {e}"));
-        for panel in dashboard["panels"].as_array().expect("panels") {
-            for target in panel["targets"].as_array().into_iter().flatten() {
-                let expr = target["expr"].as_str().expect("every target has an expr");
-                out.push((
-                    format!("{} / {}", file.display(), panel["title"]),
-                    expr.to_string(),
-                ));
-            }
-        }
-        for var in dashboard["templating"]["list"]
-            .as_array()
-            .into_iter()
-            .flatten()
-        {
-            // label_values(<selector>, <label>) → the series call Grafana makes.
-            let query = var["query"]["query"].as_str().expect("variable query");
-            let inner = query
-                .strip_prefix("label_values(")
-                .and_then(|q| q.rsplit_once(','));
-            let (selector, _) = inner.unwrap_or_else(|| panic!("{file:?}: {query}"));
-            out.push((
-                format!("{} / variable {}", file.display(), var["name"]),
-                selector.to_string(),
-            ));
-        }
-    }
-    out
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

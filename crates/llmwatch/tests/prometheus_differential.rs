@@ -433,7 +433,6 @@ async fn answers_match_a_prometheus_scraping_the_same_simulator() {
     load(engine, 6, Instant::now() + Duration::from_secs(5)).await;
     // Settled: nothing running or waiting, and the GPU page reads exactly
     // idle (its activity has decayed to zero: every value constant).
-    tokio::time::sleep(Duration::from_millis(100)).await;
     wait_for("the simulator to idle", Duration::from_secs(30), || {
         let http = http.clone();
         async move {

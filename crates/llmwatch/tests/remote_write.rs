@@ -3,16 +3,18 @@
 //! every 500 ms and writes to it. Every sample line llmwatch stored for a
 //! scrape is in Prometheus under the same name, labels (+ job, instance,
 //! target) and timestamp, with the same value; the canary's timings too.
-//! Then Prometheus is killed while llmwatch keeps scraping, started again
-//! on the same data directory, and every scrape llmwatch stored meanwhile
+//! Then Prometheus is killed for 30 s while llmwatch keeps scraping, started
+//! again on the same data directory, and every scrape llmwatch stored meanwhile
 //! arrives: no gap remains.
 
 mod common;
+#[path = "common/prom.rs"]
+mod prom;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::Duration;
 
 use common::{spawn_daemon, wait_for};
@@ -34,30 +36,24 @@ impl Drop for Prometheus {
     }
 }
 
-fn free_addr() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("an ephemeral port");
-    listener.local_addr().expect("its address")
-}
-
-async fn start_prometheus(dir: &Path, addr: SocketAddr) -> Prometheus {
+/// Starts Prometheus on `listen` (port 0 at first; its address again for
+/// the restart), and waits until it is ready.
+async fn start_prometheus(dir: &Path, listen: &str) -> (Prometheus, SocketAddr) {
     let config = dir.join("prometheus.yml");
     std::fs::write(
         &config,
         "global:\n  scrape_interval: 1m\nscrape_configs: []\n",
     )
     .expect("write the config");
-    let child = Command::new("prometheus")
+    let mut command = Command::new("prometheus");
+    command
         .arg(format!("--config.file={}", config.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
             dir.join("data").display()
         ))
-        .arg(format!("--web.listen-address={addr}"))
-        .arg("--web.enable-remote-write-receiver")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus is installed (Debian package `prometheus`); this test must not skip");
+        .arg("--web.enable-remote-write-receiver");
+    let (child, addr) = prom::spawn_prometheus(command, listen);
     let prometheus = Prometheus { child };
     let client = http();
     wait_for("prometheus ready", DEADLINE, || {
@@ -72,7 +68,7 @@ async fn start_prometheus(dir: &Path, addr: SocketAddr) -> Prometheus {
         }
     })
     .await;
-    prometheus
+    (prometheus, addr)
 }
 
 fn http() -> reqwest::Client {
@@ -141,6 +137,24 @@ fn value_of(text: &Json) -> f64 {
 }
 
 /// Every scrape timestamp llmwatch stored for `target` (newest first).
+/// The value of `name{endpoint="prom"}` on llmwatch's own `/metrics`.
+async fn own_metric(metrics_url: &str, name: &str) -> Option<f64> {
+    let text = http()
+        .get(metrics_url)
+        .send()
+        .await
+        .ok()?
+        .text()
+        .await
+        .ok()?;
+    let series = format!("{name}{{endpoint=\"prom\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(series.as_str()))?
+        .trim()
+        .parse()
+        .ok()
+}
+
 async fn stored_scrapes(store: &Store, target: i64) -> Vec<i64> {
     let mut scrapes: Vec<i64> = store
         .scrape_health(target, 10_000)
@@ -169,8 +183,7 @@ async fn wait_until_received(addr: SocketAddr, ts_ms: i64) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn samples_reach_prometheus_and_a_down_receiver_gets_the_backlog() {
     let prom_dir = tempfile::tempdir().expect("a temporary directory");
-    let prom_addr = free_addr();
-    let mut prometheus = start_prometheus(prom_dir.path(), prom_addr).await;
+    let (mut prometheus, prom_addr) = start_prometheus(prom_dir.path(), "127.0.0.1:0").await;
     let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 1.0))
         .await
         .expect("the simulator starts");
@@ -296,42 +309,31 @@ async fn samples_reach_prometheus_and_a_down_receiver_gets_the_backlog() {
         .await
         .last()
         .expect("scrapes");
+    // Down for 30 s of scrapes, as the outage.
     wait_for(
-        "6 scrapes stored while prometheus is down",
-        DEADLINE,
+        "30 s of scrapes stored while prometheus is down",
+        Duration::from_secs(60),
         || async {
-            let newer = stored_scrapes(&store, target)
-                .await
-                .into_iter()
-                .filter(|t| *t > down_from)
-                .count();
-            (newer >= 6).then_some(())
+            let newest = *stored_scrapes(&store, target).await.last()?;
+            (newest - down_from >= 30_000).then_some(())
         },
     )
     .await;
     let metrics_url = format!("{}/metrics", daemon.base_url());
     wait_for("a counted retry", DEADLINE, || async {
-        let text = http()
-            .get(&metrics_url)
-            .send()
-            .await
-            .ok()?
-            .text()
-            .await
-            .ok()?;
-        let retries = text
-            .lines()
-            .find(|l| l.starts_with("llmwatch_remote_write_retries_total{endpoint=\"prom\"}"))?
-            .rsplit(' ')
-            .next()?
-            .parse::<u64>()
-            .ok()?;
-        (retries > 0).then_some(())
+        let retries = own_metric(&metrics_url, "llmwatch_remote_write_retries_total").await?;
+        (retries > 0.0).then_some(())
+    })
+    .await;
+    // The lag shows the outage: the cursor stands where Prometheus went away.
+    wait_for("the outage in the lag gauge", DEADLINE, || async {
+        let lag = own_metric(&metrics_url, "llmwatch_remote_write_lag_seconds").await?;
+        (lag >= 25.0).then_some(())
     })
     .await;
 
     // It comes back on the same data: the backlog arrives, no gap remains.
-    prometheus = start_prometheus(prom_dir.path(), prom_addr).await;
+    (prometheus, _) = start_prometheus(prom_dir.path(), &prom_addr.to_string()).await;
     let stored = stored_scrapes(&store, target).await;
     let newest = *stored.last().expect("scrapes");
     wait_until_received(prom_addr, newest).await;
@@ -348,6 +350,31 @@ async fn samples_reach_prometheus_and_a_down_receiver_gets_the_backlog() {
         missing.is_empty(),
         "scrapes missing in prometheus: {missing:?}"
     );
+    // The shipped Grafana dashboards read the same names here as from
+    // llmwatch's own API: every query answers, and those about the engine,
+    // its scrapes and its canaries have data (no GPU page in this test).
+    let exprs = prom::dashboard_exprs();
+    let mut empty = Vec::new();
+    for (where_, raw) in &exprs {
+        let expr = prom::substitute(raw, engine);
+        if query(prom_addr, &expr, newest).await.is_empty() {
+            empty.push(format!("{where_}: {expr}"));
+        }
+    }
+    let missing: Vec<&String> = empty
+        .iter()
+        .filter(|e| !(e.contains("DCGM") || e.contains("gpu")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "dashboard queries without data in a Prometheus fed by remote_write:\n{missing:#?}"
+    );
+    // Caught up: the lag is back within a few scrapes.
+    wait_for("the lag to close", DEADLINE, || async {
+        let lag = own_metric(&metrics_url, "llmwatch_remote_write_lag_seconds").await?;
+        (lag < 5.0).then_some(())
+    })
+    .await;
     drop(prometheus);
     daemon.daemon.shutdown().await;
 }

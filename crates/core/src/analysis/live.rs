@@ -156,7 +156,8 @@ pub fn live_diagnosis(
     config: &AnalysisConfig,
 ) -> LiveVerdict {
     let steps = band_steps(samples);
-    let findings = diagnose(&steps, objectives, workload, config);
+    let workload = observed_workload(&steps, workload, config);
+    let findings = diagnose(&steps, objectives, &workload, config);
     if let Some(top) = findings
         .into_iter()
         .find(|f| f.verdict != Verdict::ClientBound)
@@ -184,6 +185,33 @@ pub fn live_diagnosis(
         };
     }
     healthy(samples.len(), &steps)
+}
+
+/// Production traffic comes with no workload description, but it shows
+/// one: when the lowest band already hits the prefix cache (at least
+/// `prefix_hit_low`), the traffic shares prefixes, and that hit rate is
+/// what the busier bands should keep. A fall below a fraction of it under
+/// load is eviction. Hints the caller gives win.
+fn observed_workload(
+    steps: &[StepResult],
+    given: &WorkloadHints,
+    config: &AnalysisConfig,
+) -> WorkloadHints {
+    if given.shared_prefix {
+        return *given;
+    }
+    let config = config.sanitized();
+    match steps
+        .iter()
+        .find_map(|s| fin(s.server.prefix_cache_hit_rate))
+    {
+        Some(rate) if rate >= config.prefix_hit_low && rate <= 1.0 => WorkloadHints {
+            shared_prefix: true,
+            expected_prefix_hit_rate: Some(rate),
+            ..*given
+        },
+        _ => *given,
+    }
 }
 
 fn healthy(samples: usize, steps: &[StepResult]) -> LiveVerdict {

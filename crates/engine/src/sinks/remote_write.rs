@@ -14,7 +14,8 @@
 //!
 //! and per canary probe `llmwatch_canary_{ttfb,ttft,tpot,e2e}_seconds`,
 //! `llmwatch_canary_success`, `llmwatch_canary_output_tokens` (`job="llmwatch"`,
-//! `target`, `api`, `model`). The names and labels are those of the
+//! `target`, `api`, `model`), with the canary signals over the minute up to
+//! it (`llmwatch_signal{signal="probe_ttft_p95"}`, …). The names and labels are those of the
 //! Prometheus API at `/prometheus` (`llmwatch_store::prom_source`), so the
 //! shipped Grafana dashboards read either.
 //!
@@ -35,12 +36,12 @@ use std::time::Duration;
 
 use llmwatch_config::{RemoteWriteAuth, RemoteWriteConfig};
 use llmwatch_core::catalog::{NormalizedSample, Part};
-use llmwatch_core::signals::{signals_between, Snapshot};
+use llmwatch_core::signals::{signals_between, Signal, Snapshot};
 use llmwatch_remote_write::{series_labels, Label, WriteRequestBuilder};
 use llmwatch_store::prom_source::attached_labels;
 use llmwatch_store::{
     ExportCursor, ExportedProbe, ExportedScrape, RemoteWriteCursor, SeriesKind, Store, StoreError,
-    TargetKind, TargetRow,
+    TargetKind, TargetRow, PROBE_WINDOW_MIN_MS,
 };
 use tokio::sync::watch;
 
@@ -268,6 +269,7 @@ impl State {
         builder: &mut WriteRequestBuilder,
         target: &TargetRow,
         probe: &ExportedProbe,
+        signals: &[(Signal, f64)],
     ) {
         let extra = vec![
             ("api".to_string(), probe.api.clone()),
@@ -295,6 +297,10 @@ impl State {
             if let Some(value) = value {
                 self.push_derived(builder, target, JOB, name, &extra, ts, value);
             }
+        }
+        for (signal, value) in signals.iter().filter(|(_, v)| v.is_finite()) {
+            let extra = [("signal".to_string(), signal.as_str().to_string())];
+            self.push_derived(builder, target, JOB, "llmwatch_signal", &extra, ts, *value);
         }
     }
 }
@@ -421,7 +427,7 @@ pub async fn run_remote_write(
                 }
             }
         }
-        update_lag(&store, &counters, &cursor).await;
+        update_lag(&store, &counters).await;
     }
 }
 
@@ -452,11 +458,15 @@ async fn start_cursor(
     Ok(cursor)
 }
 
-async fn update_lag(store: &Store, counters: &RemoteWriteCounters, cursor: &RemoteWriteCursor) {
+/// The lag gauge: the newest stored scrape against the cursor as last
+/// published (`cursor_ms`). Also refreshed between retries, so an outage
+/// shows as a growing lag rather than the value from before it.
+async fn update_lag(store: &Store, counters: &RemoteWriteCounters) {
     if let Ok(Some(newest)) = store.newest_scrape_ms().await {
+        let cursor = counters.cursor_ms.load(Ordering::Relaxed);
         counters
             .lag_ms
-            .store((newest - cursor.scrapes.ts_ms).max(0), Ordering::Relaxed);
+            .store((newest - cursor).max(0), Ordering::Relaxed);
     }
 }
 
@@ -506,11 +516,16 @@ async fn send_next(
         }
         for probe in &probes {
             let target = state.target(store, probe.target_id).await?;
-            state.push_probe(&mut builder, &target, probe);
+            // The canary signals as the Prometheus API serves them at the
+            // probe's instant, so the shipped dashboards read them here too.
+            let signals = store
+                .probe_signals(probe.target_id, probe.ts_ms, PROBE_WINDOW_MIN_MS)
+                .await?;
+            state.push_probe(&mut builder, &target, probe, &signals);
         }
         let samples = builder.samples() as u64;
         let body = bytes::Bytes::from(builder.finish());
-        if !deliver(client, job, counters, body, samples, shutdown).await {
+        if !deliver(store, client, job, counters, body, samples, shutdown).await {
             return Ok(false);
         }
         let next = RemoteWriteCursor {
@@ -536,6 +551,7 @@ async fn send_next(
 /// Posts `body` until it is taken or refused for good; `false` when
 /// shutdown came first (the cursor then stays where it was).
 async fn deliver(
+    store: &Store,
     client: &reqwest::Client,
     job: &RemoteWriteJob,
     counters: &RemoteWriteCounters,
@@ -565,6 +581,7 @@ async fn deliver(
                     .fetch_add(samples, Ordering::Relaxed);
                 counters.retries.fetch_add(1, Ordering::Relaxed);
                 tracing::warn!(endpoint = %job.config.name, error = %why, retry_in = ?backoff, "remote write failed; retrying");
+                update_lag(store, counters).await;
                 if wait_or_stop(shutdown, backoff).await {
                     return false;
                 }

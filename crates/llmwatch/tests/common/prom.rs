@@ -3,7 +3,8 @@
 //! Grafana's variable substitution.
 #![allow(dead_code)]
 
-use std::net::{SocketAddr, TcpListener};
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
@@ -114,23 +115,53 @@ pub fn start_prometheus(dir: &Path, jobs: &[(&str, SocketAddr, &str, &str)]) -> 
     }
     let file = dir.join("prometheus.yml");
     std::fs::write(&file, config).expect("write prometheus.yml");
-    let port = TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("a free port")
-        .port();
-    let addr: SocketAddr = ([127, 0, 0, 1], port).into();
-    let child = Command::new("prometheus")
+    let mut command = Command::new("prometheus");
+    command
         .arg(format!("--config.file={}", file.display()))
         .arg(format!(
             "--storage.tsdb.path={}",
             dir.join("data").display()
-        ))
-        .arg(format!("--web.listen-address={addr}"))
+        ));
+    let (child, addr) = spawn_prometheus(command, "127.0.0.1:0");
+    Prometheus { child, addr }
+}
+
+/// Starts `command` (a Prometheus) listening on `listen` and returns it
+/// with the address its log says it listens on. With port 0 the OS picks
+/// the port as Prometheus binds it, so no other process can take it between
+/// a probe and the bind.
+pub fn spawn_prometheus(mut command: Command, listen: &str) -> (Child, SocketAddr) {
+    let mut child = command
+        .arg(format!("--web.listen-address={listen}"))
         .stdout(Stdio::null())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("prometheus is installed (Debian package `prometheus`); this test must not skip");
-    Prometheus { child, addr }
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (found, address) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Read to the end, so a full pipe never stalls Prometheus.
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(addr) = listening_address(&line) {
+                let _ = found.send(addr);
+            }
+        }
+    });
+    let addr = address
+        .recv_timeout(Duration::from_secs(60))
+        .expect("prometheus logs the address it listens on within 60 s");
+    (child, addr)
+}
+
+/// The address of Prometheus' `msg="Listening on" address=…` log line.
+fn listening_address(line: &str) -> Option<SocketAddr> {
+    if !line.contains("msg=\"Listening on\"") {
+        return None;
+    }
+    line.split_whitespace()
+        .find_map(|field| field.strip_prefix("address="))?
+        .parse()
+        .ok()
 }
 
 /// The value a Grafana variable takes against the simulator: one value
@@ -192,6 +223,52 @@ pub fn substitute(expr: &str, engine: SocketAddr) -> String {
             &single
         });
         rest = &rest[len..];
+    }
+    out
+}
+
+/// Every `expr` of every panel of every shipped dashboard.
+pub fn dashboard_exprs() -> Vec<(String, String)> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/grafana/dashboards");
+    let mut out = Vec::new();
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{dir:?}: {e}"))
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "json"))
+        .collect();
+    files.sort();
+    assert!(
+        files.len() >= 5,
+        "overview, target, GPUs, probes, sweeps: {files:?}"
+    );
+    for file in files {
+        let dashboard: Value = serde_json::from_str(&std::fs::read_to_string(&file).unwrap())
+            .unwrap_or_else(|e| panic!("{file:?}: {e}"));
+        for panel in dashboard["panels"].as_array().expect("panels") {
+            for target in panel["targets"].as_array().into_iter().flatten() {
+                let expr = target["expr"].as_str().expect("every target has an expr");
+                out.push((
+                    format!("{} / {}", file.display(), panel["title"]),
+                    expr.to_string(),
+                ));
+            }
+        }
+        for var in dashboard["templating"]["list"]
+            .as_array()
+            .into_iter()
+            .flatten()
+        {
+            // label_values(<selector>, <label>) → the series call Grafana makes.
+            let query = var["query"]["query"].as_str().expect("variable query");
+            let inner = query
+                .strip_prefix("label_values(")
+                .and_then(|q| q.rsplit_once(','));
+            let (selector, _) = inner.unwrap_or_else(|| panic!("{file:?}: {query}"));
+            out.push((
+                format!("{} / variable {}", file.display(), var["name"]),
+                selector.to_string(),
+            ));
+        }
     }
     out
 }

@@ -242,8 +242,22 @@ async fn gpu_page_looks_like_dcgm_exporter_and_follows_the_kv_cache() {
     }
     let sim = t.sim.clone();
     assert!(wait_for(Duration::from_secs(3), || sim.snapshot().running == 8).await);
-    tokio::time::sleep(Duration::from_millis(800)).await;
-    let busy_text = get_text(&t.client, &format!("{}/metrics", t.gpu_base)).await;
+    // The GPU page follows the engine's activity over ~1 s (an average that
+    // still holds the prefill at first): within a few seconds of decoding it
+    // must read busy and decode-dominated. Polled, not a fixed sleep.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let busy_text = loop {
+        let text = get_text(&t.client, &format!("{}/metrics", t.gpu_base)).await;
+        let page = parse(&text);
+        let gpu0 = Some(("gpu", "0"));
+        let decoding = value(&page, "DCGM_FI_DEV_GPU_UTIL", gpu0) > 20.0
+            && value(&page, "DCGM_FI_PROF_DRAM_ACTIVE", gpu0)
+                > value(&page, "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", gpu0);
+        if decoding || std::time::Instant::now() >= deadline {
+            break text;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
     let busy = parse(&busy_text);
     let kv_blocks = t.sim.snapshot().kv_blocks_used as f64;
     let used = fb_used(&busy);

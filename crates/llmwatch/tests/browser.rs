@@ -312,7 +312,8 @@ async fn chromium_sees_live_updates_and_the_sweep_page() {
         "the kv-starved sweep finds a saturation point: {verdict}"
     );
     assert_eq!(
-        verdict["findings"][0]["verdict"], "kv_cache_capacity",
+        verdict["findings"][0]["verdict"],
+        llmwatch_core::analysis::Verdict::KvCacheCapacity.name(),
         "the kv-starved sweep names the KV cache first: {verdict}"
     );
 

@@ -1,8 +1,8 @@
 //! A real Prometheus over a TSDB directory, and a tiny loopback HTTP
 //! client for its API (timeouts and a size limit on every call).
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -10,11 +10,6 @@ use std::time::{Duration, Instant};
 use serde_json::Value as Json;
 
 const MAX_BODY: usize = 64 << 20;
-
-fn free_port() -> u16 {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
-    l.local_addr().expect("local address").port()
-}
 
 /// A Prometheus server over a TSDB directory, killed on drop.
 pub struct Prometheus {
@@ -36,22 +31,16 @@ pub fn start_prometheus(dir: &Path) -> Prometheus {
         "global:\n  scrape_interval: 15s\nscrape_configs: []\n",
     )
     .expect("write config");
-    let port = free_port();
-    let addr: SocketAddr = format!("127.0.0.1:{port}")
-        .parse()
-        .expect("loopback address");
-    let child = Command::new("prometheus")
-        .arg(format!("--config.file={}", config.display()))
-        .arg(format!(
-            "--storage.tsdb.path={}",
-            dir.join("data").display()
-        ))
-        .arg("--storage.tsdb.retention.time=100y")
-        .arg(format!("--web.listen-address={addr}"))
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("prometheus is installed (Debian package `prometheus`); this test must not skip");
+    let (child, addr) = spawn_listening(
+        Command::new("prometheus")
+            .arg(format!("--config.file={}", config.display()))
+            .arg(format!(
+                "--storage.tsdb.path={}",
+                dir.join("data").display()
+            ))
+            .arg("--storage.tsdb.retention.time=100y")
+            .arg("--web.listen-address=127.0.0.1:0"),
+    );
     let prom = Prometheus { child, addr };
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -64,6 +53,38 @@ pub fn start_prometheus(dir: &Path) -> Prometheus {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Starts `command` (a Prometheus on port 0) and returns it with the
+/// address its log says it listens on: the OS picks the port as Prometheus
+/// binds it, so nothing can take it between a probe and the bind.
+fn spawn_listening(command: &mut Command) -> (Child, SocketAddr) {
+    let mut child = command
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("prometheus is installed (Debian package `prometheus`); this test must not skip");
+    let stderr = child.stderr.take().expect("piped stderr");
+    let (found, address) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Read to the end, so a full pipe never stalls Prometheus.
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if !line.contains("msg=\"Listening on\"") {
+                continue;
+            }
+            let addr = line
+                .split_whitespace()
+                .find_map(|field| field.strip_prefix("address="))
+                .and_then(|a| a.parse::<SocketAddr>().ok());
+            if let Some(addr) = addr {
+                let _ = found.send(addr);
+            }
+        }
+    });
+    let addr = address
+        .recv_timeout(Duration::from_secs(60))
+        .expect("prometheus logs the address it listens on within 60 s");
+    (child, addr)
 }
 
 /// A loopback HTTP/1.0 GET with timeouts and a size limit; (status, body).

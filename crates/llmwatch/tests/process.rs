@@ -64,6 +64,15 @@ scrape_interval = "200ms"
 interval = "300ms"
 shape = "16x2"
 
+# Refused port: its scrape and probe errors are where a URL leaks.
+[[targets]]
+name = "down"
+url = "http://downuser:{PASSWORD}@127.0.0.1:9/v1?api_key={QUERY_SECRET}"
+scrape_interval = "200ms"
+[targets.probe]
+interval = "300ms"
+shape = "16x2"
+
 [[gpus]]
 name = "gpu"
 dcgm_url = "http://{engine}/metrics?api_key={QUERY_SECRET}"
@@ -105,8 +114,14 @@ interval = "500ms"
                 .as_array()?
                 .iter()
                 .find(|t| t["name"] == "sim")?;
+            let down = targets["targets"]
+                .as_array()?
+                .iter()
+                .find(|t| t["name"] == "down")?;
             (sim["status"]["state"] == "up"
-                && sim["signals"]["probe_ttft_p95"]["value"].is_number())
+                && sim["signals"]["probe_ttft_p95"]["value"].is_number()
+                && down["status"]["state"] == "down"
+                && down["status"]["error"].is_string())
             .then_some(())
         },
     )
@@ -135,12 +150,15 @@ interval = "500ms"
     for path in [
         "/",
         "/targets/sim",
+        "/targets/down",
         "/targets/gpu",
         "/sweeps",
         &format!("/sweeps/{id}"),
         "/api/v1/targets",
         "/api/v1/targets/sim",
+        "/api/v1/targets/down",
         "/api/v1/probes?target=sim",
+        "/api/v1/probes?target=down",
         "/api/v1/sweeps",
         "/metrics",
     ] {

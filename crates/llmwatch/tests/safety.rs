@@ -1,9 +1,11 @@
 //! The daemon is safe to leave beside production: it fails closed on a
 //! missing token, logs browsers in with a session cookie, refuses
-//! cross-site state changes and forms without their CSRF token, bounds and
-//! cancels sweeps, marks sweeps a crash cut off, and keeps credentials in
-//! target URLs out of pages, API answers and the database. Each test starts
-//! the real daemon on port 0 with a real SQLite file.
+//! cross-site state changes and forms without their CSRF token (the Cancel
+//! button's included), bounds and cancels sweeps, stops a sweep that runs
+//! past `max_sweep_duration`, marks sweeps a crash cut off, and bounds its
+//! own HTTP server (header and request timeouts, in-flight cap, body limit).
+//! Each test starts the real daemon on port 0 with a real SQLite file, and
+//! binds nothing but loopback.
 
 mod common;
 
@@ -54,8 +56,16 @@ async fn a_missing_token_or_an_open_network_listener_refuses_to_start() {
         .to_string();
     assert!(empty.contains("server.token"), "{empty}");
 
+    // All interfaces: the check daemon::start makes refuses it. (Checked
+    // without starting: should the refusal break, nothing binds 0.0.0.0.)
     let mut open = test_config("", dir.path());
     open.server.listen = "0.0.0.0:0".parse().unwrap();
+    let message = open.access_token().expect_err("refused").to_string();
+    assert!(message.contains("server.listen"), "{message}");
+    // The daemon itself on an address the check takes for the network but
+    // that nothing outside this machine reaches: IPv4 loopback through an
+    // IPv6 socket (`IpAddr::is_loopback` is false for it).
+    open.server.listen = "[::ffff:127.0.0.1]:0".parse().unwrap();
     let message = format!(
         "{:#}",
         daemon::start(open.clone()).await.err().expect("refused")
@@ -499,5 +509,250 @@ async fn requests_past_the_in_flight_cap_are_answered_503_at_once() {
         (response.status() == StatusCode::OK).then_some(())
     })
     .await;
+    test.daemon.shutdown().await;
+}
+
+/// Logs in through the login form as a browser does; returns the session
+/// cookie (`name=value`).
+async fn log_in(http: &reqwest::Client, base: &str) -> String {
+    let form = http.get(format!("{base}/login")).send().await.unwrap();
+    let (login_cookie, _) = set_cookie(&form, "llmwatch_login").expect("login cookie");
+    let csrf = hidden_field(&form.text().await.unwrap(), "csrf");
+    let ok = http
+        .post(format!("{base}/login"))
+        .header(COOKIE, login_cookie)
+        .form(&[("token", TOKEN), ("csrf", &csrf), ("next", "/")])
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(ok.status(), StatusCode::SEE_OTHER);
+    set_cookie(&ok, "llmwatch_session")
+        .expect("session cookie")
+        .0
+}
+
+/// How many steps sweep `id` has stored.
+async fn stored_steps(store: &Store, id: i64) -> usize {
+    store.sweep_steps(id).await.unwrap().len()
+}
+
+/// Waits for sweep `id` to store a step past the `seen` it had: proof it is
+/// still running (a cancelled sweep stores no more steps).
+async fn wait_for_another_step(store: &Store, id: i64, seen: usize) -> usize {
+    let steps = wait_for(
+        "the sweep to go on to another step",
+        Duration::from_secs(20),
+        || async {
+            let steps = stored_steps(store, id).await;
+            (steps > seen).then_some(steps)
+        },
+    )
+    .await;
+    let row = store.sweep(id).await.unwrap().unwrap();
+    assert_eq!(row.status, SweepStatus::Running, "{row:?}");
+    steps
+}
+
+/// The cancel endpoint refuses another site (`Origin`, `Sec-Fetch-Site`)
+/// even with the bearer token, and the sweep runs on; the Cancel button's
+/// form, with a session cookie, cancels only with its CSRF token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cross_site_cancels_are_refused_and_the_cancel_button_needs_its_token() {
+    // Real speed and one-second steps: the sweep outlives the checks below.
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 1.0))
+        .await
+        .unwrap();
+    let test = spawn_daemon(&format!(
+        "[server]\ntoken = \"{TOKEN}\"\n{}",
+        target_toml(engine)
+    ))
+    .await;
+    let base = test.base_url();
+    let store = test.daemon.store.clone();
+    let http = client();
+    let started = http
+        .post(format!("{base}/api/v1/sweeps"))
+        .bearer_auth(TOKEN)
+        .json(
+            &json!({"target": "sim", "shape": "16x16", "concurrency": vec![1; 16],
+                      "requests_per_step": 1, "min_step_duration": "1s"}),
+        )
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(started.status(), StatusCode::ACCEPTED);
+    let id = started.json::<Value>().await.unwrap()["id"]
+        .as_i64()
+        .expect("sweep id");
+    let mut seen = wait_for_another_step(&store, id, 0).await;
+
+    // The API with the token, from another site: refused.
+    for (header, value) in [
+        ("origin", "https://evil.example"),
+        ("sec-fetch-site", "cross-site"),
+    ] {
+        let refused = http
+            .post(format!("{base}/api/v1/sweeps/{id}/cancel"))
+            .bearer_auth(TOKEN)
+            .header(header, value)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{header}: {value}");
+        let answer: Value = refused.json().await.unwrap();
+        assert!(
+            answer["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains("cross-site"),
+            "{answer}"
+        );
+    }
+    seen = wait_for_another_step(&store, id, seen).await;
+
+    // The Cancel button: its form on the sweep's page, with the session.
+    let session = log_in(&http, &base).await;
+    let page = http
+        .get(format!("{base}/sweeps/{id}"))
+        .header(COOKIE, &session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    let action = format!("action=\"/sweeps/{id}/cancel\"");
+    let form = &html[html
+        .find(&action)
+        .unwrap_or_else(|| panic!("no Cancel button on {html}"))..];
+    let csrf = hidden_field(form, "csrf");
+    assert!(!csrf.is_empty());
+    let cancel = |csrf: &str, origin: &str| {
+        http.post(format!("{base}/sweeps/{id}/cancel"))
+            .header(COOKIE, &session)
+            .header("origin", origin)
+            .form(&[("csrf", csrf)])
+            .send()
+    };
+    for (csrf, origin, why) in [
+        ("", base.as_str(), "no CSRF token"),
+        ("forged", base.as_str(), "a wrong CSRF token"),
+        (csrf.as_str(), "https://evil.example", "another site"),
+    ] {
+        let refused = cancel(csrf, origin).await.unwrap();
+        assert_eq!(refused.status(), StatusCode::FORBIDDEN, "{why}");
+    }
+    seen = wait_for_another_step(&store, id, seen).await;
+
+    let cancelled_at = Instant::now();
+    let ok = cancel(&csrf, &base).await.unwrap();
+    assert_eq!(ok.status(), StatusCode::SEE_OTHER);
+    assert_eq!(ok.headers()[LOCATION], format!("/sweeps/{id}"));
+    let row = wait_for("the sweep to end", Duration::from_secs(5), || async {
+        let row = store.sweep(id).await.unwrap()?;
+        (row.status != SweepStatus::Running).then_some(row)
+    })
+    .await;
+    assert!(cancelled_at.elapsed() < Duration::from_secs(5));
+    assert_eq!(row.status, SweepStatus::Cancelled, "{row:?}");
+    assert!(stored_steps(&store, id).await >= seen, "steps kept");
+    test.daemon.shutdown().await;
+}
+
+/// A sweep whose steps together run past `max_sweep_duration` (each within
+/// the request bounds) stops when the limit passes: `stopped`, the reason
+/// naming the limit, the steps finished before it kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_past_max_sweep_duration_stops_and_keeps_its_steps() {
+    // Real speed: a step of 1 warm-up and 4 measured 16x32 requests takes
+    // about 1.3 s here, so 16 of them cannot fit in 4 s; the first does.
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 1.0))
+        .await
+        .unwrap();
+    let limit = Duration::from_secs(4);
+    let test = spawn_daemon(&format!(
+        "[server.sweep_limits]\nmax_sweep_duration = \"4s\"\n{}",
+        target_toml(engine)
+    ))
+    .await;
+    let base = test.base_url();
+    let (status, answer) = post_sweep(
+        &base,
+        json!({"target": "sim", "shape": "16x32", "concurrency": vec![1; 16],
+               "requests_per_step": 4, "min_step_duration": "100ms"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{answer}");
+    let id = answer["id"].as_i64().expect("sweep id");
+    let store = test.daemon.store.clone();
+    let row = wait_for("the sweep to end", Duration::from_secs(20), || async {
+        let row = store.sweep(id).await.unwrap()?;
+        (row.status != SweepStatus::Running).then_some(row)
+    })
+    .await;
+    assert_eq!(row.status, SweepStatus::Stopped, "{row:?}");
+    let reason = row.stop_reason.clone().unwrap_or_default();
+    assert!(
+        reason.contains("max_sweep_duration") && reason.contains("4s"),
+        "{reason}"
+    );
+    let ran = Duration::from_millis((row.ended_ms.unwrap() - row.started_ms) as u64);
+    assert!(
+        ran >= limit && ran < limit + Duration::from_secs(2),
+        "ran {ran:?} for a {limit:?} limit"
+    );
+    let steps = stored_steps(&store, id).await;
+    assert!((1..16).contains(&steps), "{steps} steps kept");
+    // The API says so too.
+    let detail: Value = client()
+        .get(format!("{base}/api/v1/sweeps/{id}"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(detail["status"], "stopped");
+    assert_eq!(detail["stop_reason"], reason.as_str());
+    assert_eq!(detail["steps"].as_array().map(Vec::len), Some(steps));
+    test.daemon.shutdown().await;
+}
+
+/// A request whose handler cannot finish (its form body never completes)
+/// is answered 408 once `server.http_request_timeout` passes, not held open;
+/// the dashboard answers meanwhile.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_past_the_request_timeout_is_answered_408() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let timeout = Duration::from_secs(1);
+    let test = spawn_daemon("[server]\nhttp_request_timeout = \"1s\"\n").await;
+    let mut stream = tokio::net::TcpStream::connect(test.daemon.listen_addr)
+        .await
+        .unwrap();
+    let sent = Instant::now();
+    stream
+        .write_all(
+            b"POST /prometheus/api/v1/query HTTP/1.1\r\nHost: 127.0.0.1\r\n\
+              Content-Type: application/x-www-form-urlencoded\r\nContent-Length: 100\r\n\r\nquery=",
+        )
+        .await
+        .unwrap();
+    let healthz = client()
+        .get(format!("{}/healthz", test.base_url()))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(healthz.status(), StatusCode::OK);
+    let mut buf = [0u8; 512];
+    let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+        .await
+        .expect("an answer within 5 s")
+        .unwrap();
+    let took = sent.elapsed();
+    let answer = String::from_utf8_lossy(&buf[..n]);
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer:?}");
+    assert!(
+        took >= timeout && took < timeout + Duration::from_secs(2),
+        "answered after {took:?}"
+    );
     test.daemon.shutdown().await;
 }

@@ -425,3 +425,70 @@ async fn merged_workers_equal_one_computation_over_their_records() {
         RunResult::from_records(&cfg, 6, merged.records.clone(), wall, &Default::default());
     assert_eq!(summaries(&stored)[..4], summaries(&merged)[..4]);
 }
+
+/// A vLLM-shaped `/tokenize` whose count is `count(prompt)`.
+fn counting_tokenize_server(count: fn(&str) -> usize) -> TestServer {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let app = Router::new().route(
+                "/tokenize",
+                post(move |Json(v): Json<serde_json::Value>| async move {
+                    let prompt = v["prompt"].as_str().unwrap_or("");
+                    Json(serde_json::json!({"count": count(prompt), "max_model_len": 4096}))
+                }),
+            );
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(l.local_addr().unwrap()).unwrap();
+            axum::serve(l, app).await.unwrap();
+        });
+    });
+    TestServer {
+        addr: rx.recv().unwrap(),
+        stamps: Stamps::default(),
+    }
+}
+
+/// Issue 11: where the input length cannot be exact, calibration says why
+/// — a tokenizer whose count depends on the nonce (as BPE merges digit
+/// runs), or one whose count stops growing — and never builds a runaway
+/// prompt.
+#[tokio::test]
+async fn calibration_says_why_it_cannot_be_exact() {
+    let nonce_sensitive = counting_tokenize_server(|prompt| {
+        let digits: usize = prompt
+            .bytes()
+            .filter(u8::is_ascii_digit)
+            .map(|d| usize::from(d - b'0'))
+            .sum();
+        prompt.split_whitespace().count() + 1 + digits % 3
+    });
+    let client = ProbeClient::new(ClientConfig::new(nonce_sensitive.url())).unwrap();
+    let c = Calibrator::new()
+        .calibrate(&client, Api::Completions, "m", PromptKind::Random, 300)
+        .await;
+    assert!(!c.exact, "{c:?}");
+    let (lo, hi) = c.spread.expect("the nonces' counts disagree");
+    assert!(lo < hi && hi - lo <= 2, "{c:?}");
+    let reason = c.inexact_reason().expect("a reason");
+    assert!(
+        reason.contains("differ only in their nonce") && reason.contains(&format!("{lo}–{hi}")),
+        "{reason}"
+    );
+
+    let capped =
+        counting_tokenize_server(|prompt| (prompt.split_whitespace().count() + 1).min(100));
+    let client = ProbeClient::new(ClientConfig::new(capped.url())).unwrap();
+    let c = Calibrator::new()
+        .calibrate(&client, Api::Completions, "m", PromptKind::Random, 300)
+        .await;
+    assert!(!c.exact, "{c:?}");
+    assert_eq!(c.tokens, Some(100), "{c:?}");
+    assert!(c.words < 1000, "a runaway prompt of {} words", c.words);
+    let reason = c.inexact_reason().expect("a reason");
+    assert!(reason.contains("counted 100 tokens"), "{reason}");
+}

@@ -326,6 +326,33 @@ fn catalog_scrape(i: i64) -> Vec<NormalizedSample> {
     ]
 }
 
+/// A database file in `dir` migrated by the repository's migrations up to
+/// `version` only, as an older release left it.
+async fn database_at_migration(dir: &tempfile::TempDir, version: u32) -> sqlx::SqlitePool {
+    let repo_migrations = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations");
+    let older = dir.path().join("migrations");
+    std::fs::create_dir(&older).unwrap();
+    for entry in std::fs::read_dir(&repo_migrations).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().to_string();
+        let number: u32 = name.split('_').next().unwrap().parse().unwrap();
+        if number <= version {
+            std::fs::copy(&path, older.join(&name)).unwrap();
+        }
+    }
+    let options = sqlx::sqlite::SqliteConnectOptions::new()
+        .filename(dir.path().join("llmwatch.db"))
+        .create_if_missing(true);
+    let pool = sqlx::SqlitePool::connect_with(options).await.unwrap();
+    sqlx::migrate::Migrator::new(older.as_path())
+        .await
+        .unwrap()
+        .run(&pool)
+        .await
+        .unwrap();
+    pool
+}
+
 #[tokio::test]
 async fn an_older_database_moves_into_blocks_with_its_signals_unchanged() {
     let dir = tempfile::tempdir().unwrap();
@@ -339,8 +366,17 @@ async fn an_older_database_moves_into_blocks_with_its_signals_unchanged() {
     ];
     let range = Range::checked(T0, T0 + scrapes * STEP, 60_000).unwrap();
     let before = {
-        let (store, target) = open(&dir).await;
-        // The older layout: catalog series, every scrape one packed row.
+        // A database as the release before blocks left it: migrated up to
+        // 0007 by the same files, holding the older layout (catalog series,
+        // every scrape one packed row).
+        let pool = database_at_migration(&dir, 7).await;
+        let target: i64 = sqlx::query_scalar(
+            "INSERT INTO targets (name, kind, url, engine, created_ms)
+             VALUES ('t', 'engine', 'http://127.0.0.1:9', 'vllm', 0) RETURNING id",
+        )
+        .fetch_one(&pool)
+        .await
+        .unwrap();
         let mut ids = Vec::new();
         for (k, s) in catalog_scrape(0).iter().enumerate() {
             let part = llmwatch_store::part_key(s.part);
@@ -350,7 +386,7 @@ async fn an_older_database_moves_into_blocks_with_its_signals_unchanged() {
             .bind(target)
             .bind(s.metric.name())
             .bind(part)
-            .fetch_one(store.pool())
+            .fetch_one(&pool)
             .await
             .unwrap();
             assert_eq!(ids.len(), k);
@@ -370,19 +406,16 @@ async fn an_older_database_moves_into_blocks_with_its_signals_unchanged() {
             .bind(T0 + i * STEP)
             .bind(pairs.len() as i64)
             .bind(codec::encode(&pairs))
-            .execute(store.pool())
+            .execute(&pool)
             .await
             .unwrap();
         }
-        sqlx::query("UPDATE targets SET engine = 'vllm'")
-            .execute(store.pool())
-            .await
-            .unwrap();
         let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM scrapes")
-            .fetch_one(store.pool())
+            .fetch_one(&pool)
             .await
             .unwrap();
         assert_eq!(rows, scrapes);
+        pool.close().await;
         // What these samples mean, from the signal definitions themselves.
         let mut expected: Vec<(Signal, Vec<(i64, u64)>)> =
             signals.iter().map(|s| (*s, Vec::new())).collect();

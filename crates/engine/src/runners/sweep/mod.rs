@@ -8,8 +8,9 @@
 //! *and* `min_step_duration` — whichever ends later — so a fast server still
 //! gives a window long enough to scrape, and a slow one still gives enough
 //! requests for a p95. The server's `/metrics` is scraped every
-//! `scrape_interval` during the step, and the step's [`ServerEvidence`] is
-//! read from the scrapes of its window.
+//! `scrape_interval` during the step, and the step's
+//! [`ServerEvidence`](llmwatch_core::analysis::ServerEvidence) is read from
+//! the scrapes of its window.
 //!
 //! Production safety: a sweep loads a server hard, so its ladder is capped
 //! ([`DEFAULT_MAX_CONCURRENCY`], raised only on purpose) and it stops early
@@ -17,7 +18,7 @@
 //! storing) every step measured so far with the reason it stopped.
 //!
 //! Entry points: [`run_sweep`] (the daemon and the CLI), [`compare_sweeps`],
-//! [`cli::run`] (`llmwatch sweep`).
+//! and the binary crate's `cli::sweep::run` (`llmwatch sweep`).
 
 pub mod card;
 mod error;

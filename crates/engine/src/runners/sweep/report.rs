@@ -40,7 +40,8 @@ pub struct SweepReport {
     pub card: ExperimentCard,
     pub steps: Vec<StepReport>,
     pub verdict: SweepVerdict,
-    /// The verdict in words ([`summary_lines`]).
+    /// The verdict in words
+    /// ([`summary_lines`](llmwatch_core::analysis::summary_lines)).
     pub summary: Vec<String>,
     /// Why the sweep stopped before the end of its ladder.
     pub stop_reason: Option<String>,

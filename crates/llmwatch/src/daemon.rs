@@ -89,8 +89,93 @@ const SWEEP_CANCEL_WAIT: Duration = Duration::from_secs(5);
 
 /// Starts the daemon for `config` on the current runtime.
 pub async fn start(config: Config) -> anyhow::Result<Daemon> {
-    // Fail closed before anything runs: a token that should be there and is
-    // not, or a network-facing listener without one, stops the start here.
+    let (token, discovery_tokens) = check_access(&config)?;
+    let store = Store::open(&config.server.database)
+        .await
+        .with_context(|| format!("opening database {}", config.server.database.display()))?;
+    let client = scrape::scrape_client().context("building the HTTP client")?;
+    let (shutdown_tx, shutdown_rx) = watch::channel(false);
+    let (records_tx, records_rx) = mpsc::channel::<ScrapeRecord>(1024);
+    let mut wiring = Wiring {
+        store,
+        client,
+        counters: Arc::new(ScrapeCounters::default()),
+        shutdown: shutdown_rx,
+        tasks: Vec::new(),
+    };
+    let now = now_ms();
+    mark_interrupted_sweeps(&wiring.store, now).await?;
+
+    // Configured targets now, discovered ones as discovery finds them: the
+    // supervisor keeps one scrape (and canary) loop per target of the set.
+    let targets = TargetSet::new(config.targets.clone());
+    let discovery_counters = Arc::new(DiscoveryCounters::default());
+    spawn_discovery(
+        &config,
+        discovery_tokens,
+        &targets,
+        &discovery_counters,
+        &mut wiring,
+    );
+    let supervisor = start_supervisor(
+        TargetTasks {
+            store: wiring.store.clone(),
+            client: wiring.client.clone(),
+            records: records_tx.clone(),
+            counters: wiring.counters.clone(),
+            max_body_bytes: config.server.max_body_bytes,
+        },
+        targets.clone(),
+        wiring.shutdown.clone(),
+    )
+    .await;
+    wiring.tasks.push(supervisor);
+    let gpu_sources = start_gpu_sources(&config, &records_tx, now, &mut wiring).await?;
+    // The writer ends when every sender is gone: the loops hold the rest.
+    drop(records_tx);
+    spawn_housekeeping(&config, &targets, gpu_sources, records_rx, &mut wiring);
+    // Scheduled sweeps share one slot with API sweeps: one sweep at a time.
+    let sweep_slots = SweepSlots::default();
+    spawn_sweep_schedules(&config, &sweep_slots, &mut wiring);
+    let web = start_web(
+        &config,
+        token,
+        &targets,
+        &discovery_counters,
+        &sweep_slots,
+        &mut wiring,
+    )
+    .await?;
+
+    Ok(Daemon {
+        store: wiring.store,
+        listen_addr: web.listen_addr,
+        counters: wiring.counters,
+        targets,
+        discovery: discovery_counters,
+        alerts: web.alerts,
+        sweeps: sweep_slots,
+        shutdown: shutdown_tx,
+        tasks: wiring.tasks,
+    })
+}
+
+/// What the daemon's loops share, and the tasks started so far (shutdown
+/// waits for each).
+struct Wiring {
+    store: Store,
+    /// The scrape client, shared by scrapes and discovery.
+    client: reqwest::Client,
+    counters: Arc<ScrapeCounters>,
+    shutdown: watch::Receiver<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+/// The tokens the daemon needs: its own (serving) and each discovery
+/// source's. Fails closed before anything runs: a token that should be
+/// there and is not, or a network-facing listener without one, stops the
+/// start here.
+fn check_access(config: &Config) -> anyhow::Result<(Option<String>, Vec<Option<String>>)> {
     let token = config.access_token()?;
     let discovery_tokens = config
         .discovery
@@ -105,190 +190,208 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
              anyone who reaches it can read everything and start sweeps"
         );
     }
-    let store = Store::open(&config.server.database)
-        .await
-        .with_context(|| format!("opening database {}", config.server.database.display()))?;
-    let client = scrape::scrape_client().context("building the HTTP client")?;
-    let counters = Arc::new(ScrapeCounters::default());
-    let (shutdown_tx, shutdown_rx) = watch::channel(false);
-    let (records_tx, records_rx) = mpsc::channel::<ScrapeRecord>(1024);
-    let mut tasks = Vec::new();
-    let now = now_ms();
-    // No sweep runs yet: one still `running` in the store died with the
-    // previous process.
+    Ok((token, discovery_tokens))
+}
+
+/// No sweep runs yet: one still `running` in the store died with the
+/// previous process.
+async fn mark_interrupted_sweeps(store: &Store, now: i64) -> anyhow::Result<()> {
     let interrupted = store.mark_interrupted_sweeps(now).await?;
-    // GPU sources (their series stay at retention; targets come from the set).
-    let mut gpu_sources = Vec::new();
     if interrupted > 0 {
         tracing::warn!(
             sweeps = interrupted,
             "sweeps cut off by the last stop marked interrupted"
         );
     }
+    Ok(())
+}
 
-    // Configured targets now, discovered ones as discovery finds them: the
-    // supervisor keeps one scrape (and canary) loop per target of the set.
-    let targets = TargetSet::new(config.targets.clone());
-    let discovery_counters = Arc::new(DiscoveryCounters::default());
-    for (discovery, token) in config.discovery.iter().zip(discovery_tokens) {
+/// One service-discovery loop per `[[discovery]]` source, feeding `targets`.
+fn spawn_discovery(
+    config: &Config,
+    tokens: Vec<Option<String>>,
+    targets: &TargetSet,
+    counters: &Arc<DiscoveryCounters>,
+    wiring: &mut Wiring,
+) {
+    for (discovery, token) in config.discovery.iter().zip(tokens) {
         tracing::info!(discovery = %discovery.name, files = ?discovery.files, url = ?discovery.http_url.as_deref().map(redact_url), shard = ?config.server.shard.map(|s| s.to_string()), "service discovery");
-        tasks.push(tokio::spawn(run_discovery(
+        wiring.tasks.push(tokio::spawn(run_discovery(
             DiscoveryJob {
                 config: discovery.clone(),
                 token,
                 shard: config.server.shard,
             },
-            client.clone(),
+            wiring.client.clone(),
             targets.clone(),
-            discovery_counters.clone(),
-            shutdown_rx.clone(),
+            counters.clone(),
+            wiring.shutdown.clone(),
         )));
     }
-    tasks.push(
-        start_supervisor(
-            TargetTasks {
-                store: store.clone(),
-                client: client.clone(),
-                records: records_tx.clone(),
-                counters: counters.clone(),
-                max_body_bytes: config.server.max_body_bytes,
-            },
-            targets.clone(),
-            shutdown_rx.clone(),
-        )
-        .await,
-    );
+}
 
+/// A scrape loop per dcgm-exporter page, and the NVML reader when a GPU
+/// source names no page (and the library loads). Returns the GPU sources'
+/// target ids: their series stay at retention.
+async fn start_gpu_sources(
+    config: &Config,
+    records: &mpsc::Sender<ScrapeRecord>,
+    now: i64,
+    wiring: &mut Wiring,
+) -> anyhow::Result<Vec<i64>> {
+    let mut gpu_sources = Vec::new();
     let mut nvml_wanted = None;
     for gpu in &config.gpus {
-        match &gpu.dcgm_url {
-            Some(url) => {
-                let target_id = store
-                    .upsert_target(&gpu.name, TargetKind::Gpu, url, now)
-                    .await?;
-                gpu_sources.push(target_id);
-                let job = ScrapeJob {
-                    target_id,
-                    name: gpu.name.clone(),
-                    url: url.clone(),
-                    engine: EngineChoice::Fixed(llmwatch_core::catalog::Engine::Dcgm),
-                    interval: gpu.interval,
-                    timeout: gpu.interval.min(Duration::from_secs(10)),
-                    max_body_bytes: config.server.max_body_bytes,
-                };
-                tracing::info!(gpu_source = %job.name, url = %redact_url(&job.url), "scraping dcgm-exporter");
-                tasks.push(tokio::spawn(scrape::run_scrape_loop(
-                    client.clone(),
-                    job,
-                    records_tx.clone(),
-                    counters.clone(),
-                    shutdown_rx.clone(),
-                )));
-            }
-            None => nvml_wanted = Some(gpu.clone()),
-        }
+        let Some(url) = &gpu.dcgm_url else {
+            nvml_wanted = Some(gpu.clone());
+            continue;
+        };
+        let target_id = wiring
+            .store
+            .upsert_target(&gpu.name, TargetKind::Gpu, url, now)
+            .await?;
+        gpu_sources.push(target_id);
+        let job = ScrapeJob {
+            target_id,
+            name: gpu.name.clone(),
+            url: url.clone(),
+            engine: EngineChoice::Fixed(llmwatch_core::catalog::Engine::Dcgm),
+            interval: gpu.interval,
+            timeout: gpu.interval.min(Duration::from_secs(10)),
+            max_body_bytes: config.server.max_body_bytes,
+        };
+        tracing::info!(gpu_source = %job.name, url = %redact_url(&job.url), "scraping dcgm-exporter");
+        wiring.tasks.push(tokio::spawn(scrape::run_scrape_loop(
+            wiring.client.clone(),
+            job,
+            records.clone(),
+            wiring.counters.clone(),
+            wiring.shutdown.clone(),
+        )));
     }
     if let Some(gpu) = nvml_wanted {
         if let Some(source) = tokio::task::spawn_blocking(NvmlSource::init).await? {
-            let target_id = store
+            let target_id = wiring
+                .store
                 .upsert_target(&gpu.name, TargetKind::Gpu, "nvml://local", now)
                 .await?;
             gpu_sources.push(target_id);
-            tasks.push(tokio::spawn(run_nvml_loop(
+            wiring.tasks.push(tokio::spawn(run_nvml_loop(
                 Arc::new(source),
                 target_id,
                 gpu.interval,
-                records_tx.clone(),
-                shutdown_rx.clone(),
+                records.clone(),
+                wiring.shutdown.clone(),
             )));
         }
     }
-    drop(records_tx);
-    tasks.push(tokio::spawn(
+    Ok(gpu_sources)
+}
+
+/// The loops that keep the store: the live diagnosis, the batched writer of
+/// scrapes and the hourly retention.
+fn spawn_housekeeping(
+    config: &Config,
+    targets: &TargetSet,
+    gpu_sources: Vec<i64>,
+    records: mpsc::Receiver<ScrapeRecord>,
+    wiring: &mut Wiring,
+) {
+    wiring.tasks.push(tokio::spawn(
         llmwatch_engine::runners::live_diagnosis::run_live_diagnosis(
-            store.clone(),
+            wiring.store.clone(),
             targets.clone(),
             config.server.live_interval,
             config.server.live_window,
-            shutdown_rx.clone(),
+            wiring.shutdown.clone(),
         ),
     ));
-    tasks.push(tokio::spawn(scrape::run_writer(
-        store.clone(),
-        records_rx,
-        counters.clone(),
+    wiring.tasks.push(tokio::spawn(scrape::run_writer(
+        wiring.store.clone(),
+        records,
+        wiring.counters.clone(),
     )));
-    tasks.push(tokio::spawn(run_retention(
-        store.clone(),
+    wiring.tasks.push(tokio::spawn(run_retention(
+        wiring.store.clone(),
         Retention {
             keep: config.server.retention,
             probes: config.server.probe_retention,
             sweeps: config.server.sweep_retention,
             alert_history: config.server.alert_history_retention,
-            gpu_sources: gpu_sources.clone(),
+            gpu_sources,
             targets: targets.clone(),
             downsample_after: config.server.downsample_after,
             downsample_interval: config.server.downsample_interval,
         },
-        shutdown_rx.clone(),
+        wiring.shutdown.clone(),
     )));
+}
 
-    // Scheduled sweeps share one slot with API sweeps: one sweep at a time.
-    let sweep_slots = SweepSlots::default();
+/// A schedule loop per target with `[targets.sweep]`.
+fn spawn_sweep_schedules(config: &Config, sweep_slots: &SweepSlots, wiring: &mut Wiring) {
     let shared_config = Arc::new(config.clone());
     for target in &config.targets {
         if let Some(schedule) = &target.sweep {
             tracing::info!(target = %target.name, every = ?schedule.every, "scheduled sweeps");
-            tasks.push(tokio::spawn(run_schedule(
+            wiring.tasks.push(tokio::spawn(run_schedule(
                 shared_config.clone(),
                 target.clone(),
                 schedule.clone(),
-                store.clone(),
+                wiring.store.clone(),
                 sweep_slots.clone(),
-                shutdown_rx.clone(),
+                wiring.shutdown.clone(),
             )));
         }
     }
+}
 
+/// What the web side hands back to the daemon.
+struct Web {
+    listen_addr: SocketAddr,
+    alerts: llmwatch_engine::alerts::AlertsHandle,
+}
+
+/// Binds the listener, starts the alert engine and remote_write (they need
+/// the bound address and feed the API's own metrics), and serves the pages
+/// and the API.
+async fn start_web(
+    config: &Config,
+    token: Option<String>,
+    targets: &TargetSet,
+    discovery_counters: &Arc<DiscoveryCounters>,
+    sweep_slots: &SweepSlots,
+    wiring: &mut Wiring,
+) -> anyhow::Result<Web> {
     let listener = tokio::net::TcpListener::bind(config.server.listen)
         .await
         .with_context(|| format!("binding {}", config.server.listen))?;
     let listen_addr = listener.local_addr()?;
     let alerts = llmwatch_engine::alerts::start(
-        &config,
+        config,
         targets.clone(),
         listen_addr,
-        store.clone(),
-        shutdown_rx.clone(),
-        &mut tasks,
+        wiring.store.clone(),
+        wiring.shutdown.clone(),
+        &mut wiring.tasks,
     )
     .await
     .context("starting the alert engine")?;
-    let mut api = llmwatch_web::api::ApiContext::new(
-        &config,
-        store.clone(),
-        counters.clone(),
-        alerts.clone(),
-        targets.clone(),
+    let api = api_context(
+        config,
+        targets,
+        &alerts,
+        discovery_counters,
+        sweep_slots,
+        wiring,
     )
-    .await
-    .context("preparing the API")?;
-    api.sweeps = sweep_slots.clone();
-    let remote_write =
-        llmwatch_engine::sinks::remote_write::spawn_all(&config, &store, &shutdown_rx, &mut tasks)?;
-    if let Ok(mut slot) = api.own_metrics.discovery.lock() {
-        *slot = (!config.discovery.is_empty()).then(|| discovery_counters.clone());
-    }
-    if let Ok(mut slot) = api.own_metrics.remote_write.lock() {
-        *slot = remote_write;
-    }
+    .await?;
     let app = web::router(web::AppState {
-        store: store.clone(),
+        store: wiring.store.clone(),
         auth: Arc::new(llmwatch_web::auth::Auth::new(token)),
         pages: Arc::new(llmwatch_web::pages::PagesConfig {
-            shutdown: Some(shutdown_rx.clone()),
+            shutdown: Some(wiring.shutdown.clone()),
             watched: Some(targets.clone()),
-            ..llmwatch_web::pages::PagesConfig::from_config(&config)
+            ..llmwatch_web::pages::PagesConfig::from_config(config)
         }),
         api: Arc::new(api),
         live: Default::default(),
@@ -299,24 +402,52 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         max_in_flight: config.server.http_max_in_flight,
         ..llmwatch_web::serve::ServeLimits::default()
     };
-    tasks.push(tokio::spawn(llmwatch_web::serve::serve(
+    wiring.tasks.push(tokio::spawn(llmwatch_web::serve::serve(
         listener,
         app,
         limits,
-        shutdown_rx.clone(),
+        wiring.shutdown.clone(),
     )));
-
-    Ok(Daemon {
-        store,
+    Ok(Web {
         listen_addr,
-        counters,
-        targets,
-        discovery: discovery_counters,
         alerts,
-        sweeps: sweep_slots,
-        shutdown: shutdown_tx,
-        tasks,
     })
+}
+
+/// The API's context, with the sweep slot and the counters its own
+/// `/metrics` reports (discovery's, and remote_write's, whose tasks start
+/// here).
+async fn api_context(
+    config: &Config,
+    targets: &TargetSet,
+    alerts: &llmwatch_engine::alerts::AlertsHandle,
+    discovery_counters: &Arc<DiscoveryCounters>,
+    sweep_slots: &SweepSlots,
+    wiring: &mut Wiring,
+) -> anyhow::Result<llmwatch_web::api::ApiContext> {
+    let mut api = llmwatch_web::api::ApiContext::new(
+        config,
+        wiring.store.clone(),
+        wiring.counters.clone(),
+        alerts.clone(),
+        targets.clone(),
+    )
+    .await
+    .context("preparing the API")?;
+    api.sweeps = sweep_slots.clone();
+    let remote_write = llmwatch_engine::sinks::remote_write::spawn_all(
+        config,
+        &wiring.store,
+        &wiring.shutdown,
+        &mut wiring.tasks,
+    )?;
+    if let Ok(mut slot) = api.own_metrics.discovery.lock() {
+        *slot = (!config.discovery.is_empty()).then(|| discovery_counters.clone());
+    }
+    if let Ok(mut slot) = api.own_metrics.remote_write.lock() {
+        *slot = remote_write;
+    }
+    Ok(api)
 }
 
 async fn run_nvml_loop(

@@ -92,68 +92,19 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
     let mut load = Vec::new();
     let mut sweep_targets = Vec::new();
     for target in TARGETS {
-        let (sim, engine, gpu) =
-            sim::start(&SimArgs::loopback(target.profile, MODEL, 1.0).with_gpu_page()).await?;
-        let url = format!("http://{engine}");
-        let gpus_line = match gpu {
-            Some(_) => format!("gpus = \"{}-gpus\"\n", target.name),
-            None => String::new(),
-        };
-        toml.push_str(&format!(
-            "[[targets]]\nname = \"{}\"\nurl = \"{url}\"\nscrape_interval = \"2s\"\n{gpus_line}\
-             slo_ttft_p95 = \"1s\"\nslo_itl_p95 = \"50ms\"\n\
-             [targets.probe]\ninterval = \"5s\"\nshape = \"64x16\"\napi = \"chat\"\n",
-            target.name
-        ));
-        let background = Background {
-            paused: Arc::new(AtomicBool::new(false)),
-            active: Arc::new(AtomicUsize::new(
-                target.levels.first().copied().unwrap_or(1),
-            )),
-            sim: sim.clone(),
-        };
+        let started = start_target(target).await?;
+        toml.push_str(&started.toml);
+        load.extend(started.load);
         sweep_targets.push((
             target.name,
-            url.clone(),
-            gpu.map(|g| format!("http://{g}/metrics")),
-            background.clone(),
+            started.url.clone(),
+            started.gpu_url,
+            started.background,
         ));
-        if let Some(gpu) = gpu {
-            toml.push_str(&format!(
-                "[[gpus]]\nname = \"{}-gpus\"\ndcgm_url = \"http://{gpu}/metrics\"\ninterval = \"2s\"\n",
-                target.name
-            ));
-        }
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .timeout(Duration::from_secs(300))
-            .build()?;
-        let most = target.levels.iter().copied().max().unwrap_or(1);
-        for worker in 0..most {
-            load.push(tokio::spawn(background_stream_loop(
-                client.clone(),
-                url.clone(),
-                target.prompt_words,
-                target.max_tokens,
-                worker,
-                background.clone(),
-            )));
-        }
-        load.push(tokio::spawn(cycle_levels(
-            target.levels,
-            background.active.clone(),
-        )));
-        engine_urls.push((target.name.to_string(), url));
-        sims.push(sim);
+        engine_urls.push((target.name.to_string(), started.url));
+        sims.push(started.sim);
     }
-    // The objectives of DESIGN.md, watched on every target.
-    toml.push_str(
-        "[[alerts]]\nname = \"probe-ttft-p95\"\nsignal = \"probe_ttft_p95\"\nop = \">\"\n\
-         threshold = \"1s\"\nwindow = \"5m\"\nfor = \"1m\"\n\
-         annotations = { summary = \"p95 TTFT {{ $value }}s on {{ $labels.target }}\" }\n\
-         [[alerts]]\nname = \"kv-cache-full\"\nsignal = \"kv_cache_usage\"\nop = \">\"\n\
-         threshold = 0.9\nwindow = \"1m\"\nfor = \"1m\"\n",
-    );
+    toml.push_str(ALERTS_TOML);
     let config = Config::parse(&toml, Path::new("<demo>")).context("demo config")?;
     let daemon = daemon::start(config).await?;
     // Short sweeps at start, stored like any sweep: the healthy target's,
@@ -174,6 +125,102 @@ pub async fn start(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Res
         load,
         _tempdir: tempdir,
     })
+}
+
+/// The objectives of DESIGN.md, watched on every target.
+const ALERTS_TOML: &str =
+    "[[alerts]]\nname = \"probe-ttft-p95\"\nsignal = \"probe_ttft_p95\"\nop = \">\"\n\
+     threshold = \"1s\"\nwindow = \"5m\"\nfor = \"1m\"\n\
+     annotations = { summary = \"p95 TTFT {{ $value }}s on {{ $labels.target }}\" }\n\
+     [[alerts]]\nname = \"kv-cache-full\"\nsignal = \"kv_cache_usage\"\nop = \">\"\n\
+     threshold = 0.9\nwindow = \"1m\"\nfor = \"1m\"\n";
+
+/// One demo target, started: its sim, what it adds to the daemon's config,
+/// and its background load.
+struct StartedTarget {
+    sim: llmwatch_sim::Sim,
+    url: String,
+    /// Its simulated dcgm-exporter page.
+    gpu_url: Option<String>,
+    toml: String,
+    background: Background,
+    load: Vec<tokio::task::JoinHandle<()>>,
+}
+
+/// Starts a target's sim (with its GPU page) and its background load.
+async fn start_target(target: &'static DemoTarget) -> anyhow::Result<StartedTarget> {
+    let (sim, engine, gpu) =
+        sim::start(&SimArgs::loopback(target.profile, MODEL, 1.0).with_gpu_page()).await?;
+    let url = format!("http://{engine}");
+    let toml = target_toml(target, &url, gpu);
+    let background = Background {
+        paused: Arc::new(AtomicBool::new(false)),
+        active: Arc::new(AtomicUsize::new(
+            target.levels.first().copied().unwrap_or(1),
+        )),
+        sim: sim.clone(),
+    };
+    let load = start_background_load(target, &url, &background)?;
+    Ok(StartedTarget {
+        sim,
+        url,
+        gpu_url: gpu.map(|g| format!("http://{g}/metrics")),
+        toml,
+        background,
+        load,
+    })
+}
+
+/// The target's `[[targets]]` block (scrapes, probes, objectives) and, with
+/// a GPU page, its `[[gpus]]` block.
+fn target_toml(target: &DemoTarget, url: &str, gpu: Option<SocketAddr>) -> String {
+    let gpus_line = match gpu {
+        Some(_) => format!("gpus = \"{}-gpus\"\n", target.name),
+        None => String::new(),
+    };
+    let mut toml = format!(
+        "[[targets]]\nname = \"{}\"\nurl = \"{url}\"\nscrape_interval = \"2s\"\n{gpus_line}\
+         slo_ttft_p95 = \"1s\"\nslo_itl_p95 = \"50ms\"\n\
+         [targets.probe]\ninterval = \"5s\"\nshape = \"64x16\"\napi = \"chat\"\n",
+        target.name
+    );
+    if let Some(gpu) = gpu {
+        toml.push_str(&format!(
+            "[[gpus]]\nname = \"{}-gpus\"\ndcgm_url = \"http://{gpu}/metrics\"\ninterval = \"2s\"\n",
+            target.name
+        ));
+    }
+    toml
+}
+
+/// A stream worker per slot of the target's highest level (those numbered
+/// past the current level idle), and the task that steps the level.
+fn start_background_load(
+    target: &'static DemoTarget,
+    url: &str,
+    background: &Background,
+) -> anyhow::Result<Vec<tokio::task::JoinHandle<()>>> {
+    let client = reqwest::Client::builder()
+        .tcp_nodelay(true)
+        .timeout(Duration::from_secs(300))
+        .build()?;
+    let most = target.levels.iter().copied().max().unwrap_or(1);
+    let mut load = Vec::new();
+    for worker in 0..most {
+        load.push(tokio::spawn(background_stream_loop(
+            client.clone(),
+            url.to_string(),
+            target.prompt_words,
+            target.max_tokens,
+            worker,
+            background.clone(),
+        )));
+    }
+    load.push(tokio::spawn(cycle_levels(
+        target.levels,
+        background.active.clone(),
+    )));
+    Ok(load)
 }
 
 pub async fn run(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Result<()> {

@@ -461,89 +461,125 @@ impl Calibrator {
         if let Some(c) = self.cache.lock().ok().and_then(|m| m.get(&key).copied()) {
             return c;
         }
-        let count = |words: u32| {
-            let text = PromptGenerator::new(kind, words, 1).prompt(0);
-            async move { tokenize_count(client, api, model, &text).await }
+        let counter = TokenCounter {
+            client,
+            api,
+            model,
+            kind,
         };
+        let result = counter.calibrate(input_tokens).await;
+        if let Ok(mut m) = self.cache.lock() {
+            m.insert(key, result);
+        }
+        result
+    }
+}
+
+/// Counts the tokens of calibration prompts on one target, for one API,
+/// model and prompt kind.
+#[derive(Clone, Copy)]
+struct TokenCounter<'a> {
+    client: &'a crate::client::ProbeClient,
+    api: Api,
+    model: &'a str,
+    kind: PromptKind,
+}
+
+impl TokenCounter<'_> {
+    /// Tokens of the first prompt of `words` words; `None`: no count.
+    async fn count_words(self, words: u32) -> Option<u32> {
+        let text = PromptGenerator::new(self.kind, words, 1).prompt(0);
+        tokenize_count(self.client, self.api, self.model, &text).await
+    }
+
+    /// Tokens of prompt `i` of `words` words topped up with `padding`.
+    async fn count_padded(self, words: u32, padding: Padding, i: u64) -> Option<u32> {
+        let text = PromptGenerator::new(self.kind, words, 1)
+            .with_padding(padding)
+            .prompt(i);
+        tokenize_count(self.client, self.api, self.model, &text).await
+    }
+
+    /// See [`Calibrator::calibrate`]; without a count, the ≈0.75 words per
+    /// token guess.
+    async fn calibrate(self, input_tokens: u32) -> Calibration {
         let approx = approx_words(input_tokens);
-        let result = match count(approx).await {
-            None => Calibration {
+        let Some(t0) = self.count_words(approx).await else {
+            return Calibration {
                 words: approx,
                 padding: Padding::NONE,
                 tokens: None,
                 exact: false,
                 spread: None,
-            },
-            Some(t0) => {
-                // Bracket [lo, hi] with tokens(lo) <= target < tokens(hi).
-                let (mut lo, mut hi) = (0u32, approx.max(1));
-                let mut t_hi = t0;
-                while t_hi <= input_tokens && hi < 4_000_000 {
-                    lo = hi;
-                    hi = hi.saturating_mul(2);
-                    match count(hi).await {
-                        // Twice the words must count more tokens; a count
-                        // that does not grow is no count (stop, never
-                        // build an ever longer prompt on it).
-                        Some(t) if t > t_hi => t_hi = t,
-                        _ => break,
-                    }
+            };
+        };
+        let (words, seen) = self.search_words(approx, t0, input_tokens).await;
+        let tokens = match seen {
+            Some(t) => Some(t),
+            None => self.count_words(words).await,
+        };
+        let (padding, tokens) = self.pad(words, tokens, input_tokens).await;
+        let spread = nonce_spread(tokens, |i| self.count_padded(words, padding, i)).await;
+        Calibration {
+            words,
+            padding,
+            tokens,
+            exact: tokens == Some(input_tokens) && spread.is_none(),
+            spread,
+        }
+    }
+
+    /// The most words (at least 1) whose prompt counts at most
+    /// `input_tokens`, and their count when the search saw it. `t0` is the
+    /// count of `approx` words.
+    async fn search_words(self, approx: u32, t0: u32, input_tokens: u32) -> (u32, Option<u32>) {
+        // Bracket [lo, hi] with tokens(lo) <= target < tokens(hi).
+        let (mut lo, mut hi) = (0u32, approx.max(1));
+        let mut t_hi = t0;
+        while t_hi <= input_tokens && hi < 4_000_000 {
+            lo = hi;
+            hi = hi.saturating_mul(2);
+            match self.count_words(hi).await {
+                // Twice the words must count more tokens; a count that does
+                // not grow is no count (stop, never build an ever longer
+                // prompt on it).
+                Some(t) if t > t_hi => t_hi = t,
+                _ => break,
+            }
+        }
+        let mut lo_tokens = None;
+        while hi - lo > 1 {
+            let mid = lo + (hi - lo) / 2;
+            match self.count_words(mid).await {
+                Some(t) if t <= input_tokens => {
+                    lo = mid;
+                    lo_tokens = Some(t);
                 }
-                let mut best = (lo, None);
-                while hi - lo > 1 {
-                    let mid = lo + (hi - lo) / 2;
-                    match count(mid).await {
-                        Some(t) if t <= input_tokens => {
-                            lo = mid;
-                            best = (mid, Some(t));
-                        }
-                        Some(_) => hi = mid,
-                        None => break,
-                    }
-                }
-                let words = lo.max(1);
-                let mut tokens = match best.1 {
-                    Some(t) => Some(t),
-                    None => count(words).await,
-                };
-                // One more word may add several tokens: top the prompt up
-                // with a padding of one-token units to the exact count.
-                let mut padding = Padding::NONE;
-                if let Some(short) = tokens.and_then(|t| input_tokens.checked_sub(t)) {
-                    if short > 0 {
-                        for candidate in Padding::candidates(short) {
-                            let text = PromptGenerator::new(kind, words, 1)
-                                .with_padding(candidate)
-                                .prompt(0);
-                            if tokenize_count(client, api, model, &text).await == Some(input_tokens)
-                            {
-                                padding = candidate;
-                                tokens = Some(input_tokens);
-                                break;
-                            }
-                        }
-                    }
-                }
-                let spread = nonce_spread(tokens, |i| {
-                    let text = PromptGenerator::new(kind, words, 1)
-                        .with_padding(padding)
-                        .prompt(i);
-                    async move { tokenize_count(client, api, model, &text).await }
-                })
-                .await;
-                Calibration {
-                    words,
-                    padding,
-                    tokens,
-                    exact: tokens == Some(input_tokens) && spread.is_none(),
-                    spread,
+                Some(_) => hi = mid,
+                None => break,
+            }
+        }
+        (lo.max(1), lo_tokens)
+    }
+
+    /// One more word may add several tokens: tops the prompt up with a
+    /// padding of one-token units to the exact count when one gives it.
+    /// Returns the padding and the prompt's count with it.
+    async fn pad(
+        self,
+        words: u32,
+        tokens: Option<u32>,
+        input_tokens: u32,
+    ) -> (Padding, Option<u32>) {
+        let short = tokens.and_then(|t| input_tokens.checked_sub(t));
+        if let Some(short) = short.filter(|s| *s > 0) {
+            for candidate in Padding::candidates(short) {
+                if self.count_padded(words, candidate, 0).await == Some(input_tokens) {
+                    return (candidate, Some(input_tokens));
                 }
             }
-        };
-        if let Ok(mut m) = self.cache.lock() {
-            m.insert(key, result);
         }
-        result
+        (Padding::NONE, tokens)
     }
 }
 

@@ -437,8 +437,39 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
         inner.shared.lock_stats().finished(FinishReason::Error);
         return Err(ApiError::failing());
     }
-    let max_len = inner.config.profile.max_model_len;
     let prompt_len = p.prompt.len();
+    check_prompt_len(&inner, prompt_len)?;
+    let max_tokens = max_tokens_for(&inner, p.max_tokens, prompt_len)?;
+    let min_tokens = min_tokens_for(p.min_tokens, max_tokens)?;
+
+    let (tx, rx) = mpsc::unbounded_channel();
+    let seq = NewSeq {
+        prompt: p.prompt,
+        max_tokens,
+        min_tokens,
+        ignore_eos: p.ignore_eos,
+        arrival,
+        tx,
+    };
+    if inner.tx.send(seq).is_err() {
+        return Err(ApiError::failing());
+    }
+    let out = response_identity(&inner, p.api, prompt_len, arrival);
+    if p.stream {
+        Ok(streaming_response(out, rx, &p.options))
+    } else {
+        Ok(
+            Body::from_stream(futures_util::stream::once(collect(out, rx)))
+                .into_response()
+                .with_json_type(),
+        )
+    }
+}
+
+/// Refuses an empty prompt, or one that leaves no room in the context, with
+/// the server's own error.
+fn check_prompt_len(inner: &SimInner, prompt_len: usize) -> Result<(), ApiError> {
+    let max_len = inner.config.profile.max_model_len;
     if prompt_len == 0 {
         return Err(ApiError::bad_request(
             "The prompt cannot be empty.".to_string(),
@@ -453,18 +484,27 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
             "This model's maximum context length is {max_len} tokens. However, your request has {prompt_len} input tokens. Please reduce the length of the input messages."
         )));
     }
-    let max_tokens = match p.max_tokens {
-        None => max_len - prompt_len,
-        Some(m) if m < 1 => {
-            return Err(ApiError::bad_request(format!(
-                "max_tokens must be at least 1, got {m}."
-            )))
-        }
+    Ok(())
+}
+
+/// The most tokens to generate: what was asked for, or the rest of the
+/// context when nothing was.
+fn max_tokens_for(
+    inner: &SimInner,
+    asked: Option<i64>,
+    prompt_len: usize,
+) -> Result<usize, ApiError> {
+    let max_len = inner.config.profile.max_model_len;
+    match asked {
+        None => Ok(max_len - prompt_len),
+        Some(m) if m < 1 => Err(ApiError::bad_request(format!(
+            "max_tokens must be at least 1, got {m}."
+        ))),
         // llama-server stops a sequence at the slot's context instead of
         // refusing it.
-        Some(m) if inner.config.flavor == Flavor::Llamacpp => usize::try_from(m)
+        Some(m) if inner.config.flavor == Flavor::Llamacpp => Ok(usize::try_from(m)
             .unwrap_or(usize::MAX)
-            .min(max_len - prompt_len),
+            .min(max_len - prompt_len)),
         Some(m) => {
             let m = usize::try_from(m).unwrap_or(usize::MAX);
             if m > max_len - prompt_len {
@@ -472,37 +512,32 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
                     "'max_tokens' or 'max_completion_tokens' is too large: {m}. This model's maximum context length is {max_len} tokens and your request has {prompt_len} input tokens ({m} > {max_len} - {prompt_len})."
                 )));
             }
-            m
+            Ok(m)
         }
-    };
-    let min_tokens = match p.min_tokens {
-        None => 0,
-        Some(m) if m < 0 => {
-            return Err(ApiError::bad_request(format!(
-                "min_tokens must be greater than or equal to 0, got {m}."
-            )))
-        }
-        Some(m) => usize::try_from(m).unwrap_or(usize::MAX).min(max_tokens),
-    };
-
-    let (tx, rx) = mpsc::unbounded_channel();
-    let seq = NewSeq {
-        prompt: p.prompt,
-        max_tokens,
-        min_tokens,
-        ignore_eos: p.ignore_eos,
-        arrival,
-        tx,
-    };
-    if inner.tx.send(seq).is_err() {
-        return Err(ApiError::failing());
     }
+}
+
+/// The fewest tokens to generate (at most `max_tokens`).
+fn min_tokens_for(asked: Option<i64>, max_tokens: usize) -> Result<usize, ApiError> {
+    match asked {
+        None => Ok(0),
+        Some(m) if m < 0 => Err(ApiError::bad_request(format!(
+            "min_tokens must be greater than or equal to 0, got {m}."
+        ))),
+        Some(m) => Ok(usize::try_from(m).unwrap_or(usize::MAX).min(max_tokens)),
+    }
+}
+
+/// What identifies this request's response: an id seeded from the request's
+/// number (so a seeded sim gives the same ids run after run), the creation
+/// time and the model.
+fn response_identity(inner: &SimInner, api: Api, prompt_len: usize, arrival: Instant) -> Out {
     let n = inner.request_counter.fetch_add(1, Ordering::Relaxed);
     let hex = format!(
         "{:016x}",
         crate::tokenizer::mix(inner.config.seed ^ n.wrapping_mul(0x9e37_79b9_7f4a_7c15))
     );
-    let id = match (p.api, inner.config.flavor) {
+    let id = match (api, inner.config.flavor) {
         // llama-server names completions `chatcmpl-` too.
         (_, Flavor::Llamacpp) | (Api::Chat, _) => format!("chatcmpl-{hex}"),
         (Api::Completions, _) => format!("cmpl-{hex}"),
@@ -511,8 +546,8 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0);
-    let out = Out {
-        api: p.api,
+    Out {
+        api,
         id,
         created,
         model: js(&inner.config.model),
@@ -522,77 +557,81 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
         flavor: inner.config.flavor,
         arrival,
         seed: inner.config.seed ^ n,
+    }
+}
+
+/// The SSE response of a streamed request, in the flavor's framing.
+fn streaming_response(
+    out: Out,
+    rx: mpsc::UnboundedReceiver<TokenEvent>,
+    options: &StreamOptions,
+) -> Response {
+    let flavor = out.flavor;
+    let chunk_head = match out.flavor {
+        Flavor::Llamacpp => llamacpp::chunk_tail(&out),
+        Flavor::Vllm | Flavor::Nim => out.head(match out.api {
+            Api::Chat => "chat.completion.chunk",
+            Api::Completions => "text_completion",
+        }),
     };
-    if p.stream {
-        let chunk_head = match out.flavor {
-            Flavor::Llamacpp => llamacpp::chunk_tail(&out),
-            Flavor::Vllm | Flavor::Nim => out.head(match out.api {
-                Api::Chat => "chat.completion.chunk",
-                Api::Completions => "text_completion",
-            }),
-        };
-        let state = StreamState {
-            chunk_head,
-            out,
-            rx,
-            pending: VecDeque::new(),
-            completion_tokens: 0,
-            include_usage: p.options.include_usage.unwrap_or(false),
-            continuous: p.options.continuous_usage_stats.unwrap_or(false),
-            done: false,
-            held: String::new(),
-            first_token_at: None,
-        };
-        // One frame per wake-up: every event already produced is sent in
-        // one write (a chat's role chunk and first token, or a backlog),
-        // and nothing is held back waiting for more.
-        let stream = futures_util::stream::unfold(state, |mut s| async move {
-            loop {
-                if !s.pending.is_empty() {
-                    let frame = if s.pending.len() == 1 {
-                        s.pending.pop_front().unwrap_or_default()
-                    } else {
-                        let mut buf = Vec::new();
-                        for b in s.pending.drain(..) {
-                            buf.extend_from_slice(&b);
-                        }
-                        Bytes::from(buf)
-                    };
-                    return Some((Ok::<Bytes, Infallible>(frame), s));
-                }
-                if s.done {
-                    return None;
-                }
-                match s.rx.recv().await {
-                    Some(ev) => {
-                        s.on_event(ev);
-                        while !s.done {
-                            match s.rx.try_recv() {
-                                Ok(ev) => s.on_event(ev),
-                                Err(_) => break,
-                            }
+    let state = StreamState {
+        chunk_head,
+        out,
+        rx,
+        pending: VecDeque::new(),
+        completion_tokens: 0,
+        include_usage: options.include_usage.unwrap_or(false),
+        continuous: options.continuous_usage_stats.unwrap_or(false),
+        done: false,
+        held: String::new(),
+        first_token_at: None,
+    };
+    let body = Body::from_stream(sse_frames(state));
+    if flavor == Flavor::Llamacpp {
+        return llamacpp::stream_response(body);
+    }
+    (
+        [(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")],
+        body,
+    )
+        .into_response()
+}
+
+/// One frame per wake-up: every event already produced is sent in one write
+/// (a chat's role chunk and first token, or a backlog), and nothing is held
+/// back waiting for more.
+fn sse_frames(state: StreamState) -> impl futures_util::Stream<Item = Result<Bytes, Infallible>> {
+    futures_util::stream::unfold(state, |mut s| async move {
+        loop {
+            if !s.pending.is_empty() {
+                let frame = if s.pending.len() == 1 {
+                    s.pending.pop_front().unwrap_or_default()
+                } else {
+                    let mut buf = Vec::new();
+                    for b in s.pending.drain(..) {
+                        buf.extend_from_slice(&b);
+                    }
+                    Bytes::from(buf)
+                };
+                return Some((Ok::<Bytes, Infallible>(frame), s));
+            }
+            if s.done {
+                return None;
+            }
+            match s.rx.recv().await {
+                Some(ev) => {
+                    s.on_event(ev);
+                    while !s.done {
+                        match s.rx.try_recv() {
+                            Ok(ev) => s.on_event(ev),
+                            Err(_) => break,
                         }
                     }
-                    None => s.done = true,
                 }
+                None => s.done = true,
             }
-        });
-        let body = Body::from_stream(stream);
-        if inner.config.flavor == Flavor::Llamacpp {
-            return Ok(llamacpp::stream_response(body));
         }
-        Ok((
-            [(header::CONTENT_TYPE, "text/event-stream; charset=utf-8")],
-            body,
-        )
-            .into_response())
-    } else {
-        Ok(
-            Body::from_stream(futures_util::stream::once(collect(out, rx)))
-                .into_response()
-                .with_json_type(),
-        )
-    }
+    })
 }
 
 trait WithJsonType {

@@ -524,95 +524,12 @@ pub fn analyze_sweep(
 /// Renders a verdict in words, one line per statement: the range tested,
 /// saturation, max sustainable load, then each finding with what to try.
 pub fn summary_lines(verdict: &SweepVerdict) -> Vec<String> {
-    let mut lines = Vec::new();
     if verdict.step_count == 0 {
-        lines.push("The sweep has no steps: nothing to judge.".to_string());
-        return lines;
+        return vec!["The sweep has no steps: nothing to judge.".to_string()];
     }
-    let range = match verdict.load_range {
-        Some((lo, hi)) if lo == hi => format!(" at {lo}"),
-        Some((lo, hi)) => format!(" from {lo} to {hi}"),
-        None => String::new(),
-    };
-    lines.push(format!(
-        "{} step(s){}; {} usable, {} left out.",
-        verdict.step_count,
-        range,
-        verdict.usable_steps.len(),
-        verdict.excluded_steps.len()
-    ));
-    // Stated even when no step is usable, so a reader knows what the
-    // verdicts would have been judged against.
-    lines.push(format!(
-        "Judged against {}.",
-        describe_objectives(&verdict.objectives)
-    ));
-    for ex in &verdict.excluded_steps {
-        lines.push(format!(
-            "Step {} ({}) left out of the verdicts: {}.",
-            ex.step, ex.load, ex.reason
-        ));
-    }
-
-    if verdict.usable_steps.is_empty() {
-        lines.push(
-            "No saturation verdict: no step is usable (a client-bound step measures the load \
-             generator, not the server)."
-                .to_string(),
-        );
-    } else if let Some(sat) = &verdict.saturation {
-        lines.push(sat.describe());
-    } else if let Some(top) = &verdict.highest_step {
-        let reached = format!(
-            "the highest step ({}) reached {} {}",
-            top.load,
-            fmt::num(top.throughput),
-            top.metric.unit()
-        );
-        lines.push(match top.gain_per_doubling {
-            Some(g) if top.flat => format!(
-                "No saturation point: {reached}, gaining only {} per doubling, but latency did \
-                 not rise; the added load may not have reached the server (check the client \
-                 self-check).",
-                fmt::pct(g)
-            ),
-            Some(g) => format!(
-                "No saturation point within the tested range: {reached}, still gaining {} per \
-                 doubling; extend the sweep to find the knee.",
-                fmt::pct(g)
-            ),
-            None => format!(
-                "No saturation point within the tested range: {reached}; extend the sweep to \
-                 find the knee."
-            ),
-        });
-    }
-
-    let objective_txt = describe_objectives(&verdict.objectives);
-    match (&verdict.sustainable, &verdict.first_miss) {
-        (Some(sus), miss) => {
-            let mut line = format!(
-                "Max sustainable load: {} ({} output tok/s, {} req/s) meets {objective_txt}",
-                sus.load,
-                fmt::num(sus.output_token_throughput),
-                fmt::num(sus.request_throughput)
-            );
-            if let Some(m) = miss {
-                line.push_str(&format!("; {} misses: {}", m.load, m.describe()));
-            } else {
-                line.push_str(" at every usable step");
-            }
-            line.push('.');
-            lines.push(line);
-        }
-        (None, Some(m)) => lines.push(format!(
-            "No step meets {objective_txt}: already at {} {}.",
-            m.load,
-            m.describe()
-        )),
-        (None, None) => {}
-    }
-
+    let mut lines = scope_lines(verdict);
+    lines.extend(saturation_line(verdict));
+    lines.extend(sustainable_line(verdict));
     for f in &verdict.findings {
         lines.push(f.describe());
     }
@@ -628,6 +545,103 @@ pub fn summary_lines(verdict: &SweepVerdict) -> Vec<String> {
         );
     }
     lines
+}
+
+/// What was judged: the steps and their range, the objectives, and each
+/// step left out with why.
+fn scope_lines(verdict: &SweepVerdict) -> Vec<String> {
+    let range = match verdict.load_range {
+        Some((lo, hi)) if lo == hi => format!(" at {lo}"),
+        Some((lo, hi)) => format!(" from {lo} to {hi}"),
+        None => String::new(),
+    };
+    let mut lines = vec![format!(
+        "{} step(s){}; {} usable, {} left out.",
+        verdict.step_count,
+        range,
+        verdict.usable_steps.len(),
+        verdict.excluded_steps.len()
+    )];
+    // Stated even when no step is usable, so a reader knows what the
+    // verdicts would have been judged against.
+    lines.push(format!(
+        "Judged against {}.",
+        describe_objectives(&verdict.objectives)
+    ));
+    for ex in &verdict.excluded_steps {
+        lines.push(format!(
+            "Step {} ({}) left out of the verdicts: {}.",
+            ex.step, ex.load, ex.reason
+        ));
+    }
+    lines
+}
+
+/// The saturation point, or why there is none.
+fn saturation_line(verdict: &SweepVerdict) -> Option<String> {
+    if verdict.usable_steps.is_empty() {
+        return Some(
+            "No saturation verdict: no step is usable (a client-bound step measures the load \
+             generator, not the server)."
+                .to_string(),
+        );
+    }
+    if let Some(sat) = &verdict.saturation {
+        return Some(sat.describe());
+    }
+    let top = verdict.highest_step.as_ref()?;
+    let reached = format!(
+        "the highest step ({}) reached {} {}",
+        top.load,
+        fmt::num(top.throughput),
+        top.metric.unit()
+    );
+    Some(match top.gain_per_doubling {
+        Some(g) if top.flat => format!(
+            "No saturation point: {reached}, gaining only {} per doubling, but latency did \
+             not rise; the added load may not have reached the server (check the client \
+             self-check).",
+            fmt::pct(g)
+        ),
+        Some(g) => format!(
+            "No saturation point within the tested range: {reached}, still gaining {} per \
+             doubling; extend the sweep to find the knee.",
+            fmt::pct(g)
+        ),
+        None => format!(
+            "No saturation point within the tested range: {reached}; extend the sweep to \
+             find the knee."
+        ),
+    })
+}
+
+/// The highest load that meets the objectives and the first that misses,
+/// or that none meets them.
+fn sustainable_line(verdict: &SweepVerdict) -> Option<String> {
+    let objective_txt = describe_objectives(&verdict.objectives);
+    match (&verdict.sustainable, &verdict.first_miss) {
+        (Some(sus), miss) => {
+            let mut line = format!(
+                "Max sustainable load: {} ({} output tok/s, {} req/s) meets {objective_txt}",
+                sus.load,
+                fmt::num(sus.output_token_throughput),
+                fmt::num(sus.request_throughput)
+            );
+            if let Some(m) = miss {
+                line.push_str(&format!("; {} misses: {}", m.load, m.describe()));
+            } else {
+                line.push_str(" at every usable step");
+            }
+            line.push('.');
+            Some(line)
+        }
+        (None, Some(m)) => Some(format!(
+            "No step meets {objective_txt}: already at {} {}.",
+            m.load,
+            m.describe()
+        )),
+        (None, None) => None,
+    }
 }
 
 fn describe_objectives(o: &Objectives) -> String {

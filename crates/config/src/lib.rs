@@ -1,17 +1,23 @@
 //! The TOML config: parsed into typed values once, validated with errors that
 //! name the field, so the rest of the daemon never re-checks.
+//!
+//! It must never do I/O beyond reading the config file ([`Config::load`])
+//! and the environment variables that hold secrets: no socket, no task, no
+//! other file (discovery documents are parsed from bytes the engine fetched).
 
 use std::path::{Path, PathBuf};
 
 pub mod discovery;
+mod fields;
 mod remote_write;
 mod schema;
 mod secrets;
+mod shard;
 mod validate;
 
+pub use fields::{check_name, parse_duration};
 pub use remote_write::{RemoteWriteAuth, RemoteWriteConfig, RemoteWriteQueue};
 pub use schema::*;
-pub use validate::check_name;
 
 /// A config that could not be used; the message names the field (and, for
 /// syntax errors, the line).

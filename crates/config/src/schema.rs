@@ -11,6 +11,8 @@ use llmwatch_core::catalog::Engine;
 use llmwatch_core::signals::Signal;
 use serde::{Deserialize, Deserializer};
 
+use crate::fields::{duration, optional_duration, parse_duration};
+
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Config {
@@ -116,9 +118,9 @@ pub struct ServerConfig {
     #[serde(default = "default_live_interval", deserialize_with = "duration")]
     pub live_interval: Duration,
     /// `"i/n"`: this instance is shard i of n and watches only the
-    /// discovered targets that hash to it (see `discovery::Shard`).
+    /// discovered targets that hash to it (see `Shard`).
     #[serde(default)]
-    pub shard: Option<crate::discovery::Shard>,
+    pub shard: Option<crate::shard::Shard>,
 }
 
 /// `[server.sweep_limits]`: a sweep request outside these is refused (400
@@ -683,26 +685,6 @@ fn default_probe_shape() -> String {
 }
 fn default_probe_api() -> ProbeApi {
     ProbeApi::Chat
-}
-
-pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
-    let text = String::deserialize(deserializer)?;
-    parse_duration(&text).map_err(serde::de::Error::custom)
-}
-
-pub(crate) fn optional_duration<'de, D: Deserializer<'de>>(
-    deserializer: D,
-) -> Result<Option<Duration>, D::Error> {
-    let text = Option::<String>::deserialize(deserializer)?;
-    text.map(|t| parse_duration(&t).map_err(serde::de::Error::custom))
-        .transpose()
-}
-
-/// `"5s"`, `"250ms"`, `"2m"`, `"1h 30m"`.
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
-    humantime::parse_duration(text.trim()).map_err(|err| {
-        format!("invalid duration {text:?}: {err} (examples: \"5s\", \"250ms\", \"2m\")")
-    })
 }
 
 /// Joins a base URL and a path without doubling or losing the slash.

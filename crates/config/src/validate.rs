@@ -4,6 +4,11 @@
 use std::collections::HashSet;
 use std::time::Duration;
 
+use llmwatch_core::redact::origin_only;
+
+use crate::fields::{
+    check_http_url, check_http_url_shown, check_label_name, check_name, check_positive, check_shape,
+};
 use crate::schema::{Config, MIN_SWEEP_PERIOD};
 
 /// A field and what is wrong with it.
@@ -226,7 +231,7 @@ fn validate_notifiers(config: &Config) -> Result<(), Invalid> {
         }
         match (&notifier.url, &notifier.url_env) {
             (Some(url), None) => {
-                check_http_url(url).map_err(|m| (field("url"), redact_urls(&m)))?
+                check_http_url_shown(url, &origin_only(url)).map_err(|m| (field("url"), m))?
             }
             (None, Some(_)) => {}
             (Some(_), Some(_)) => {
@@ -373,75 +378,4 @@ fn validate_token(config: &Config) -> Result<(), Invalid> {
         ));
     }
     Ok(())
-}
-
-/// A target or source name: 1-64 letters, digits, `-`, `_` or `.`.
-pub fn check_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name:?} is not a valid name: use 1-64 letters, digits, '-', '_' or '.'"
-        ))
-    }
-}
-
-pub(crate) fn check_http_url(url: &str) -> Result<(), String> {
-    let parsed = url::Url::parse(url).map_err(|err| format!("invalid URL {url:?}: {err}"))?;
-    if !matches!(parsed.scheme(), "http" | "https") {
-        return Err(format!(
-            "URL {url:?} must start with http:// or https://, found scheme {:?}",
-            parsed.scheme()
-        ));
-    }
-    Ok(())
-}
-
-/// Prometheus label names: `[a-zA-Z_][a-zA-Z0-9_]*`.
-fn check_label_name(name: &str) -> Result<(), String> {
-    let mut chars = name.chars();
-    let ok = chars
-        .next()
-        .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
-        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
-    if ok {
-        Ok(())
-    } else {
-        Err(format!(
-            "{name:?} is not a valid label name: use letters, digits and '_', not starting with a digit"
-        ))
-    }
-}
-
-fn redact_urls(message: &str) -> String {
-    // check_http_url quotes the URL it rejects; drop it.
-    match (message.find('"'), message.rfind('"')) {
-        (Some(a), Some(b)) if b > a => format!("{}(the URL){}", &message[..a], &message[b + 1..]),
-        _ => message.to_string(),
-    }
-}
-
-fn check_positive(duration: Duration) -> Result<(), String> {
-    if duration.is_zero() {
-        Err("must be longer than zero".to_string())
-    } else {
-        Ok(())
-    }
-}
-
-fn check_shape(shape: &str) -> Result<(), String> {
-    let parsed = shape.split_once('x').and_then(|(input, output)| {
-        Some((input.parse::<u32>().ok()?, output.parse::<u32>().ok()?))
-    });
-    match parsed {
-        Some((input, output)) if input > 0 && output > 0 => Ok(()),
-        _ => Err(format!(
-            "invalid shape {shape:?}: expected INPUTxOUTPUT tokens, e.g. \"64x16\""
-        )),
-    }
 }

@@ -250,7 +250,7 @@ impl ProbeClient {
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);
         let sent = Instant::now();
-        crate::measure::note_activity();
+        crate::spin::note_activity();
         rec.sent_at = Some(sent);
         rec.dispatch_lag_ns = ns(sent.saturating_duration_since(scheduled_at));
         let timeout = self.inner.config.timeout;
@@ -317,7 +317,7 @@ impl ProbeClient {
             }
         };
         rec.ttfb_ns = Some(ns(sent.elapsed()));
-        crate::measure::note_activity();
+        crate::spin::note_activity();
         let status = resp.status();
         rec.http_status = Some(status.as_u16());
         if !status.is_success() {
@@ -343,7 +343,7 @@ impl ProbeClient {
                 }
                 None => break,
             };
-            crate::measure::note_activity();
+            crate::spin::note_activity();
             body_bytes += chunk.len() as u64;
             rec.body_bytes = body_bytes;
             if body_bytes > cfg.max_body_bytes {

@@ -7,6 +7,9 @@
 //! records with an error; the SSE reader ([`sse`]) and the statistics
 //! ([`stats`], [`result`]) are pure.
 //!
+//! It must never touch the store or the config: it depends on core alone,
+//! and its callers (the engine, `llmwatch bench`) decide what to keep.
+//!
 //! Entry points: [`ProbeClient::probe`] (one request), [`run`] (one run
 //! under a [`Load`]), [`MeasuringThread`] (runs on a thread of their own,
 //! busy-polling where there are cores to spare), [`render_table`] (the report), [`Canary`] (the
@@ -21,8 +24,10 @@ pub mod record;
 pub mod report;
 pub mod result;
 pub mod selfcheck;
+mod settings;
 pub mod shape;
 pub mod sink;
+mod spin;
 pub mod sse;
 pub mod stats;
 

@@ -13,74 +13,18 @@ use futures_util::FutureExt;
 use rand::rngs::StdRng;
 use rand::SeedableRng;
 use rand_distr::{Distribution, Gamma};
-use serde::{Deserialize, Serialize};
 use thiserror::Error;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 
 use crate::client::{ProbeClient, ProbeRequest};
 use crate::record::{Api, ProbeError, ProbeRecord};
-use crate::result::{Objectives, RunResult, RunStats};
-use crate::selfcheck::{CpuSource, Monitor, Monitored, SelfCheckLimits};
+use crate::result::{RunResult, RunStats};
+use crate::selfcheck::{CpuSource, Monitor, Monitored};
+pub use crate::settings::{Bound, Load, RunConfig};
 use crate::shape::{
     approx_words, Calibration, Calibrator, Padding, PromptGenerator, PromptKind, Shape,
 };
-
-/// How load is applied.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "mode", rename_all = "snake_case")]
-pub enum Load {
-    /// Closed loop: `concurrency` requests in flight, a new one as soon as
-    /// one ends.
-    Concurrency { concurrency: u32 },
-    /// Open loop: arrivals at `per_second` on average, gaps drawn from
-    /// Gamma(shape = burstiness, mean = 1/rate) — burstiness 1 is Poisson,
-    /// below 1 burstier, above 1 smoother. `max_concurrency` caps requests
-    /// in flight (time spent waiting for a slot shows as dispatch lag).
-    Rate {
-        per_second: f64,
-        burstiness: f64,
-        max_concurrency: Option<u32>,
-    },
-}
-
-/// When a run stops sending.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Bound {
-    /// This many measured requests (warm-up not counted).
-    Requests(u64),
-    /// Send measured requests for this long, then wait for those in flight.
-    Duration(Duration),
-}
-
-/// One run's settings.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct RunConfig {
-    pub load: Load,
-    pub bound: Bound,
-    /// Requests sent first under the same load and left out of every
-    /// statistic (connection setup, server warm-up).
-    pub warmup_requests: u64,
-    pub objectives: Objectives,
-    pub limits: SelfCheckLimits,
-    /// Seeds the arrival process.
-    pub seed: u64,
-}
-
-impl RunConfig {
-    /// Closed loop at `concurrency` for `requests` requests, no warm-up.
-    pub fn closed(concurrency: u32, requests: u64) -> RunConfig {
-        RunConfig {
-            load: Load::Concurrency { concurrency },
-            bound: Bound::Requests(requests),
-            warmup_requests: 0,
-            objectives: Objectives::default(),
-            limits: SelfCheckLimits::default(),
-            seed: 0,
-        }
-    }
-}
 
 /// A run that cannot start.
 #[derive(Debug, Clone, PartialEq, Error)]

@@ -4,8 +4,8 @@
 
 use std::fmt::Write;
 
-use crate::load::{Bound, Load};
 use crate::result::RunResult;
+use crate::settings::{Bound, Load};
 use crate::stats::Summary;
 
 const WIDTH: usize = 50;

@@ -11,50 +11,11 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
-use crate::load::{Bound, Load, RunConfig};
 use crate::record::ProbeRecord;
 use crate::selfcheck::{Monitored, SelfCheck};
-use crate::stats::{percentile, Distribution, Summary, EXACT_SAMPLES};
-
-/// Per-request objectives; a request is *good* when it succeeded and meets
-/// every objective set. ITL is judged on the request's own p95 per-token
-/// ITL, TTFT and e2e on its value; all from *scheduled*, as a user would
-/// feel them.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
-pub struct Objectives {
-    pub ttft_p95: Option<Duration>,
-    pub itl_p95: Option<Duration>,
-    pub e2e_p95: Option<Duration>,
-}
-
-impl Objectives {
-    /// Whether one request met every objective.
-    pub fn met_by(&self, r: &ProbeRecord) -> bool {
-        if !r.is_ok() {
-            return false;
-        }
-        let ns = |d: Duration| d.as_nanos() as f64;
-        if let Some(t) = self.ttft_p95 {
-            match r.ttft_from_scheduled_ns() {
-                Some(v) if v as f64 <= ns(t) => {}
-                _ => return false,
-            }
-        }
-        if let Some(t) = self.itl_p95 {
-            let mut itl = r.per_token_itl_ns();
-            itl.sort_by(f64::total_cmp);
-            if percentile(&itl, 0.95).is_some_and(|p| p > ns(t)) {
-                return false;
-            }
-        }
-        if let Some(t) = self.e2e_p95 {
-            if r.e2e_from_scheduled_ns() as f64 > ns(t) {
-                return false;
-            }
-        }
-        true
-    }
-}
+pub use crate::settings::Objectives;
+use crate::settings::{Bound, Load, RunConfig};
+use crate::stats::{Distribution, Summary, EXACT_SAMPLES};
 
 /// Everything a run measured. Times in the summaries are milliseconds.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

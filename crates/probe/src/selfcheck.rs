@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
-use crate::measure::SpinStats;
+use crate::spin::SpinStats;
 
 /// Limits past which a run is `client_bound`.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]

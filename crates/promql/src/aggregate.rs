@@ -7,8 +7,8 @@ use std::sync::Arc;
 use promql_parser::parser::token;
 use promql_parser::parser::{AggregateExpr, LabelModifier};
 
+use crate::context::{Context, Sample, Value};
 use crate::error::{exec, unsupported, QueryError};
-use crate::eval::{Evaluator, Sample, Value};
 use crate::source::{Labels, METRIC_NAME};
 use crate::value::format_value;
 
@@ -46,7 +46,7 @@ fn grouped(samples: Vec<Sample>, modifier: &Option<LabelModifier>) -> Vec<(Label
 }
 
 pub(crate) fn eval_aggregate<'e>(
-    ev: &'e Evaluator<'_>,
+    ev: &'e impl Context,
     a: &'e AggregateExpr,
     t: i64,
 ) -> Result<Value<'e>, QueryError> {
@@ -104,7 +104,7 @@ pub(crate) fn eval_aggregate<'e>(
     Ok(Value::Vector(out))
 }
 
-fn param_scalar(ev: &Evaluator<'_>, a: &AggregateExpr, t: i64) -> Result<f64, QueryError> {
+fn param_scalar(ev: &impl Context, a: &AggregateExpr, t: i64) -> Result<f64, QueryError> {
     match &a.param {
         Some(p) => ev.eval_scalar(p, t),
         None => Err(exec(format!("{} needs a parameter", a.op))),

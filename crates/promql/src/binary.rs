@@ -9,8 +9,8 @@ use promql_parser::label::Labels as LabelList;
 use promql_parser::parser::token::{self, TokenId};
 use promql_parser::parser::{BinaryExpr, LabelModifier, VectorMatchCardinality};
 
+use crate::context::{check_unique_labels, is_arithmetic, Sample, Value};
 use crate::error::{exec, unsupported, QueryError};
-use crate::eval::{check_unique_labels, is_arithmetic, Sample, Value};
 use crate::source::{Labels, METRIC_NAME};
 
 /// Applies an arithmetic or comparison operator to two numbers. Comparison

@@ -2,54 +2,18 @@
 //! window, then evaluates the AST at each step as Prometheus 2.x does.
 
 use std::borrow::Cow;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, UNIX_EPOCH};
+use std::time::UNIX_EPOCH;
 
-use promql_parser::label::MatchOp;
 use promql_parser::parser::token;
-use promql_parser::parser::{AtModifier, Expr, Offset, SubqueryExpr, VectorSelector};
+use promql_parser::parser::{AtModifier, Expr, SubqueryExpr, VectorSelector};
 
+use crate::context::{
+    duration_ms, offset_ms, selector_matchers, Context, QueryOptions, Sample, Value, Window,
+};
 use crate::error::{exec, unsupported, QueryError};
-use crate::source::{is_stale_marker, LabelMatcher, Labels, MatchKind, SeriesSource, METRIC_NAME};
-use crate::QueryOptions;
-
-/// One element of an instant vector during evaluation.
-#[derive(Clone, Debug)]
-pub(crate) struct Sample {
-    pub labels: Arc<Labels>,
-    pub v: f64,
-}
-
-/// One series' points inside a range window.
-#[derive(Clone, Debug)]
-pub(crate) struct Window<'a> {
-    pub labels: Arc<Labels>,
-    /// `labels` without `__name__`, what range functions answer with;
-    /// computed once per series and query, not once per step.
-    pub labels_without_name: Arc<Labels>,
-    pub points: Cow<'a, [(i64, f64)]>,
-}
-
-/// A value during evaluation at one instant.
-#[derive(Debug)]
-pub(crate) enum Value<'a> {
-    Scalar(f64),
-    Str(String),
-    Vector(Vec<Sample>),
-    Matrix(Vec<Window<'a>>),
-}
-
-impl Value<'_> {
-    pub(crate) fn type_name(&self) -> &'static str {
-        match self {
-            Value::Scalar(_) => "scalar",
-            Value::Str(_) => "string",
-            Value::Vector(_) => "instant vector",
-            Value::Matrix(_) => "range vector",
-        }
-    }
-}
+use crate::source::{is_stale_marker, LabelMatcher, Labels, SeriesSource};
 
 /// A selection the query needs: matchers and the sample window in ms.
 /// [`crate::selections`] lists them so a caller with an async store can
@@ -78,44 +42,6 @@ pub(crate) struct Evaluator<'o> {
     /// The query's own start and end, for `@ start()` and `@ end()`.
     query_start: i64,
     query_end: i64,
-}
-
-pub(crate) fn duration_ms(d: &Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-pub(crate) fn offset_ms(o: &Option<Offset>) -> i64 {
-    match o {
-        None => 0,
-        Some(Offset::Pos(d)) => duration_ms(d),
-        Some(Offset::Neg(d)) => duration_ms(d).saturating_neg(),
-    }
-}
-
-/// The matchers of a selector as the store sees them, `__name__` included.
-pub(crate) fn selector_matchers(vs: &VectorSelector) -> Result<Vec<LabelMatcher>, QueryError> {
-    if !vs.matchers.or_matchers.is_empty() {
-        return Err(unsupported("`or` between label matchers inside braces"));
-    }
-    let mut out = Vec::with_capacity(vs.matchers.matchers.len() + 1);
-    for m in &vs.matchers.matchers {
-        let kind = match &m.op {
-            MatchOp::Equal => MatchKind::Equal(m.value.clone()),
-            MatchOp::NotEqual => MatchKind::NotEqual(m.value.clone()),
-            MatchOp::Re(r) => MatchKind::Regex(r.clone()),
-            MatchOp::NotRe(r) => MatchKind::NotRegex(r.clone()),
-        };
-        out.push(LabelMatcher {
-            name: m.name.clone(),
-            kind,
-        });
-    }
-    if let Some(name) = &vs.name {
-        if !out.iter().any(|m| m.name == METRIC_NAME) {
-            out.push(LabelMatcher::equal(METRIC_NAME, name));
-        }
-    }
-    Ok(out)
 }
 
 /// Ranges of evaluation instants that a node is evaluated at.
@@ -285,75 +211,6 @@ impl<'o> Evaluator<'o> {
             .unwrap_or(&[])
     }
 
-    pub(crate) fn at(&self, at: &Option<AtModifier>) -> Option<i64> {
-        at_ms(at, (self.query_start, self.query_end))
-    }
-
-    /// Evaluates `expr` at instant `t` (ms).
-    pub(crate) fn eval<'e>(&'e self, expr: &'e Expr, t: i64) -> Result<Value<'e>, QueryError> {
-        match expr {
-            Expr::NumberLiteral(n) => Ok(Value::Scalar(n.val)),
-            Expr::StringLiteral(s) => Ok(Value::Str(s.val.clone())),
-            Expr::Paren(p) => self.eval(&p.expr, t),
-            Expr::VectorSelector(vs) => Ok(Value::Vector(self.instant_selector(vs, t))),
-            Expr::MatrixSelector(ms) => {
-                let vs = &ms.vs;
-                let ts = self
-                    .at(&vs.at)
-                    .unwrap_or(t)
-                    .saturating_sub(offset_ms(&vs.offset));
-                Ok(Value::Matrix(self.range_selector(
-                    vs,
-                    ts.saturating_sub(duration_ms(&ms.range)),
-                    ts,
-                )))
-            }
-            Expr::Unary(u) => match self.eval(&u.expr, t)? {
-                Value::Scalar(v) => Ok(Value::Scalar(-v)),
-                Value::Vector(vec) => Ok(Value::Vector(
-                    vec.into_iter()
-                        .map(|s| Sample {
-                            labels: Arc::new(s.labels.without_name()),
-                            v: -s.v,
-                        })
-                        .collect(),
-                )),
-                other => Err(exec(format!(
-                    "unary minus on {} is not allowed",
-                    other.type_name()
-                ))),
-            },
-            Expr::Binary(b) => {
-                let lhs = self.eval(&b.lhs, t)?;
-                let rhs = self.eval(&b.rhs, t)?;
-                crate::binary::eval_binary(b, lhs, rhs)
-            }
-            Expr::Aggregate(a) => crate::aggregate::eval_aggregate(self, a, t),
-            Expr::Call(c) => crate::functions::eval_call(self, c, t),
-            Expr::Subquery(sq) => self.subquery(sq, t),
-            Expr::Extension(_) => Err(unsupported("extension expressions")),
-        }
-    }
-
-    /// Evaluates and requires an instant vector.
-    pub(crate) fn eval_vector(&self, expr: &Expr, t: i64) -> Result<Vec<Sample>, QueryError> {
-        match self.eval(expr, t)? {
-            Value::Vector(v) => Ok(v),
-            other => Err(exec(format!(
-                "expected instant vector, got {}",
-                other.type_name()
-            ))),
-        }
-    }
-
-    /// Evaluates and requires a scalar.
-    pub(crate) fn eval_scalar(&self, expr: &Expr, t: i64) -> Result<f64, QueryError> {
-        match self.eval(expr, t)? {
-            Value::Scalar(v) => Ok(v),
-            other => Err(exec(format!("expected scalar, got {}", other.type_name()))),
-        }
-    }
-
     fn instant_selector(&self, vs: &VectorSelector, t: i64) -> Vec<Sample> {
         let ts = self
             .at(&vs.at)
@@ -378,18 +235,6 @@ impl<'o> Evaluator<'o> {
             });
         }
         out
-    }
-
-    /// The timestamp of the sample an instant selector picks at `t` for the
-    /// series with `labels` (for `timestamp()`).
-    pub(crate) fn sample_time(&self, vs: &VectorSelector, t: i64, labels: &Labels) -> Option<i64> {
-        let ts = self
-            .at(&vs.at)
-            .unwrap_or(t)
-            .saturating_sub(offset_ms(&vs.offset));
-        let s = self.series_of(vs).iter().find(|s| *s.labels == *labels)?;
-        let idx = s.samples.partition_point(|&(st, _)| st <= ts);
-        (idx > 0).then(|| s.samples[idx - 1].0)
     }
 
     /// Samples in `[mint, maxt]` (closed, as in Prometheus 2.x), staleness
@@ -490,27 +335,66 @@ impl<'o> Evaluator<'o> {
     }
 }
 
-/// Fails as Prometheus does when a vector holds one label set twice.
-pub(crate) fn check_unique_labels(samples: &[Sample]) -> Result<(), QueryError> {
-    if samples.len() < 2 {
-        return Ok(());
-    }
-    let mut seen: HashSet<&Labels> = HashSet::with_capacity(samples.len());
-    for s in samples {
-        if !seen.insert(&s.labels) {
-            return Err(exec(format!(
-                "vector cannot contain metrics with the same labelset: {}",
-                s.labels
-            )));
+impl Context for Evaluator<'_> {
+    /// Evaluates `expr` at instant `t` (ms).
+    fn eval<'e>(&'e self, expr: &'e Expr, t: i64) -> Result<Value<'e>, QueryError> {
+        match expr {
+            Expr::NumberLiteral(n) => Ok(Value::Scalar(n.val)),
+            Expr::StringLiteral(s) => Ok(Value::Str(s.val.clone())),
+            Expr::Paren(p) => self.eval(&p.expr, t),
+            Expr::VectorSelector(vs) => Ok(Value::Vector(self.instant_selector(vs, t))),
+            Expr::MatrixSelector(ms) => {
+                let vs = &ms.vs;
+                let ts = self
+                    .at(&vs.at)
+                    .unwrap_or(t)
+                    .saturating_sub(offset_ms(&vs.offset));
+                Ok(Value::Matrix(self.range_selector(
+                    vs,
+                    ts.saturating_sub(duration_ms(&ms.range)),
+                    ts,
+                )))
+            }
+            Expr::Unary(u) => match self.eval(&u.expr, t)? {
+                Value::Scalar(v) => Ok(Value::Scalar(-v)),
+                Value::Vector(vec) => Ok(Value::Vector(
+                    vec.into_iter()
+                        .map(|s| Sample {
+                            labels: Arc::new(s.labels.without_name()),
+                            v: -s.v,
+                        })
+                        .collect(),
+                )),
+                other => Err(exec(format!(
+                    "unary minus on {} is not allowed",
+                    other.type_name()
+                ))),
+            },
+            Expr::Binary(b) => {
+                let lhs = self.eval(&b.lhs, t)?;
+                let rhs = self.eval(&b.rhs, t)?;
+                crate::binary::eval_binary(b, lhs, rhs)
+            }
+            Expr::Aggregate(a) => crate::aggregate::eval_aggregate(self, a, t),
+            Expr::Call(c) => crate::functions::eval_call(self, c, t),
+            Expr::Subquery(sq) => self.subquery(sq, t),
+            Expr::Extension(_) => Err(unsupported("extension expressions")),
         }
     }
-    Ok(())
-}
 
-/// Whether `op` is `+ - * / % ^ atan2`.
-pub(crate) fn is_arithmetic(op: token::TokenId) -> bool {
-    matches!(
-        op,
-        token::T_ADD | token::T_SUB | token::T_MUL | token::T_DIV | token::T_MOD | token::T_POW
-    ) || op == token::T_ATAN2
+    fn at(&self, at: &Option<AtModifier>) -> Option<i64> {
+        at_ms(at, (self.query_start, self.query_end))
+    }
+
+    /// The timestamp of the sample an instant selector picks at `t` for the
+    /// series with `labels` (for `timestamp()`).
+    fn sample_time(&self, vs: &VectorSelector, t: i64, labels: &Labels) -> Option<i64> {
+        let ts = self
+            .at(&vs.at)
+            .unwrap_or(t)
+            .saturating_sub(offset_ms(&vs.offset));
+        let s = self.series_of(vs).iter().find(|s| *s.labels == *labels)?;
+        let idx = s.samples.partition_point(|&(st, _)| st <= ts);
+        (idx > 0).then(|| s.samples[idx - 1].0)
+    }
 }

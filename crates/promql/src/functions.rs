@@ -8,11 +8,10 @@ use promql_parser::parser::{Call, Expr};
 use regex::Regex;
 
 use crate::aggregate::quantile;
-use crate::error::{exec, unsupported, QueryError};
-use crate::eval::{
-    check_unique_labels, duration_ms, offset_ms, selector_matchers, Evaluator, Sample, Value,
-    Window,
+use crate::context::{
+    check_unique_labels, duration_ms, offset_ms, selector_matchers, Context, Sample, Value, Window,
 };
+use crate::error::{exec, unsupported, QueryError};
 use crate::histogram::histogram_quantile;
 use crate::source::{Labels, MatchKind, METRIC_NAME};
 
@@ -97,7 +96,7 @@ pub(crate) fn check_supported(name: &str) -> Result<(), QueryError> {
 }
 
 pub(crate) fn eval_call<'e>(
-    ev: &'e Evaluator<'_>,
+    ev: &'e impl Context,
     call: &'e Call,
     t: i64,
 ) -> Result<Value<'e>, QueryError> {
@@ -173,7 +172,7 @@ fn arg<'a>(args: &[&'a Expr], i: usize) -> Result<&'a Expr, QueryError> {
 }
 
 fn arg_vector(
-    ev: &Evaluator<'_>,
+    ev: &impl Context,
     args: &[&Expr],
     i: usize,
     t: i64,
@@ -181,11 +180,11 @@ fn arg_vector(
     ev.eval_vector(arg(args, i)?, t)
 }
 
-fn arg_scalar(ev: &Evaluator<'_>, args: &[&Expr], i: usize, t: i64) -> Result<f64, QueryError> {
+fn arg_scalar(ev: &impl Context, args: &[&Expr], i: usize, t: i64) -> Result<f64, QueryError> {
     ev.eval_scalar(arg(args, i)?, t)
 }
 
-fn arg_string(ev: &Evaluator<'_>, args: &[&Expr], i: usize, t: i64) -> Result<String, QueryError> {
+fn arg_string(ev: &impl Context, args: &[&Expr], i: usize, t: i64) -> Result<String, QueryError> {
     match ev.eval(arg(args, i)?, t)? {
         Value::Str(s) => Ok(s),
         _ => Err(exec(format!("argument {} must be a string", i + 1))),
@@ -240,7 +239,7 @@ fn math_function(name: &str) -> Option<fn(f64) -> f64> {
 
 /// The functions that take a range vector. `None` when `name` is not one.
 fn range_function(
-    ev: &Evaluator<'_>,
+    ev: &impl Context,
     name: &str,
     args: &[&Expr],
     t: i64,
@@ -288,7 +287,7 @@ fn range_function(
 }
 
 /// The window of a matrix argument at `t`: (start ms, end ms).
-fn window_of(ev: &Evaluator<'_>, e: &Expr, t: i64) -> (i64, i64) {
+fn window_of(ev: &impl Context, e: &Expr, t: i64) -> (i64, i64) {
     let (range, at, offset) = match e {
         Expr::MatrixSelector(ms) => (&ms.range, &ms.vs.at, &ms.vs.offset),
         Expr::Subquery(sq) => (&sq.range, &sq.at, &sq.offset),
@@ -465,12 +464,7 @@ fn linear_regression(p: &[(i64, f64)], intercept_ms: i64) -> (f64, f64) {
     (slope, sy / n - slope * sx / n)
 }
 
-fn clamp(
-    ev: &Evaluator<'_>,
-    name: &str,
-    args: &[&Expr],
-    t: i64,
-) -> Result<Vec<Sample>, QueryError> {
+fn clamp(ev: &impl Context, name: &str, args: &[&Expr], t: i64) -> Result<Vec<Sample>, QueryError> {
     let v = arg_vector(ev, args, 0, t)?;
     let (lo, hi) = match name {
         "clamp" => (arg_scalar(ev, args, 1, t)?, arg_scalar(ev, args, 2, t)?),
@@ -496,7 +490,7 @@ fn valid_label_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-fn label_replace(ev: &Evaluator<'_>, args: &[&Expr], t: i64) -> Result<Vec<Sample>, QueryError> {
+fn label_replace(ev: &impl Context, args: &[&Expr], t: i64) -> Result<Vec<Sample>, QueryError> {
     let v = arg_vector(ev, args, 0, t)?;
     let dst = arg_string(ev, args, 1, t)?;
     let repl = arg_string(ev, args, 2, t)?;
@@ -530,7 +524,7 @@ fn label_replace(ev: &Evaluator<'_>, args: &[&Expr], t: i64) -> Result<Vec<Sampl
         .collect())
 }
 
-fn label_join(ev: &Evaluator<'_>, args: &[&Expr], t: i64) -> Result<Vec<Sample>, QueryError> {
+fn label_join(ev: &impl Context, args: &[&Expr], t: i64) -> Result<Vec<Sample>, QueryError> {
     let v = arg_vector(ev, args, 0, t)?;
     let dst = arg_string(ev, args, 1, t)?;
     let sep = arg_string(ev, args, 2, t)?;
@@ -588,7 +582,7 @@ fn absent_result(empty: bool, arg: &Expr) -> Vec<Sample> {
     }]
 }
 
-fn timestamps(ev: &Evaluator<'_>, args: &[&Expr], t: i64) -> Result<Vec<Sample>, QueryError> {
+fn timestamps(ev: &impl Context, args: &[&Expr], t: i64) -> Result<Vec<Sample>, QueryError> {
     let e = arg(args, 0)?;
     let v = ev.eval_vector(e, t)?;
     let selector = match e {
@@ -657,7 +651,7 @@ fn date_part(name: &str, secs: f64) -> f64 {
 }
 
 fn date_function(
-    ev: &Evaluator<'_>,
+    ev: &impl Context,
     name: &str,
     args: &[&Expr],
     t: i64,

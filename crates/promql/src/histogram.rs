@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use crate::eval::Sample;
+use crate::context::Sample;
 use crate::source::{Labels, METRIC_NAME};
 
 /// Parses an `le` value as Go's `strconv.ParseFloat` would for bucket bounds.

@@ -35,6 +35,7 @@
 
 mod aggregate;
 mod binary;
+mod context;
 mod error;
 mod eval;
 mod functions;
@@ -58,32 +59,9 @@ pub use source::{
 };
 pub use value::{format_value, InstantSample, Point, QueryData, RangeSeries};
 
-use eval::{Evaluator, Value};
-
-/// Tunables of evaluation; `Default` is Prometheus' defaults.
-#[derive(Clone, Debug)]
-pub struct QueryOptions {
-    /// How far back an instant selector looks for a sample (5 min).
-    pub lookback_delta_ms: i64,
-    /// Step of a subquery written without one (`x[5m:]`), Prometheus'
-    /// global evaluation interval (1 min).
-    pub default_subquery_step_ms: i64,
-    /// Most samples a query may read from the source (50 M, as Prometheus).
-    pub max_samples: usize,
-    /// Most points per series a range query may answer (11,000, as Prometheus).
-    pub max_points_per_series: i64,
-}
-
-impl Default for QueryOptions {
-    fn default() -> Self {
-        QueryOptions {
-            lookback_delta_ms: 5 * 60 * 1000,
-            default_subquery_step_ms: 60 * 1000,
-            max_samples: 50_000_000,
-            max_points_per_series: 11_000,
-        }
-    }
-}
+pub use context::QueryOptions;
+use context::{Context, Value};
+use eval::Evaluator;
 
 /// Parses a PromQL expression.
 pub fn parse(query: &str) -> Result<Expr, QueryError> {

@@ -4,8 +4,8 @@
 
 use promql_parser::parser::Expr;
 
+use crate::context::{duration_ms, selector_matchers};
 use crate::error::QueryError;
-use crate::eval::{duration_ms, selector_matchers};
 use crate::source::LabelMatcher;
 
 fn bad(msg: String) -> QueryError {

@@ -18,6 +18,10 @@
 //! server look exactly 10× faster (TTFT, ITL ÷ 10; tokens/s × 10); token
 //! counts, KV usage, preemptions and saturation concurrency do not change.
 //!
+//! It must never be part of what the daemon measures in production: only
+//! `llmwatch sim`, `llmwatch demo`, tests and benches start it, and no
+//! library crate depends on it outside its tests and benches.
+//!
 //! ```no_run
 //! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
 //! use llmwatch_sim::{serve, Profile, Sim, SimConfig};

@@ -9,6 +9,9 @@
 //! batched: [`Store::write_scrapes`] commits a whole batch, and any seal it
 //! causes, in one transaction. Signals are derived at query time: raw series
 //! go through the catalog's `normalize`, then `signals_between`.
+//!
+//! It must never do network I/O: no socket, no HTTP; its only I/O is the
+//! SQLite database file (and its WAL). What the data means is core's to say.
 
 mod alerts;
 mod block;

@@ -53,7 +53,7 @@ pub struct PagesConfig {
     /// graceful shutdown does not wait on open browser tabs.
     pub shutdown: Option<tokio::sync::watch::Receiver<bool>>,
     /// Passive curves computed lately (shared by every clone).
-    pub passive_curves: super::passive::PassiveCurveCache,
+    pub passive_curves: super::passive_cache::PassiveCurveCache,
 }
 
 /// One configured target, as far as pages need it. No secrets: the API key

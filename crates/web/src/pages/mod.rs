@@ -17,6 +17,7 @@ pub mod live_cache;
 pub mod live_card;
 pub mod overview;
 pub mod passive;
+mod passive_cache;
 pub mod sweep;
 pub mod target;
 

@@ -10,7 +10,6 @@
 //! (null on the last page). Times are RFC 3339 or Unix seconds in requests;
 //! answers carry both (`…_ms` and an RFC 3339 string).
 
-mod context;
 mod live;
 pub mod openapi;
 pub mod params;
@@ -36,9 +35,9 @@ use llmwatch_store::{
 };
 use serde_json::{json, Value};
 
-pub use self::context::ApiContext;
 use self::params::{parse_id, Params};
 use crate::latency_breakdown::breakdown_series;
+pub use crate::state::api_context::ApiContext;
 use crate::{AppState, PROBE_WINDOW_MS};
 use llmwatch_engine::alerts::CurrentAlert;
 use llmwatch_engine::sinks::notify::rfc3339_ms;

@@ -20,9 +20,8 @@ use serde::Deserialize;
 
 use crate::AppState;
 
-mod session;
-use session::{cookie, random_token, LOGIN_COOKIE, SESSION_TTL};
-pub use session::{secrets_equal, Auth, CsrfToken, SESSION_COOKIE};
+use crate::state::session::{cookie, random_token, LOGIN_COOKIE, SESSION_TTL};
+pub use crate::state::session::{secrets_equal, Auth, CsrfToken, SESSION_COOKIE};
 
 /// Lets a request through with a valid bearer token or session cookie (or
 /// when no token is configured); otherwise sends pages to `/login` and

@@ -5,9 +5,9 @@ use axum::extract::State;
 use axum::response::{IntoResponse, Response};
 use llmwatch_store::{Store, StoreError};
 
-pub use super::config::RuleView;
 use super::format;
 use super::{store_error, PagesConfig};
+pub use crate::state::pages_config::RuleView;
 use crate::AppState;
 
 pub struct StateRow {

@@ -10,14 +10,12 @@
 
 pub mod alerts;
 pub mod charts;
-mod config;
 pub mod events;
 pub mod format;
-pub mod live_cache;
+pub use crate::state::live_cache;
 pub mod live_card;
 pub mod overview;
 pub mod passive;
-mod passive_cache;
 pub mod sweep;
 pub mod target;
 
@@ -29,8 +27,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+pub use crate::state::pages_config::{PageTarget, PagesConfig, TargetObjectives};
 use crate::AppState;
-pub use config::{PageTarget, PagesConfig, TargetObjectives};
 
 /// The page routes (mounted behind the bearer-token layer by `web::router`).
 pub fn router() -> Router<AppState> {

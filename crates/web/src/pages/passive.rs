@@ -19,13 +19,13 @@ use llmwatch_engine::sources::scrape::now_ms;
 use llmwatch_store::{Store, StoreError, TargetKind};
 
 use super::charts::{Chart, Dash, Marker, Rule, Series, Style, XAxis};
-use super::passive_cache::CurveRead;
-pub use super::passive_cache::{PassiveCurveCache, PASSIVE_CURVE_TTL_MS};
 use super::sweep::verdict_of;
 use super::{
     chart_file_response, error_response, format, path_segment, split_file, store_error, ChartView,
     PagesConfig, TargetObjectives,
 };
+use crate::state::passive_cache::CurveRead;
+pub use crate::state::passive_cache::{PassiveCurveCache, PASSIVE_CURVE_TTL_MS};
 use crate::AppState;
 
 const PASSIVE: Style = Style::new(4, Dash::Solid, Marker::Circle);

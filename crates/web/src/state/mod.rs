@@ -6,10 +6,16 @@ use std::sync::Arc;
 use axum::extract::FromRef;
 use llmwatch_store::Store;
 
-use crate::api::ApiContext;
-use crate::auth::Auth;
-use crate::pages::live_cache::LiveCache;
-use crate::pages::PagesConfig;
+pub mod api_context;
+pub mod live_cache;
+pub mod pages_config;
+pub mod passive_cache;
+pub mod session;
+
+use api_context::ApiContext;
+use live_cache::LiveCache;
+use pages_config::PagesConfig;
+use session::Auth;
 
 /// The window of the rolling probe signals shown on pages.
 pub const PROBE_WINDOW_MS: i64 = 5 * 60 * 1000;

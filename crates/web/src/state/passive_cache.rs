@@ -13,10 +13,10 @@ use llmwatch_core::analysis::PassiveCurve;
 pub const PASSIVE_CURVE_TTL_MS: i64 = 60_000;
 
 /// A target's id and its objectives (as bits): what a curve depends on.
-pub(super) type CurveKey = (i64, Option<u64>, Option<u64>);
+pub(crate) type CurveKey = (i64, Option<u64>, Option<u64>);
 
 /// A passive curve as read: the curve, its window length, where it starts.
-pub(super) type CurveRead = (PassiveCurve, i64, i64);
+pub(crate) type CurveRead = (PassiveCurve, i64, i64);
 
 /// A curve and when it was computed (ms).
 type KeptCurve = (i64, Arc<CurveRead>);
@@ -32,7 +32,7 @@ pub struct PassiveCurveCache {
 impl PassiveCurveCache {
     /// The curve kept for `key`, if it was computed at most a TTL before
     /// `now` (and not after it: a page asked as of an earlier instant reads).
-    pub(super) fn fresh(&self, key: &CurveKey, now: i64) -> Option<Arc<CurveRead>> {
+    pub(crate) fn fresh(&self, key: &CurveKey, now: i64) -> Option<Arc<CurveRead>> {
         let curves = self.curves.lock().ok()?;
         let (at, read) = curves.get(key)?;
         (0..PASSIVE_CURVE_TTL_MS)
@@ -40,7 +40,7 @@ impl PassiveCurveCache {
             .then(|| Arc::clone(read))
     }
 
-    pub(super) fn keep(&self, key: CurveKey, now: i64, read: Arc<CurveRead>) {
+    pub(crate) fn keep(&self, key: CurveKey, now: i64, read: Arc<CurveRead>) {
         if let Ok(mut curves) = self.curves.lock() {
             // Stale entries go: the map holds at most the targets viewed lately.
             curves.retain(|_, (at, _)| now.saturating_sub(*at) < PASSIVE_CURVE_TTL_MS);

@@ -331,6 +331,10 @@ async fn run_ladder(
         report.index = index;
         recorder.step(settings, &mut report).await?;
         progress(&report);
+        // Its requests are stored (as the step's probes) and summarised in
+        // the run: a sweep holds one step's records at a time, never the
+        // whole ladder's.
+        report.run.records = Vec::new();
         let stop = stop_check(&report.step, &settings.stop);
         end.steps.push(report);
         if let Some(why) = stop {

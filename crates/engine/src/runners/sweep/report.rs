@@ -18,7 +18,8 @@ pub struct StepReport {
     /// The step as the analysis sees it (client numbers in seconds plus the
     /// server evidence of its window).
     pub step: StepResult,
-    /// The probe run, with its records.
+    /// The probe run: its per-request records while the step is stored and
+    /// reported (progress callback), then only its summary.
     pub run: RunResult,
     /// Scrapes of this step that failed (evidence from them is missing).
     pub scrape_failures: Vec<String>,

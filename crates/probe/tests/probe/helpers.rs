@@ -226,6 +226,24 @@ pub fn spawn_server(script: Script) -> TestServer {
     TestServer { addr, stamps }
 }
 
+/// Serves `app` on 127.0.0.1:0 on its own thread and runtime (a fake
+/// `/tokenize` and the like); its address.
+pub fn spawn_router(app: Router) -> SocketAddr {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            tx.send(listener.local_addr().unwrap()).unwrap();
+            axum::serve(NoDelay(listener), app).await.unwrap();
+        });
+    });
+    rx.recv().unwrap()
+}
+
 /// A listener that sets TCP_NODELAY on accepted sockets (see STYLE.md:
 /// without it the first streamed event can wait ~40 ms).
 struct NoDelay(tokio::net::TcpListener);

@@ -210,33 +210,20 @@ async fn goodput_and_report() {
 
 /// A fake `/tokenize` counting one token per whitespace word, plus one.
 fn tokenize_server(calls: Arc<Mutex<u32>>) -> TestServer {
-    let stamps: Stamps = Arc::default();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let app = Router::new().route(
-                "/tokenize",
-                post(move |Json(v): Json<serde_json::Value>| {
-                    let calls = calls.clone();
-                    async move {
-                        *calls.lock().unwrap() += 1;
-                        let p = v["prompt"].as_str().unwrap_or("");
-                        Json(serde_json::json!({"count": p.split_whitespace().count() + 1, "max_model_len": 4096}))
-                    }
-                }),
-            );
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            axum::serve(l, app).await.unwrap();
-        });
-    });
+    let app = Router::new().route(
+        "/tokenize",
+        post(move |Json(v): Json<serde_json::Value>| {
+            let calls = calls.clone();
+            async move {
+                *calls.lock().unwrap() += 1;
+                let p = v["prompt"].as_str().unwrap_or("");
+                Json(serde_json::json!({"count": p.split_whitespace().count() + 1, "max_model_len": 4096}))
+            }
+        }),
+    );
     TestServer {
-        addr: rx.recv().unwrap(),
-        stamps,
+        addr: spawn_router(app),
+        stamps: Stamps::default(),
     }
 }
 
@@ -307,30 +294,18 @@ async fn canary_one_at_a_time() {
 /// (one per whitespace word, plus BOS); vLLM-shaped bodies (`prompt`,
 /// `messages`) get `{"tokens":[]}`, as the real server answers them.
 fn llamacpp_tokenize_server() -> TestServer {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let app = Router::new().route(
-                "/tokenize",
-                post(|Json(v): Json<serde_json::Value>| async move {
-                    let tokens: Vec<u32> = match v["content"].as_str() {
-                        Some(text) => (0..=text.split_whitespace().count() as u32).collect(),
-                        None => Vec::new(),
-                    };
-                    Json(serde_json::json!({ "tokens": tokens }))
-                }),
-            );
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            axum::serve(l, app).await.unwrap();
-        });
-    });
+    let app = Router::new().route(
+        "/tokenize",
+        post(|Json(v): Json<serde_json::Value>| async move {
+            let tokens: Vec<u32> = match v["content"].as_str() {
+                Some(text) => (0..=text.split_whitespace().count() as u32).collect(),
+                None => Vec::new(),
+            };
+            Json(serde_json::json!({ "tokens": tokens }))
+        }),
+    );
     TestServer {
-        addr: rx.recv().unwrap(),
+        addr: spawn_router(app),
         stamps: Stamps::default(),
     }
 }
@@ -428,27 +403,15 @@ async fn merged_workers_equal_one_computation_over_their_records() {
 
 /// A vLLM-shaped `/tokenize` whose count is `count(prompt)`.
 fn counting_tokenize_server(count: fn(&str) -> usize) -> TestServer {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let app = Router::new().route(
-                "/tokenize",
-                post(move |Json(v): Json<serde_json::Value>| async move {
-                    let prompt = v["prompt"].as_str().unwrap_or("");
-                    Json(serde_json::json!({"count": count(prompt), "max_model_len": 4096}))
-                }),
-            );
-            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(l.local_addr().unwrap()).unwrap();
-            axum::serve(l, app).await.unwrap();
-        });
-    });
+    let app = Router::new().route(
+        "/tokenize",
+        post(move |Json(v): Json<serde_json::Value>| async move {
+            let prompt = v["prompt"].as_str().unwrap_or("");
+            Json(serde_json::json!({"count": count(prompt), "max_model_len": 4096}))
+        }),
+    );
     TestServer {
-        addr: rx.recv().unwrap(),
+        addr: spawn_router(app),
         stamps: Stamps::default(),
     }
 }

@@ -254,10 +254,64 @@ async fn http_sd_follows_the_inventory() {
     daemon.daemon.shutdown().await;
 }
 
+/// `count` loopback ports, each serving the real vLLM capture at
+/// `/metrics` (a tiny axum server per port: shards decide by URL, so every
+/// target needs its own address).
+async fn fixture_fleet(count: usize) -> Vec<String> {
+    use axum::routing::get;
+    let page = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../fixtures/vllm-live/metrics_vllm_idle.txt"
+    ))
+    .expect("the vLLM capture");
+    let app = axum::Router::new().route(
+        "/metrics",
+        get(move || {
+            let page = page.clone();
+            async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "text/plain; version=0.0.4",
+                    )],
+                    page,
+                )
+            }
+        }),
+    );
+    let mut addresses = Vec::with_capacity(count);
+    for _ in 0..count {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a fleet port binds");
+        addresses.push(listener.local_addr().expect("fleet address").to_string());
+        let app = app.clone();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+    }
+    addresses
+}
+
+/// Scrapes `daemon` stored for `name`, and how many of them were up
+/// ((0, 0) when its store does not know the target).
+async fn scrapes_and_up(daemon: &common::TestDaemon, name: &str) -> (usize, usize) {
+    let store = &daemon.daemon.store;
+    let Some(row) = store.target_by_name(name).await.expect("store reads") else {
+        return (0, 0);
+    };
+    let health = store
+        .scrape_health(row.id, 100_000)
+        .await
+        .expect("store reads");
+    (health.len(), health.iter().filter(|h| h.up).count())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_shards_split_the_fleet_disjointly_and_completely() {
-    // Twenty addresses nobody listens on: shards decide by URL, not by health.
-    let addresses: Vec<String> = (0..20).map(|i| format!("127.0.0.1:{}", 1 + i)).collect();
+    // Twenty reachable targets serving the real page: each shard must
+    // scrape (and store) its half, and never the other's.
+    let addresses = fixture_fleet(20).await;
     let refs: Vec<&str> = addresses.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().expect("temporary directory");
     std::fs::write(dir.path().join("fleet.json"), sd_document(&refs, "x")).expect("sd written");
@@ -266,11 +320,17 @@ async fn two_shards_split_the_fleet_disjointly_and_completely() {
         let toml = format!(
             "[server]\nshard = \"{shard}\"\n[[discovery]]\nname = \"fleet\"\n\
              files = [\"{}/fleet.json\"]\nrefresh_interval = \"1s\"\n\
-             [discovery.target]\nscrape_interval = \"10s\"\n",
+             [discovery.target]\nscrape_interval = \"300ms\"\n",
             dir.path().display()
         );
         shards.push(common::spawn_daemon(&toml).await);
     }
+    let expected: BTreeSet<String> = addresses
+        .iter()
+        .map(|a| format!("fleet-{}", a.replace(':', "-")))
+        .collect();
+
+    // The watched sets: disjoint, together the fleet, each a fair share.
     let mut seen = Vec::new();
     for daemon in &shards {
         let names = common::wait_for("a shard's targets", WITHIN, || async {
@@ -282,15 +342,66 @@ async fn two_shards_split_the_fleet_disjointly_and_completely() {
     }
     assert!(seen[0].is_disjoint(&seen[1]), "{seen:?}");
     let all: BTreeSet<String> = seen[0].union(&seen[1]).cloned().collect();
-    let expected: BTreeSet<String> = addresses
-        .iter()
-        .map(|a| format!("fleet-{}", a.replace(':', "-")))
-        .collect();
     assert_eq!(all, expected);
     assert!(
         seen.iter().all(|s| s.len() >= 4),
         "both shards hold a fair share: {seen:?}"
     );
+
+    // Scraping: every target of a shard's half is scraped up twice in that
+    // shard's own store.
+    for (daemon, names) in shards.iter().zip(&seen) {
+        common::wait_for_every(
+            "every target of the shard scraped up twice",
+            WITHIN,
+            Duration::from_millis(200),
+            || async {
+                for name in names {
+                    if scrapes_and_up(daemon, name).await.1 < 2 {
+                        return None;
+                    }
+                }
+                Some(())
+            },
+        )
+        .await;
+    }
+    // Then, from the stores alone: the scraped halves are the watched ones,
+    // disjoint and complete, and every target was scraped up by exactly one
+    // shard; the other shard stored no scrape of it at all.
+    let mut scraped: Vec<BTreeSet<String>> = Vec::new();
+    for daemon in &shards {
+        let mut names = BTreeSet::new();
+        for name in &expected {
+            if scrapes_and_up(daemon, name).await.0 > 0 {
+                names.insert(name.clone());
+            }
+        }
+        scraped.push(names);
+    }
+    assert_eq!(scraped, seen, "each shard scraped exactly its watched half");
+    assert!(scraped[0].is_disjoint(&scraped[1]), "{scraped:?}");
+    let covered: BTreeSet<String> = scraped[0].union(&scraped[1]).cloned().collect();
+    assert_eq!(
+        covered, expected,
+        "together the shards scraped every target"
+    );
+    for name in &expected {
+        let mut up_in = Vec::new();
+        for (i, daemon) in shards.iter().enumerate() {
+            let (stored, up) = scrapes_and_up(daemon, name).await;
+            if up > 0 {
+                up_in.push(i);
+            }
+            if !scraped[i].contains(name) {
+                assert_eq!(
+                    stored, 0,
+                    "shard {i} stored a scrape of {name}, not its own"
+                );
+            }
+        }
+        assert_eq!(up_in.len(), 1, "{name} scraped up by shards {up_in:?}");
+    }
     for daemon in shards {
         daemon.daemon.shutdown().await;
     }

@@ -1,8 +1,11 @@
 //! Service discovery, the I/O part: every `refresh_interval`, reads a
 //! `[[discovery]]` group's file_sd files or its http_sd URL and puts what
 //! they list (this shard's share) into the [`TargetSet`]. A file or answer
-//! that cannot be read or parsed keeps that source's last good list, as
-//! Prometheus does, so a half-written file never drops a fleet.
+//! that cannot be read or parsed is read once more a moment later (a file
+//! caught mid-rewrite), then keeps that source's last good list, as
+//! Prometheus does, so a half-written file never drops a fleet. A change
+//! shows within one refresh of the write: the targets that left stop at
+//! once (a scrape in flight is dropped), so they never delay the new ones.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -19,6 +22,10 @@ use crate::ticker::JitteredTicker;
 
 /// The largest discovery document read (file or HTTP answer).
 pub const MAX_DOCUMENT_BYTES: usize = 4 << 20;
+
+/// A source that failed is read once more after a tenth of the refresh
+/// interval, at most this long (a file caught half-written).
+const MAX_RETRY_AFTER: Duration = Duration::from_millis(250);
 
 /// The longest an http_sd request may take.
 const MAX_HTTP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -207,7 +214,18 @@ pub async fn run_discovery(
     let mut ticker = JitteredTicker::starting_now(job.config.refresh_interval);
     let mut found_before = 0u64;
     while ticker.tick(&mut shutdown).await {
-        let (groups, errors) = sources.refresh(&job, &client).await;
+        let (mut groups, mut errors) = sources.refresh(&job, &client).await;
+        if !errors.is_empty() {
+            // A file rewritten in place can be caught between its truncation
+            // and its last write: read once more a moment later, so that the
+            // rewrite shows within this refresh instead of the next.
+            let again = (job.config.refresh_interval / 10).min(MAX_RETRY_AFTER);
+            tokio::select! {
+                _ = tokio::time::sleep(again) => {}
+                _ = shutdown.changed() => return,
+            }
+            (groups, errors) = sources.refresh(&job, &client).await;
+        }
         counters.refreshes.fetch_add(1, Ordering::Relaxed);
         for err in &errors {
             counters.failures.fetch_add(1, Ordering::Relaxed);

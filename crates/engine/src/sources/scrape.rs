@@ -336,10 +336,11 @@ pub async fn scrape_once(
     record
 }
 
-/// Scrapes `job` every `job.interval` until `shutdown` turns true, sending
-/// each record to the writer. Each scrape is bounded by its timeout, so a
-/// hanging target never delays its own schedule beyond one interval, and
-/// never touches any other target's.
+/// Scrapes `job` every `job.interval` until `shutdown` turns true (a scrape
+/// in flight then is dropped, not awaited), sending each record to the
+/// writer. Each scrape is bounded by its timeout, so a hanging target never
+/// delays its own schedule beyond one interval, and never touches any other
+/// target's.
 pub async fn run_scrape_loop(
     client: reqwest::Client,
     job: ScrapeJob,
@@ -352,7 +353,14 @@ pub async fn run_scrape_loop(
     let mut ticker = JitteredTicker::new(&job.name, job.interval, max_jitter);
     let mut last_page = LastPage::default();
     while ticker.tick(&mut shutdown).await {
-        let record = scrape_once(&client, &job, &mut last_page).await;
+        // Stopping abandons a scrape in flight: a target that left (often
+        // because it hangs) must not hold up the supervisor, which starts
+        // the targets that came in the same discovery refresh only once the
+        // leaving ones have stopped.
+        let record = tokio::select! {
+            record = scrape_once(&client, &job, &mut last_page) => record,
+            _ = shutdown.wait_for(|stop| *stop) => return,
+        };
         counters.count(&job.name, record.up);
         if !record.up {
             tracing::warn!(

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, BatchSize, Criterion, Throughput};
 use llmwatch_core::exposition::{detect_format, parse_lenient};
-use llmwatch_remote_write::{encode, series_labels, Label, WriteRequestBuilder};
+use llmwatch_remote_write::{encode, series_labels, EncodedLabels, WriteRequestBuilder};
 
 /// (name, labels, value) of every sample line of the captured page.
 /// One page line: name, labels, value.
@@ -39,7 +39,7 @@ fn page() -> Vec<Line> {
 
 const SCRAPES: i64 = 4;
 
-fn build(lines: &[Line], cached: &[Vec<Label>]) -> Vec<u8> {
+fn build(lines: &[Line], cached: &[EncodedLabels]) -> Vec<u8> {
     let mut builder = WriteRequestBuilder::new();
     for scrape in 0..SCRAPES {
         for (i, (_, _, value)) in lines.iter().enumerate() {
@@ -61,9 +61,9 @@ fn bench(c: &mut Criterion) {
         ("instance", "10.0.0.5:8000"),
         ("target", "vllm-a"),
     ];
-    let cached: Vec<Vec<Label>> = lines
+    let cached: Vec<EncodedLabels> = lines
         .iter()
-        .map(|(n, l, _)| series_labels(n, l, &attached))
+        .map(|(n, l, _)| EncodedLabels::new(&series_labels(n, l, &attached)))
         .collect();
     let samples = lines.len() as u64 * SCRAPES as u64;
     let mut group = c.benchmark_group("remote_write");
@@ -73,9 +73,9 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("labels_build_encode_compress", |b| {
         b.iter(|| {
-            let fresh: Vec<Vec<Label>> = lines
+            let fresh: Vec<EncodedLabels> = lines
                 .iter()
-                .map(|(n, l, _)| series_labels(n, l, &attached))
+                .map(|(n, l, _)| EncodedLabels::new(&series_labels(n, l, &attached)))
                 .collect();
             build(&lines, &fresh)
         })
@@ -86,7 +86,7 @@ fn bench(c: &mut Criterion) {
             builder.push(i as u64, || cached[i].clone(), scrape * 5_000, *value);
         }
     }
-    let request = builder.request().clone();
+    let request = builder.request();
     group.bench_function("encode_compress", |b| {
         b.iter_batched(|| (), |()| encode(&request), BatchSize::SmallInput)
     });

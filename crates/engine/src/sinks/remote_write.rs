@@ -37,7 +37,7 @@ use std::time::Duration;
 use llmwatch_config::{RemoteWriteAuth, RemoteWriteConfig};
 use llmwatch_core::catalog::{NormalizedSample, Part};
 use llmwatch_core::signals::{signals_between, Signal, Snapshot};
-use llmwatch_remote_write::{series_labels, Label, WriteRequestBuilder};
+use llmwatch_remote_write::{series_labels, EncodedLabels, WriteRequestBuilder};
 use llmwatch_store::prom_source::attached_labels;
 use llmwatch_store::{
     ExportCursor, ExportedProbe, ExportedScrape, RemoteWriteCursor, SeriesKind, Store, StoreError,
@@ -104,7 +104,8 @@ enum Outcome {
 /// target's previous scrape (for rates), target labels.
 #[derive(Default)]
 struct State {
-    labels: HashMap<u64, Arc<Vec<Label>>>,
+    /// Each series' label set in wire form, encoded the first time.
+    labels: HashMap<u64, EncodedLabels>,
     previous: HashMap<i64, (i64, Vec<NormalizedSample>)>,
     targets: HashMap<i64, TargetRow>,
 }
@@ -176,9 +177,9 @@ impl State {
         let labels = self
             .labels
             .entry(key)
-            .or_insert_with(|| Arc::new(attach(name, extra, target, job)))
+            .or_insert_with(|| attach(name, extra, target, job))
             .clone();
-        builder.push(key, || labels.as_ref().clone(), ts_ms, value);
+        builder.push(key, || labels, ts_ms, value);
     }
 
     /// Adds everything sent for one scrape.
@@ -215,11 +216,9 @@ impl State {
                     let labels = self
                         .labels
                         .entry(key)
-                        .or_insert_with(|| {
-                            Arc::new(attach(&def.name, &def.labels, target, scraped_job))
-                        })
+                        .or_insert_with(|| attach(&def.name, &def.labels, target, scraped_job))
                         .clone();
-                    builder.push(key, || labels.as_ref().clone(), ts, *value);
+                    builder.push(key, || labels, ts, *value);
                 }
                 SeriesKind::Catalog { .. } => {
                     if let Some(sample) = def.catalog_sample(*value) {
@@ -308,13 +307,13 @@ impl State {
 /// The label set of a series of `target`: its own labels plus the labels
 /// attached to all its series (`job`, `instance`, `target`, its discovery
 /// labels), named as the Prometheus API names them.
-fn attach(name: &str, own: &[(String, String)], target: &TargetRow, job: &str) -> Vec<Label> {
+fn attach(name: &str, own: &[(String, String)], target: &TargetRow, job: &str) -> EncodedLabels {
     let attached = attached_labels(target, job);
     let attached: Vec<(&str, &str)> = attached
         .iter()
         .map(|(k, v)| (k.as_str(), v.as_str()))
         .collect();
-    series_labels(name, own, &attached)
+    EncodedLabels::new(&series_labels(name, own, &attached))
 }
 
 /// Starts a task per `[[remote_write]]` endpoint of `config`; their

@@ -151,24 +151,29 @@ fn put_varint(out: &mut Vec<u8>, mut value: u64) {
 /// A `Sample` as prost writes it: proto3 leaves out a field at its default
 /// (a value equal to 0.0, a timestamp of 0).
 fn put_sample(out: &mut Vec<u8>, sample: &Sample) {
-    let mut message = [0u8; 1 + 8 + 1 + 10];
+    let has_value = sample.value != 0.0;
+    let timestamp = sample.timestamp as u64;
     let mut len = 0;
-    if sample.value != 0.0 {
-        message[0] = 0x09;
-        message[1..9].copy_from_slice(&sample.value.to_le_bytes());
-        len = 9;
+    if has_value {
+        len += 9;
     }
-    if sample.timestamp != 0 {
-        message[len] = 0x10;
-        len += 1;
-        let mut ts = Vec::with_capacity(10);
-        put_varint(&mut ts, sample.timestamp as u64);
-        message[len..len + ts.len()].copy_from_slice(&ts);
-        len += ts.len();
+    if timestamp != 0 {
+        len += 1 + varint_len(timestamp);
     }
     out.push(0x12);
     put_varint(out, len as u64);
-    out.extend_from_slice(&message[..len]);
+    if has_value {
+        out.push(0x09);
+        out.extend_from_slice(&sample.value.to_le_bytes());
+    }
+    if timestamp != 0 {
+        out.push(0x10);
+        put_varint(out, timestamp);
+    }
+}
+
+fn varint_len(value: u64) -> usize {
+    (64 - (value | 1).leading_zeros() as usize).div_ceil(7)
 }
 
 /// Builds one request, grouping the samples of a series (named by a key

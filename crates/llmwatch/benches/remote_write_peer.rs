@@ -406,16 +406,7 @@ async fn live_span(
         }
         "llmwatch" => {
             let port = fleet::free_port()?;
-            let mut config = format!(
-                "[server]\nlisten = \"127.0.0.1:{port}\"\ndatabase = {:?}\n\
-                 live_interval = \"1h\"\nalert_interval = \"1h\"\n",
-                dir.join("llmwatch.db").display().to_string()
-            );
-            for (i, addr) in fleet.iter().enumerate() {
-                config.push_str(&format!(
-                    "[[targets]]\nname = \"t{i:04}\"\nurl = \"http://{addr}\"\nscrape_interval = \"1s\"\n"
-                ));
-            }
+            let mut config = fleet::llmwatch_fleet_config(port, dir, fleet);
             if let Some(addr) = remote {
                 config.push_str(&format!(
                     "[[remote_write]]\nname = \"peer\"\nurl = \"http://{addr}/api/v1/write\"\n"

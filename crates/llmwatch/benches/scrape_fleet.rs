@@ -199,17 +199,7 @@ async fn measure(
 fn spawn_peer(kind: &PeerKind, fleet: &[SocketAddr], dir: &Path, port: u16) -> Result<Child> {
     match kind {
         PeerKind::Llmwatch(binary) => {
-            let mut config = format!(
-                "[server]\nlisten = \"127.0.0.1:{port}\"\ndatabase = {:?}\n\
-                 live_interval = \"1h\"\nalert_interval = \"1h\"\n",
-                dir.join("llmwatch.db").display().to_string()
-            );
-            for (i, addr) in fleet.iter().enumerate() {
-                config.push_str(&format!(
-                    "[[targets]]\nname = \"t{i:04}\"\nurl = \"http://{addr}\"\n\
-                     scrape_interval = \"1s\"\n"
-                ));
-            }
+            let config = fleet::llmwatch_fleet_config(port, dir, fleet);
             let path = dir.join("llmwatch.toml");
             std::fs::File::create(&path)?.write_all(config.as_bytes())?;
             Ok(Command::new(binary)

@@ -76,6 +76,21 @@ async fn serve(
     (child, base)
 }
 
+/// Starts a sweep through the API (with the token); its id.
+async fn start_sweep(base: &str, body: Value) -> i64 {
+    let answer: Value = reqwest::Client::new()
+        .post(format!("{base}/api/v1/sweeps"))
+        .bearer_auth(TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    answer["id"].as_i64().expect("sweep id")
+}
+
 /// Sends `signal` (`TERM`, `INT`) to `child`; waits at most 10 s for it to
 /// exit, and asserts it exited 0.
 async fn stop_with(child: &mut tokio::process::Child, signal: &str) {
@@ -162,20 +177,12 @@ interval = "500ms"
         },
     )
     .await;
-    let sweep: Value = reqwest::Client::new()
-        .post(format!("{base}/api/v1/sweeps"))
-        .bearer_auth(TOKEN)
-        .json(
-            &json!({"target": "sim", "shape": "16x2", "concurrency": [1],
+    let id = start_sweep(
+        &base,
+        json!({"target": "sim", "shape": "16x2", "concurrency": [1],
                       "requests_per_step": 2, "min_step_duration": "100ms"}),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = sweep["id"].as_i64().expect("sweep id");
+    )
+    .await;
     let detail = wait_for("the sweep to finish", Duration::from_secs(30), || async {
         let text = get(&format!("{base}/api/v1/sweeps/{id}")).await;
         let row: Value = serde_json::from_str(&text).ok()?;
@@ -305,20 +312,12 @@ url = "http://{engine}"
     .unwrap();
     let log_path = dir.path().join("llmwatch.log");
     let (mut child, base) = serve(&config, &log_path, "info").await;
-    let sweep: Value = reqwest::Client::new()
-        .post(format!("{base}/api/v1/sweeps"))
-        .bearer_auth(TOKEN)
-        .json(
-            &json!({"target": "sim", "shape": "16x32", "concurrency": [1, 2, 4],
+    let id = start_sweep(
+        &base,
+        json!({"target": "sim", "shape": "16x32", "concurrency": [1, 2, 4],
                       "requests_per_step": 2, "min_step_duration": "2s"}),
-        )
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
-    let id = sweep["id"].as_i64().expect("sweep id");
+    )
+    .await;
     wait_for(
         "the sweep's first step, the sweep still running",
         Duration::from_secs(30),

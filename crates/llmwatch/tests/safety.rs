@@ -261,12 +261,16 @@ async fn browsers_log_in_with_a_session_cookie_and_forms_need_their_token() {
 }
 
 async fn post_sweep(base: &str, body: Value) -> (StatusCode, Value) {
-    let response = client()
-        .post(format!("{base}/api/v1/sweeps"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
+    post_sweep_with(base, None, body).await
+}
+
+/// `POST /api/v1/sweeps`, with `token` as the bearer token when given.
+async fn post_sweep_with(base: &str, token: Option<&str>, body: Value) -> (StatusCode, Value) {
+    let mut request = client().post(format!("{base}/api/v1/sweeps")).json(&body);
+    if let Some(token) = token {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.unwrap();
     let status = response.status();
     (status, response.json().await.unwrap_or(Value::Null))
 }
@@ -570,20 +574,15 @@ async fn cross_site_cancels_are_refused_and_the_cancel_button_needs_its_token() 
     let base = test.base_url();
     let store = test.daemon.store.clone();
     let http = client();
-    let started = http
-        .post(format!("{base}/api/v1/sweeps"))
-        .bearer_auth(TOKEN)
-        .json(
-            &json!({"target": "sim", "shape": "16x16", "concurrency": vec![1; 16],
-                      "requests_per_step": 1, "min_step_duration": "1s"}),
-        )
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(started.status(), StatusCode::ACCEPTED);
-    let id = started.json::<Value>().await.unwrap()["id"]
-        .as_i64()
-        .expect("sweep id");
+    let (status, started) = post_sweep_with(
+        &base,
+        Some(TOKEN),
+        json!({"target": "sim", "shape": "16x16", "concurrency": vec![1; 16],
+               "requests_per_step": 1, "min_step_duration": "1s"}),
+    )
+    .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let id = started["id"].as_i64().expect("sweep id");
     let mut seen = wait_for_another_step(&store, id, 0).await;
 
     // The API with the token, from another site: refused.

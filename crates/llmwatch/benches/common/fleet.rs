@@ -193,3 +193,24 @@ pub fn sum_of(page: &str, name: &str) -> f64 {
         .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// The config of an `llmwatch serve` scraping every port of `fleet` each
+/// second on `listen_port`, its database in `dir`, with the live diagnosis
+/// and alert rounds an hour apart (the scrape path alone is measured).
+pub fn llmwatch_fleet_config(
+    listen_port: u16,
+    dir: &std::path::Path,
+    fleet: &[std::net::SocketAddr],
+) -> String {
+    let mut config = format!(
+        "[server]\nlisten = \"127.0.0.1:{listen_port}\"\ndatabase = {:?}\n\
+         live_interval = \"1h\"\nalert_interval = \"1h\"\n",
+        dir.join("llmwatch.db").display().to_string()
+    );
+    for (i, addr) in fleet.iter().enumerate() {
+        config.push_str(&format!(
+            "[[targets]]\nname = \"t{i:04}\"\nurl = \"http://{addr}\"\nscrape_interval = \"1s\"\n"
+        ));
+    }
+    config
+}

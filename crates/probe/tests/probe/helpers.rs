@@ -205,24 +205,11 @@ pub fn spawn_server(script: Script) -> TestServer {
         script: Arc::new(script),
         stamps: stamps.clone(),
     };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-            .unwrap();
-        rt.block_on(async move {
-            let app = Router::new()
-                .route("/v1/completions", post(handle))
-                .route("/v1/chat/completions", post(handle))
-                .with_state(state);
-            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-            tx.send(listener.local_addr().unwrap()).unwrap();
-            let listener = NoDelay(listener);
-            axum::serve(listener, app).await.unwrap();
-        });
-    });
-    let addr = rx.recv().unwrap();
+    let app = Router::new()
+        .route("/v1/completions", post(handle))
+        .route("/v1/chat/completions", post(handle))
+        .with_state(state);
+    let addr = spawn_router(app);
     TestServer { addr, stamps }
 }
 

@@ -1,6 +1,8 @@
 //! Client-side signals from llmwatch's own probes over a window: what a user
 //! felt, as opposed to what the server's histograms guess.
 
+use std::borrow::Borrow;
+
 use crate::signals::Signal;
 use crate::stats::percentile;
 
@@ -20,25 +22,22 @@ pub struct ProbeTimings {
 /// Failed probes count in `probe_error_rate` and, where they got that far,
 /// in TTFT; they are never silently dropped. Latency percentiles over an
 /// empty set are omitted, never NaN.
-pub fn probe_signals(probes: &[ProbeTimings]) -> Vec<(Signal, f64)> {
+pub fn probe_signals<P: Borrow<ProbeTimings>>(probes: &[P]) -> Vec<(Signal, f64)> {
     if probes.is_empty() {
         return Vec::new();
     }
+    let count = probes.len();
+    let probes = || probes.iter().map(Borrow::borrow);
     let sorted = |mut values: Vec<f64>| {
         values.retain(|v| v.is_finite());
         values.sort_by(f64::total_cmp);
         values
     };
-    let ttft = sorted(probes.iter().filter_map(|p| p.ttft_s).collect());
-    let itl = sorted(
-        probes
-            .iter()
-            .flat_map(|p| p.itl_s.iter().copied())
-            .collect(),
-    );
-    let tpot = sorted(probes.iter().filter_map(|p| p.tpot_s).collect());
-    let e2e = sorted(probes.iter().filter(|p| p.ok).map(|p| p.e2e_s).collect());
-    let failed = probes.iter().filter(|p| !p.ok).count();
+    let ttft = sorted(probes().filter_map(|p| p.ttft_s).collect());
+    let itl = sorted(probes().flat_map(|p| p.itl_s.iter().copied()).collect());
+    let tpot = sorted(probes().filter_map(|p| p.tpot_s).collect());
+    let e2e = sorted(probes().filter(|p| p.ok).map(|p| p.e2e_s).collect());
+    let failed = probes().filter(|p| !p.ok).count();
 
     let mut out = Vec::new();
     let mut put = |signal, values: &[f64], q| {
@@ -55,8 +54,7 @@ pub fn probe_signals(probes: &[ProbeTimings]) -> Vec<(Signal, f64)> {
     // Means over successful probes only: a failed probe's TTFT would pair a
     // request the server never finished with server histograms that only
     // count finished ones.
-    let ok_ttft: Vec<f64> = probes
-        .iter()
+    let ok_ttft: Vec<f64> = probes()
         .filter(|p| p.ok)
         .filter_map(|p| p.ttft_s)
         .filter(|v| v.is_finite())
@@ -73,7 +71,7 @@ pub fn probe_signals(probes: &[ProbeTimings]) -> Vec<(Signal, f64)> {
             e2e.iter().sum::<f64>() / e2e.len() as f64,
         ));
     }
-    out.push((Signal::ProbeErrorRate, failed as f64 / probes.len() as f64));
+    out.push((Signal::ProbeErrorRate, failed as f64 / count as f64));
     out
 }
 
@@ -145,6 +143,6 @@ mod tests {
         assert_eq!(value(&signals, Signal::ProbeE2eMean), Some(0.22));
         let all_failed = probe_signals(&[ProbeTimings::default()]);
         assert_eq!(all_failed, vec![(Signal::ProbeErrorRate, 1.0)]);
-        assert!(probe_signals(&[]).is_empty());
+        assert!(probe_signals::<ProbeTimings>(&[]).is_empty());
     }
 }

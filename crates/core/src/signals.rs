@@ -349,6 +349,14 @@ pub struct Snapshot<'a> {
 ///
 /// Output follows [`Signal::all`] order; every value is finite.
 pub fn signals_between(prev: Option<Snapshot>, cur: Snapshot) -> Vec<(Signal, f64)> {
+    let prev = prev.map(Digest::of);
+    signals_between_digests(prev.as_ref(), &Digest::of(cur))
+}
+
+/// [`signals_between`] over snapshots already digested: a series reader
+/// digests each stored scrape once, though it is the `cur` of one window
+/// and the `prev` of the next.
+pub fn signals_between_digests(prev: Option<&Digest>, cur: &Digest) -> Vec<(Signal, f64)> {
     use CatalogMetric as M;
     let mut out: Vec<(Signal, f64)> = Vec::new();
     let mut put = |signal: Signal, value: Option<f64>| {
@@ -356,30 +364,25 @@ pub fn signals_between(prev: Option<Snapshot>, cur: Snapshot) -> Vec<(Signal, f6
             out.push((signal, value));
         }
     };
-    let c = cur.samples;
-    let p = prev.map(|snapshot| snapshot.samples);
     let dt = prev
-        .map(|snapshot| cur.ts - snapshot.ts)
+        .map(|prev| cur.ts - prev.ts)
         .filter(|dt| dt.is_finite() && *dt > 0.0);
 
-    put(
-        Signal::KvCacheUsage,
-        fold_values(c, M::KvCacheUsage, f64::max),
-    );
-    put(Signal::RequestsRunning, sum_values(c, M::RequestsRunning));
-    put(Signal::RequestsWaiting, sum_values(c, M::RequestsWaiting));
-    put(Signal::PrefixCacheHitRate, prefix_hit_rate(p, c));
+    put(Signal::KvCacheUsage, cur.max(M::KvCacheUsage));
+    put(Signal::RequestsRunning, cur.sum(M::RequestsRunning));
+    put(Signal::RequestsWaiting, cur.sum(M::RequestsWaiting));
+    put(Signal::PrefixCacheHitRate, prefix_hit_rate(prev, cur));
     let rate = |metric: CatalogMetric| -> Option<f64> {
         let dt = dt?;
-        let before = sum_values(p?, metric)?;
-        let after = sum_values(c, metric)?;
+        let before = prev?.sum(metric)?;
+        let after = cur.sum(metric)?;
         Some(counter_delta(before, after) / dt)
     };
     put(Signal::PreemptionsRate, rate(M::PreemptionsTotal));
-    let ttft = Hist::window(p, c, M::TtftSeconds);
-    let itl = Hist::window(p, c, M::ItlSeconds);
-    let e2e = Hist::window(p, c, M::E2eSeconds);
-    let queue = Hist::window(p, c, M::QueueTimeSeconds);
+    let ttft = Hist::window(prev, cur, M::TtftSeconds);
+    let itl = Hist::window(prev, cur, M::ItlSeconds);
+    let e2e = Hist::window(prev, cur, M::E2eSeconds);
+    let queue = Hist::window(prev, cur, M::QueueTimeSeconds);
     put(Signal::ServerTtftP50, ttft.quantile(0.50));
     put(Signal::ServerTtftP95, ttft.quantile(0.95));
     put(Signal::ServerTtftMean, ttft.mean());
@@ -392,21 +395,21 @@ pub fn signals_between(prev: Option<Snapshot>, cur: Snapshot) -> Vec<(Signal, f6
     put(Signal::ServerQueueTimeMean, queue.mean());
     put(
         Signal::ServerPrefillTimeMean,
-        Hist::window(p, c, M::PrefillTimeSeconds).mean(),
+        Hist::window(prev, cur, M::PrefillTimeSeconds).mean(),
     );
     put(
         Signal::ServerDecodeTimeMean,
-        Hist::window(p, c, M::DecodeTimeSeconds).mean(),
+        Hist::window(prev, cur, M::DecodeTimeSeconds).mean(),
     );
     put(
         Signal::ServerInferenceTimeMean,
-        Hist::window(p, c, M::InferenceTimeSeconds).mean(),
+        Hist::window(prev, cur, M::InferenceTimeSeconds).mean(),
     );
     put(Signal::PromptTokensRate, rate(M::PromptTokensTotal));
     put(Signal::GenerationTokensRate, rate(M::GenerationTokensTotal));
     put(Signal::RequestRate, rate(M::RequestsSuccessTotal));
 
-    let gpus = Gpus::collect(c);
+    let gpus = &cur.gpus;
     put(Signal::GpuUtil, gpus.mean(M::GpuUtil));
     let ratios = gpus.memory_ratios();
     put(Signal::GpuMemUsedRatio, ratios.map(|r| r.aggregate));
@@ -427,41 +430,94 @@ pub fn signals_between(prev: Option<Snapshot>, cur: Snapshot) -> Vec<(Signal, f6
     out
 }
 
-fn values(samples: &[NormalizedSample], metric: CatalogMetric) -> impl Iterator<Item = f64> + '_ {
-    samples
-        .iter()
-        .filter(move |s| s.metric == metric && s.part == Part::Value && s.value.is_finite())
-        .map(|s| s.value)
+const METRICS: usize = CatalogMetric::ALL.len();
+
+/// What [`signals_between`] reads from one snapshot, gathered in one pass
+/// over its samples: per catalog metric the finite plain values folded in
+/// page order (sum, max, count), each histogram merged over its series, and
+/// the GPU gauges per GPU.
+pub struct Digest<'a> {
+    ts: f64,
+    sums: [Option<f64>; METRICS],
+    maxes: [Option<f64>; METRICS],
+    counts: [u32; METRICS],
+    hists: [Option<Hist>; METRICS],
+    gpus: Gpus<'a>,
 }
 
-fn fold_values(
-    samples: &[NormalizedSample],
-    metric: CatalogMetric,
-    f: fn(f64, f64) -> f64,
-) -> Option<f64> {
-    values(samples, metric).reduce(f)
+impl<'a> Digest<'a> {
+    pub fn of(snapshot: Snapshot<'a>) -> Digest<'a> {
+        let mut digest = Digest {
+            ts: snapshot.ts,
+            sums: [None; METRICS],
+            maxes: [None; METRICS],
+            counts: [0; METRICS],
+            hists: std::array::from_fn(|_| None),
+            gpus: Gpus { by_gpu: Vec::new() },
+        };
+        let mut any_gpu = false;
+        for s in snapshot.samples.iter().filter(|s| s.value.is_finite()) {
+            let i = s.metric as usize;
+            let v = s.value;
+            fn hist(slot: &mut Option<Hist>) -> &mut Hist {
+                slot.get_or_insert_with(Hist::empty)
+            }
+            match s.part {
+                Part::Value => {
+                    digest.sums[i] = Some(digest.sums[i].map_or(v, |a| a + v));
+                    digest.maxes[i] = Some(digest.maxes[i].map_or(v, |a| a.max(v)));
+                    digest.counts[i] += 1;
+                    any_gpu |= s.metric.is_gpu();
+                }
+                Part::Bucket(le) => {
+                    let buckets = &mut hist(&mut digest.hists[i]).buckets;
+                    match buckets.iter_mut().find(|(b, _)| b.total_cmp(&le).is_eq()) {
+                        Some(bucket) => bucket.1 += v,
+                        None => buckets.push((le, v)),
+                    }
+                }
+                Part::Sum => *hist(&mut digest.hists[i]).sum.get_or_insert(0.0) += v,
+                Part::Count => *hist(&mut digest.hists[i]).count.get_or_insert(0.0) += v,
+            }
+        }
+        for hist in digest.hists.iter_mut().flatten() {
+            hist.buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
+        }
+        if any_gpu {
+            digest.gpus = Gpus::collect(snapshot.samples);
+        }
+        digest
+    }
+
+    /// Sum over series (engine metrics have one series after normalisation).
+    fn sum(&self, metric: CatalogMetric) -> Option<f64> {
+        self.sums[metric as usize]
+    }
+
+    fn max(&self, metric: CatalogMetric) -> Option<f64> {
+        self.maxes[metric as usize]
+    }
+
+    fn mean(&self, metric: CatalogMetric) -> Option<f64> {
+        let n = self.counts[metric as usize];
+        (n > 0).then(|| self.sums[metric as usize].unwrap_or(0.0) / f64::from(n))
+    }
+
+    fn hist(&self, metric: CatalogMetric) -> Option<&Hist> {
+        self.hists[metric as usize].as_ref()
+    }
 }
 
-/// Sum over series (engine metrics have one series after normalisation).
-fn sum_values(samples: &[NormalizedSample], metric: CatalogMetric) -> Option<f64> {
-    fold_values(samples, metric, |a, b| a + b)
-}
-
-fn mean_values(samples: &[NormalizedSample], metric: CatalogMetric) -> Option<f64> {
-    let (sum, n) = values(samples, metric).fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
-    (n > 0).then(|| sum / n as f64)
-}
-
-fn prefix_hit_rate(prev: Option<&[NormalizedSample]>, cur: &[NormalizedSample]) -> Option<f64> {
+fn prefix_hit_rate(prev: Option<&Digest>, cur: &Digest) -> Option<f64> {
     use CatalogMetric as M;
-    let counters = |samples: &[NormalizedSample]| {
+    let counters = |digest: &Digest| {
         Some((
-            sum_values(samples, M::PrefixCacheHitsTotal)?,
-            sum_values(samples, M::PrefixCacheQueriesTotal)?,
+            digest.sum(M::PrefixCacheHitsTotal)?,
+            digest.sum(M::PrefixCacheQueriesTotal)?,
         ))
     };
     let Some((hits, queries)) = counters(cur) else {
-        return mean_values(cur, M::PrefixCacheHitRate);
+        return cur.mean(M::PrefixCacheHitRate);
     };
     let (d_hits, d_queries) = match prev {
         None => (hits, queries),
@@ -486,49 +542,26 @@ struct Hist {
 }
 
 impl Hist {
-    fn merged(samples: &[NormalizedSample], metric: CatalogMetric) -> Option<Hist> {
-        let mut buckets: Vec<(f64, f64)> = Vec::new();
-        let mut sum = None;
-        let mut count = None;
-        for s in samples
-            .iter()
-            .filter(|s| s.metric == metric && s.value.is_finite())
-        {
-            match s.part {
-                Part::Bucket(le) => {
-                    match buckets.iter_mut().find(|(b, _)| b.total_cmp(&le).is_eq()) {
-                        Some(bucket) => bucket.1 += s.value,
-                        None => buckets.push((le, s.value)),
-                    }
-                }
-                Part::Sum => *sum.get_or_insert(0.0) += s.value,
-                Part::Count => *count.get_or_insert(0.0) += s.value,
-                Part::Value => {}
-            }
-        }
-        buckets.sort_by(|a, b| a.0.total_cmp(&b.0));
-        (!buckets.is_empty() || sum.is_some() || count.is_some()).then_some(Hist {
-            buckets,
-            sum,
-            count,
-        })
-    }
-
-    /// `cur` minus `prev` (reset-aware), or `cur` alone without `prev`.
-    fn window(
-        prev: Option<&[NormalizedSample]>,
-        cur: &[NormalizedSample],
-        metric: CatalogMetric,
-    ) -> Option<Hist> {
-        let cur = Hist::merged(cur, metric)?;
-        let Some(prev) = prev else {
-            return Some(cur);
-        };
-        let prev = Hist::merged(prev, metric).unwrap_or(Hist {
+    fn empty() -> Hist {
+        Hist {
             buckets: Vec::new(),
             sum: None,
             count: None,
-        });
+        }
+    }
+
+    /// `cur` minus `prev` (reset-aware), or `cur` alone without `prev`.
+    fn window(prev: Option<&Digest>, cur: &Digest, metric: CatalogMetric) -> Option<Hist> {
+        let cur = cur.hist(metric)?;
+        let Some(prev) = prev else {
+            return Some(Hist {
+                buckets: cur.buckets.clone(),
+                sum: cur.sum,
+                count: cur.count,
+            });
+        };
+        let none = Hist::empty();
+        let prev = prev.hist(metric).unwrap_or(&none);
         let (sum, count) = match (prev.sum, prev.count, cur.sum, cur.count) {
             (Some(s0), Some(c0), Some(s1), Some(c1)) if s1 >= s0 && c1 >= c0 => {
                 (Some(s1 - s0), Some(c1 - c0))
@@ -575,6 +608,9 @@ fn gpu_slot(metric: CatalogMetric) -> Option<usize> {
 /// One GPU's label set (borrowed from the page) and its gauges by slot.
 type GpuGauges<'a> = (&'a [(String, String)], [Option<f64>; GPU_SLOTS]);
 
+/// How many GPUs [`Gpus::collect`] compares by pointer before hashing.
+const POINTER_SCAN: usize = 64;
+
 /// GPU gauges of one page, per GPU label set (a day's chart reads this once
 /// per instant), in the page's order.
 struct Gpus<'a> {
@@ -601,10 +637,19 @@ impl<'a> Gpus<'a> {
             let Some(slot) = gpu_slot(s.metric) else {
                 continue;
             };
-            let at = *index.entry(&s.labels).or_insert_with(|| {
-                by_gpu.push((&s.labels, [None; GPU_SLOTS]));
-                by_gpu.len() - 1
-            });
+            // Samples read from the store share their series' label set, so
+            // a pointer comparison finds the GPU without hashing its labels.
+            let shared = by_gpu
+                .iter()
+                .take(POINTER_SCAN)
+                .position(|(labels, _)| std::ptr::eq(*labels, &*s.labels));
+            let at = match shared {
+                Some(at) => at,
+                None => *index.entry(&s.labels).or_insert_with(|| {
+                    by_gpu.push((&s.labels, [None; GPU_SLOTS]));
+                    by_gpu.len() - 1
+                }),
+            };
             // The last sample of a metric wins, as a map insert would.
             by_gpu[at].1[slot] = Some(s.value);
         }

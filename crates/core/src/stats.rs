@@ -90,28 +90,36 @@ pub fn histogram_quantile(q: f64, buckets: &[(f64, f64)]) -> Option<f64> {
 /// reconfigured: `cur` is then treated as fresh, i.e. everything in it was
 /// observed since `prev`, and is returned as is. The result is sorted by `le`.
 pub fn bucket_deltas(prev: &[(f64, f64)], cur: &[(f64, f64)]) -> Vec<(f64, f64)> {
-    let mut prev_sorted: Vec<(f64, f64)> = prev.to_vec();
-    prev_sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
-    let mut cur_sorted: Vec<(f64, f64)> = cur.to_vec();
-    cur_sorted.sort_by(|a, b| a.0.total_cmp(&b.0));
+    let prev_sorted = sorted_by_le(prev);
+    let cur_sorted = sorted_by_le(cur);
     let same_layout = prev_sorted.len() == cur_sorted.len()
         && prev_sorted
             .iter()
-            .zip(&cur_sorted)
+            .zip(cur_sorted.iter())
             .all(|(p, c)| p.0.total_cmp(&c.0).is_eq());
     let reset = !same_layout
         || prev_sorted
             .iter()
-            .zip(&cur_sorted)
+            .zip(cur_sorted.iter())
             .any(|(p, c)| c.1 < p.1 || !p.1.is_finite());
     if reset {
-        return cur_sorted;
+        return cur_sorted.into_owned();
     }
     prev_sorted
         .iter()
-        .zip(&cur_sorted)
+        .zip(cur_sorted.iter())
         .map(|(p, c)| (c.0, c.1 - p.1))
         .collect()
+}
+
+/// Buckets sorted by `le`: merged histograms come sorted and are not copied.
+fn sorted_by_le(buckets: &[(f64, f64)]) -> std::borrow::Cow<'_, [(f64, f64)]> {
+    if buckets.is_sorted_by(|a, b| a.0.total_cmp(&b.0).is_le()) {
+        return std::borrow::Cow::Borrowed(buckets);
+    }
+    let mut owned = buckets.to_vec();
+    owned.sort_by(|a, b| a.0.total_cmp(&b.0));
+    std::borrow::Cow::Owned(owned)
 }
 
 /// Increase of a monotonic counter between two scrapes. A decrease means the

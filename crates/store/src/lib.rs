@@ -20,6 +20,7 @@ pub mod codec;
 mod export;
 mod lifecycle;
 mod live;
+mod probe_cache;
 mod probes;
 pub mod prom_source;
 mod read;
@@ -48,6 +49,7 @@ pub use cache::DEFAULT_CACHE_BYTES;
 pub use export::{ExportCursor, ExportedProbe, ExportedScrape, RemoteWriteCursor};
 pub use lifecycle::{Pruned, RetentionCutoffs};
 pub use live::{LiveChangeRow, LiveVerdictRow};
+pub use probe_cache::DEFAULT_PROBE_CACHE_BYTES;
 pub use probes::{is_probe_signal, ProbeOrigin, ProbeRow};
 pub use prom_source::{PromLabels, PromLimits, PromSeries, PromSourceError};
 pub use read::{RawSeries, StoredPage};
@@ -213,6 +215,8 @@ pub struct Store {
     shapes: Arc<std::sync::Mutex<HashMap<i64, Arc<write::PageShape>>>>,
     /// Decoded block groups, for range queries that come again.
     cache: Arc<cache::GroupCache>,
+    /// Decoded canary timings per target and hour.
+    probe_cache: Arc<probe_cache::ProbeCache>,
 }
 
 impl Store {
@@ -243,6 +247,7 @@ impl Store {
             heads: Arc::default(),
             engines: Arc::default(),
             cache: Arc::default(),
+            probe_cache: Arc::default(),
             shapes: Arc::default(),
         };
         store.load_series().await?;

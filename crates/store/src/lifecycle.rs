@@ -65,6 +65,9 @@ impl Store {
                 true,
             )
             .await?;
+        if pruned.probes > 0 {
+            self.probe_cache.clear();
+        }
         pruned.sweeps = self
             .delete_in_batches(
                 "DELETE FROM sweeps WHERE id IN \

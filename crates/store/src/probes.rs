@@ -6,6 +6,9 @@ use llmwatch_core::redact::redact_urls_in;
 use llmwatch_core::signals::Signal;
 use sqlx::Row;
 
+use std::sync::Arc;
+
+use crate::probe_cache::{hour_of, HourProbes, HOUR_MS};
 use crate::{Point, Range, Store, StoreError};
 
 /// One stored probe.
@@ -138,6 +141,9 @@ impl Store {
         .bind(redact_urls_in(&probe.record_json))
         .fetch_one(&self.pool)
         .await?;
+        if probe.run_id.is_none() {
+            self.probe_cache.invalidate(probe.target_id, probe.ts_ms);
+        }
         Ok(row.try_get("id")?)
     }
 
@@ -234,17 +240,75 @@ impl Store {
         Ok(row.try_get("id")?)
     }
 
-    /// The timings the rolling probe signals need, for the canary probes
-    /// of a target sent in `[from_ms, to_ms]`, oldest first. A narrow read:
-    /// no record JSON. Run probes (sweep steps, `run_id` set) are left out:
-    /// they load the server on purpose, and the `probe_*` signals and the
-    /// alerts on them describe what a lone user feels.
+    /// Canary probes of a target sent in `[from_ms, to_ms]`, oldest first.
     pub async fn probe_timings(
         &self,
         target_id: i64,
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<(i64, ProbeTimings)>, StoreError> {
+        let parts = self.canary_parts(target_id, from_ms, to_ms).await?;
+        Ok(parts
+            .iter()
+            .flat_map(|(hour, at)| {
+                hour.stamps[at.clone()]
+                    .iter()
+                    .copied()
+                    .zip(hour.timings[at.clone()].iter().cloned())
+            })
+            .collect())
+    }
+
+    /// The canaries of `[from_ms, to_ms]` as parts of hours, oldest first:
+    /// whole hours from the cache (read and kept on a miss), the partial
+    /// hours at either end read for just their part when not cached (the
+    /// newest hour changes with every canary).
+    async fn canary_parts(
+        &self,
+        target_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<(Arc<HourProbes>, std::ops::Range<usize>)>, StoreError> {
+        if from_ms > to_ms {
+            return Ok(Vec::new());
+        }
+        let mut parts = Vec::new();
+        for hour in hour_of(from_ms)..=hour_of(to_ms) {
+            let start = hour * HOUR_MS;
+            let (lo, hi) = (from_ms.max(start), to_ms.min(start + HOUR_MS - 1));
+            let whole = lo == start && hi == start + HOUR_MS - 1;
+            let probes = match self.probe_cache.get(target_id, hour) {
+                Some(cached) => cached,
+                None => {
+                    let epoch = self.probe_cache.epoch();
+                    let (read_lo, read_hi) = if whole {
+                        (start, start + HOUR_MS - 1)
+                    } else {
+                        (lo, hi)
+                    };
+                    let read = Arc::new(self.read_canaries(target_id, read_lo, read_hi).await?);
+                    if whole {
+                        self.probe_cache
+                            .insert(epoch, target_id, hour, Arc::clone(&read));
+                    }
+                    read
+                }
+            };
+            let at = probes.stamps.partition_point(|ts| *ts < lo)
+                ..probes.stamps.partition_point(|ts| *ts <= hi);
+            if !at.is_empty() {
+                parts.push((probes, at));
+            }
+        }
+        Ok(parts)
+    }
+
+    async fn read_canaries(
+        &self,
+        target_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<HourProbes, StoreError> {
         let rows = sqlx::query(
             "SELECT ts_ms, ok, ttft_s, tpot_s, e2e_s, itl_s FROM probes
              WHERE target_id = ? AND run_id IS NULL AND ts_ms BETWEEN ? AND ?
@@ -255,20 +319,21 @@ impl Store {
         .bind(to_ms)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter()
-            .map(|row| {
-                Ok((
-                    row.try_get("ts_ms")?,
-                    ProbeTimings {
-                        ok: row.try_get("ok")?,
-                        ttft_s: row.try_get("ttft_s")?,
-                        tpot_s: row.try_get("tpot_s")?,
-                        e2e_s: row.try_get("e2e_s")?,
-                        itl_s: unpack_f64s(&row.try_get::<Vec<u8>, _>("itl_s")?)?,
-                    },
-                ))
-            })
-            .collect()
+        let mut hour = HourProbes {
+            stamps: Vec::with_capacity(rows.len()),
+            timings: Vec::with_capacity(rows.len()),
+        };
+        for row in &rows {
+            hour.stamps.push(row.try_get("ts_ms")?);
+            hour.timings.push(ProbeTimings {
+                ok: row.try_get("ok")?,
+                ttft_s: row.try_get("ttft_s")?,
+                tpot_s: row.try_get("tpot_s")?,
+                e2e_s: row.try_get("e2e_s")?,
+                itl_s: unpack_f64s(row.try_get::<&[u8], _>("itl_s")?)?,
+            });
+        }
+        Ok(hour)
     }
 
     /// Rolling probe signals over `(now_ms − window_ms, now_ms]`.
@@ -278,10 +343,13 @@ impl Store {
         now_ms: i64,
         window_ms: i64,
     ) -> Result<Vec<(Signal, f64)>, StoreError> {
-        let probes = self
-            .probe_timings(target_id, now_ms - window_ms + 1, now_ms)
+        let parts = self
+            .canary_parts(target_id, now_ms - window_ms + 1, now_ms)
             .await?;
-        let timings: Vec<ProbeTimings> = probes.into_iter().map(|(_, t)| t).collect();
+        let timings: Vec<&ProbeTimings> = parts
+            .iter()
+            .flat_map(|(hour, at)| hour.timings[at.clone()].iter())
+            .collect();
         Ok(probe_signals(&timings))
     }
 
@@ -309,10 +377,18 @@ impl Store {
         range: Range,
         window_ms: i64,
     ) -> Result<Vec<(Signal, Vec<Point>)>, StoreError> {
-        let probes = self
-            .probe_timings(target_id, range.from_ms - window_ms + 1, range.to_ms)
+        let parts = self
+            .canary_parts(target_id, range.from_ms - window_ms + 1, range.to_ms)
             .await?;
-        let (stamps, timings): (Vec<i64>, Vec<ProbeTimings>) = probes.into_iter().unzip();
+        let (stamps, timings): (Vec<i64>, Vec<&ProbeTimings>) = parts
+            .iter()
+            .flat_map(|(hour, at)| {
+                hour.stamps[at.clone()]
+                    .iter()
+                    .copied()
+                    .zip(hour.timings[at.clone()].iter())
+            })
+            .unzip();
         let mut out: Vec<(Signal, Vec<Point>)> = signals.iter().map(|s| (*s, Vec::new())).collect();
         let mut t = range.from_ms;
         while t <= range.to_ms {

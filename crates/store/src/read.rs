@@ -14,7 +14,7 @@ use llmwatch_core::catalog::{
     normalize, source_names, CatalogMetric, Engine, NormalizedSample, SampleLabels,
 };
 use llmwatch_core::exposition::{Exposition, Format, Label, MetricFamily, MetricType, Sample};
-use llmwatch_core::signals::{signals_between, Signal, Snapshot};
+use llmwatch_core::signals::{signals_between, signals_between_digests, Digest, Signal, Snapshot};
 use sqlx::{AssertSqlSafe, Row};
 
 use crate::block::{self, Health};
@@ -546,10 +546,26 @@ impl Store {
             let pairs = values.get(loc).map(Vec::as_slice).unwrap_or(&[]);
             samples.insert(*loc, catalog_samples(&selection.defs, engine, pairs));
         }
+        // Each scrape digested once: it is the `cur` of one window and the
+        // `prev` of the next.
         let empty = Vec::new();
+        let mut digests: HashMap<Loc, Digest> = HashMap::with_capacity(locs.len());
+        for (_, prev, cur) in &pairs {
+            for entry in prev.iter().chain(std::iter::once(cur)) {
+                digests.entry(entry.loc).or_insert_with(|| {
+                    let of = samples.get(&entry.loc).unwrap_or(&empty);
+                    Digest::of(snapshot(entry.health.ts_ms, of))
+                });
+            }
+        }
         for (t, prev, cur) in &pairs {
-            let of = |e: &Entry| snapshot(e.health.ts_ms, samples.get(&e.loc).unwrap_or(&empty));
-            let values = signals_between(prev.as_ref().map(of), of(cur));
+            let (Some(cur_digest), prev_digest) = (
+                digests.get(&cur.loc),
+                prev.as_ref().and_then(|p| digests.get(&p.loc)),
+            ) else {
+                continue;
+            };
+            let values = signals_between_digests(prev_digest, cur_digest);
             for (signal, points) in out.iter_mut() {
                 if let Some((_, value)) = values.iter().find(|(s, _)| s == signal) {
                     points.push(Point {

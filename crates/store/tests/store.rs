@@ -260,6 +260,103 @@ async fn probes_are_stored_in_full_and_roll_into_signals() {
     assert_eq!(values, vec![0.0, 0.0, 0.0, 1.0 / 3.0]);
 }
 
+/// The canaries' hour cache never serves what SQLite no longer holds: a
+/// canary written into an hour already read, a sweep probe beside it, and
+/// retention deleting an hour all show in the next read, which equals a
+/// read of a store opened afresh (no cache) on the same file.
+#[tokio::test]
+async fn canary_reads_follow_writes_and_retention_through_the_hour_cache() {
+    use llmwatch_store::{ProbeRow, RetentionCutoffs};
+    const HOUR: i64 = 3_600_000;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.db");
+    let store = Store::open(&path).await.unwrap();
+    let target = store
+        .upsert_target("t", TargetKind::Engine, "http://127.0.0.1:1", 0)
+        .await
+        .unwrap();
+    let probe = |ts_ms: i64, ttft: f64, run_id: Option<i64>| ProbeRow {
+        target_id: target,
+        run_id,
+        ts_ms,
+        api: "chat".into(),
+        model: "m".into(),
+        shape: "64x16".into(),
+        ok: true,
+        error_kind: None,
+        error: None,
+        http_status: Some(200),
+        ttfb_s: Some(0.001),
+        ttft_s: Some(ttft),
+        tpot_s: Some(0.02),
+        e2e_s: ttft + 0.3,
+        itl_s: vec![0.02; 4],
+        prompt_tokens: Some(64),
+        output_tokens: 5,
+        cached_tokens: None,
+        finish_reason: Some("length".into()),
+        record_json: "{}".into(),
+    };
+    // Three whole hours of a canary a minute, then half of a fourth.
+    let base = 100 * HOUR;
+    for minute in 0..210 {
+        store
+            .write_probe(&probe(base + minute * 60_000, 0.1, None))
+            .await
+            .unwrap();
+    }
+    let (from, to) = (base, base + 210 * 60_000);
+    let ttfts = |rows: Vec<(i64, llmwatch_core::probe_signals::ProbeTimings)>| -> Vec<(i64, f64)> {
+        rows.into_iter()
+            .map(|(ts, t)| (ts, t.ttft_s.unwrap()))
+            .collect()
+    };
+    assert_eq!(
+        ttfts(store.probe_timings(target, from, to).await.unwrap()).len(),
+        210
+    );
+    // Into hour 1 (read, so kept), a canary and a sweep probe.
+    let late = base + HOUR + 30_500;
+    store.write_probe(&probe(late, 9.0, None)).await.unwrap();
+    store
+        .write_probe(&probe(late + 1, 7.0, Some(3)))
+        .await
+        .unwrap();
+    let after_write = ttfts(store.probe_timings(target, from, to).await.unwrap());
+    assert_eq!(after_write.len(), 211);
+    assert!(after_write.contains(&(late, 9.0)));
+    assert!(!after_write.iter().any(|(_, ttft)| *ttft == 7.0));
+    let signals = store
+        .probe_signals(target, base + HOUR + 59_999, 60_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        value_of(&signals, Signal::ProbeTtftP50),
+        Some((0.1 + 9.0) / 2.0)
+    );
+    // Retention takes hour 0.
+    let pruned = store
+        .run_retention(
+            &RetentionCutoffs {
+                scrapes_before_ms: 0,
+                probes_before_ms: base + HOUR,
+                sweeps_before_ms: 0,
+                alert_events_before_ms: 0,
+            },
+            &[target],
+        )
+        .await
+        .unwrap();
+    assert_eq!(pruned.probes, 60);
+    let after_retention = ttfts(store.probe_timings(target, from, to).await.unwrap());
+    assert_eq!(after_retention.len(), 151);
+    let fresh = Store::open(&path).await.unwrap();
+    assert_eq!(
+        after_retention,
+        ttfts(fresh.probe_timings(target, from, to).await.unwrap())
+    );
+}
+
 /// Two hours of 5 s scrapes (a 3-minute outage in the first hour), thinned
 /// to one per minute past the one-hour mark: the old hour keeps one up row
 /// per minute and one down row per minute of the outage, the recent hour is

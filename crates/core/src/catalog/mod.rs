@@ -200,7 +200,7 @@ pub enum CatalogMetric {
 }
 
 impl CatalogMetric {
-    const ALL: [CatalogMetric; 24] = [
+    pub(crate) const ALL: [CatalogMetric; 24] = [
         CatalogMetric::KvCacheUsage,
         CatalogMetric::RequestsRunning,
         CatalogMetric::RequestsWaiting,

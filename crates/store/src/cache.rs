@@ -190,20 +190,34 @@ fn evict(inner: &mut Inner, budget: usize) {
     if inner.bytes <= budget {
         return;
     }
-    let mut by_age: Vec<(u64, Key)> = inner
-        .entries
+    // Down to three quarters, so a full cache does not sort on every insert.
+    evict_least_recent(
+        &mut inner.entries,
+        &mut inner.bytes,
+        budget / 4 * 3,
+        DecodedGroup::bytes,
+    );
+}
+
+/// Drops the least recently used of `entries` (each with the clock of its
+/// last use) until `bytes`, their total `size`, is at most `target`.
+pub(crate) fn evict_least_recent<K: Clone + Eq + std::hash::Hash, V>(
+    entries: &mut HashMap<K, (Arc<V>, u64)>,
+    bytes: &mut usize,
+    target: usize,
+    size: impl Fn(&V) -> usize,
+) {
+    let mut by_age: Vec<(u64, K)> = entries
         .iter()
         .map(|(key, (_, used))| (*used, key.clone()))
         .collect();
     by_age.sort_unstable_by_key(|(used, _)| *used);
-    // Down to three quarters, so a full cache does not sort on every insert.
-    let target = budget / 4 * 3;
     for (_, key) in by_age {
-        if inner.bytes <= target {
+        if *bytes <= target {
             break;
         }
-        if let Some((group, _)) = inner.entries.remove(&key) {
-            inner.bytes -= group.bytes();
+        if let Some((value, _)) = entries.remove(&key) {
+            *bytes -= size(&value);
         }
     }
 }

@@ -12,6 +12,8 @@ use std::sync::{Arc, Mutex};
 
 use llmwatch_core::probe_signals::ProbeTimings;
 
+use crate::cache::evict_least_recent;
+
 /// An hour, in milliseconds: the unit that is cached and invalidated.
 pub(crate) const HOUR_MS: i64 = 3_600_000;
 
@@ -106,7 +108,10 @@ impl ProbeCache {
         }
         inner.bytes += size;
         if inner.bytes > self.budget {
-            evict(&mut inner, self.budget / 4 * 3);
+            // Down to three quarters, so a full cache does not sort on
+            // every insert.
+            let Inner { entries, bytes, .. } = &mut *inner;
+            evict_least_recent(entries, bytes, self.budget / 4 * 3, HourProbes::bytes);
         }
     }
 
@@ -125,24 +130,6 @@ impl ProbeCache {
         inner.entries.clear();
         inner.bytes = 0;
         inner.epoch += 1;
-    }
-}
-
-/// Drops the least recently used hours until at most `target` bytes.
-fn evict(inner: &mut Inner, target: usize) {
-    let mut by_age: Vec<(u64, (i64, i64))> = inner
-        .entries
-        .iter()
-        .map(|(key, (_, used))| (*used, *key))
-        .collect();
-    by_age.sort_unstable_by_key(|(used, _)| *used);
-    for (_, key) in by_age {
-        if inner.bytes <= target {
-            break;
-        }
-        if let Some((old, _)) = inner.entries.remove(&key) {
-            inner.bytes -= old.bytes();
-        }
     }
 }
 

@@ -9,9 +9,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use common::loaded::LoadedVllm;
+use common::probes::ok_probe;
 use llmwatch_store::{
-    ExportCursor, ProbeRow, RawSample, RemoteWriteCursor, ScrapeRecord, SeriesKind, Store,
-    TargetKind, BLOCK_SCRAPES,
+    ExportCursor, RawSample, RemoteWriteCursor, ScrapeRecord, SeriesKind, Store, TargetKind,
+    BLOCK_SCRAPES,
 };
 
 const T0: i64 = 1_750_000_000_000;
@@ -194,28 +195,7 @@ async fn canary_probes_are_exported_and_cursors_survive_a_reopen() {
         .upsert_target("t", TargetKind::Engine, "http://127.0.0.1:1", 0)
         .await
         .unwrap();
-    let probe = |ts_ms: i64, run_id: Option<i64>| ProbeRow {
-        target_id: target,
-        run_id,
-        ts_ms,
-        api: "chat".into(),
-        model: "m".into(),
-        shape: "64x16".into(),
-        ok: true,
-        error_kind: None,
-        error: None,
-        http_status: Some(200),
-        ttfb_s: Some(0.001),
-        ttft_s: Some(0.1),
-        tpot_s: Some(0.02),
-        e2e_s: 0.4,
-        itl_s: vec![0.02; 15],
-        prompt_tokens: Some(64),
-        output_tokens: 16,
-        cached_tokens: Some(0),
-        finish_reason: Some("length".into()),
-        record_json: "{}".into(),
-    };
+    let probe = |ts_ms: i64, run_id: Option<i64>| ok_probe(target, ts_ms, run_id, 0.1);
     let first = store.write_probe(&probe(T0, None)).await.unwrap();
     store.write_probe(&probe(T0 + 10, Some(1))).await.unwrap();
     let third = store.write_probe(&probe(T0 + 20, None)).await.unwrap();

@@ -1,6 +1,8 @@
 //! The store against a real SQLite file: write scrapes, read signals and raw
 //! series back, reopen, and refuse bad ranges.
 
+mod common;
+
 use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{Range, ScrapeRecord, Store, StoreError, TargetKind};
@@ -266,7 +268,8 @@ async fn probes_are_stored_in_full_and_roll_into_signals() {
 /// read of a store opened afresh (no cache) on the same file.
 #[tokio::test]
 async fn canary_reads_follow_writes_and_retention_through_the_hour_cache() {
-    use llmwatch_store::{ProbeRow, RetentionCutoffs};
+    use common::probes::ok_probe;
+    use llmwatch_store::RetentionCutoffs;
     const HOUR: i64 = 3_600_000;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("c.db");
@@ -275,28 +278,7 @@ async fn canary_reads_follow_writes_and_retention_through_the_hour_cache() {
         .upsert_target("t", TargetKind::Engine, "http://127.0.0.1:1", 0)
         .await
         .unwrap();
-    let probe = |ts_ms: i64, ttft: f64, run_id: Option<i64>| ProbeRow {
-        target_id: target,
-        run_id,
-        ts_ms,
-        api: "chat".into(),
-        model: "m".into(),
-        shape: "64x16".into(),
-        ok: true,
-        error_kind: None,
-        error: None,
-        http_status: Some(200),
-        ttfb_s: Some(0.001),
-        ttft_s: Some(ttft),
-        tpot_s: Some(0.02),
-        e2e_s: ttft + 0.3,
-        itl_s: vec![0.02; 4],
-        prompt_tokens: Some(64),
-        output_tokens: 5,
-        cached_tokens: None,
-        finish_reason: Some("length".into()),
-        record_json: "{}".into(),
-    };
+    let probe = |ts_ms: i64, ttft: f64, run_id: Option<i64>| ok_probe(target, ts_ms, run_id, ttft);
     // Three whole hours of a canary a minute, then half of a fourth.
     let base = 100 * HOUR;
     for minute in 0..210 {

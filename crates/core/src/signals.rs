@@ -608,8 +608,9 @@ fn gpu_slot(metric: CatalogMetric) -> Option<usize> {
 /// One GPU's label set (borrowed from the page) and its gauges by slot.
 type GpuGauges<'a> = (&'a [(String, String)], [Option<f64>; GPU_SLOTS]);
 
-/// How many GPUs [`Gpus::collect`] compares by pointer before hashing.
-const POINTER_SCAN: usize = 64;
+/// Up to how many GPUs [`Gpus::collect`] compares label sets by pointer
+/// and by content; past it, by hash.
+const POINTER_SCAN: usize = 16;
 
 /// GPU gauges of one page, per GPU label set (a day's chart reads this once
 /// per instant), in the page's order.
@@ -627,8 +628,9 @@ struct MemoryRatios {
 impl<'a> Gpus<'a> {
     fn collect(samples: &'a [NormalizedSample]) -> Gpus<'a> {
         let mut by_gpu: Vec<GpuGauges<'a>> = Vec::new();
-        // A hash index, not a search tree: label sets are long strings that
-        // differ late, and a fleet page can hold hundreds of GPUs.
+        // Past a node's worth of GPUs, a hash index (a fleet page can hold
+        // hundreds), not a search tree: label sets are long strings whose
+        // first pairs (driver version, host) are the same on every GPU.
         let mut index: HashMap<&'a [(String, String)], usize> = HashMap::new();
         for s in samples {
             if s.part != Part::Value || !s.value.is_finite() {
@@ -645,10 +647,26 @@ impl<'a> Gpus<'a> {
                 .position(|(labels, _)| std::ptr::eq(*labels, &*s.labels));
             let at = match shared {
                 Some(at) => at,
-                None => *index.entry(&s.labels).or_insert_with(|| {
-                    by_gpu.push((&s.labels, [None; GPU_SLOTS]));
-                    by_gpu.len() - 1
-                }),
+                // A node's GPUs: compared by content, which stops at the
+                // first differing pair (the UUID), cheaper than hashing.
+                None if by_gpu.len() < POINTER_SCAN => {
+                    match by_gpu.iter().position(|(labels, _)| **labels == *s.labels) {
+                        Some(at) => at,
+                        None => {
+                            by_gpu.push((&s.labels, [None; GPU_SLOTS]));
+                            by_gpu.len() - 1
+                        }
+                    }
+                }
+                None => {
+                    if index.is_empty() {
+                        index.extend(by_gpu.iter().enumerate().map(|(at, (l, _))| (*l, at)));
+                    }
+                    *index.entry(&s.labels).or_insert_with(|| {
+                        by_gpu.push((&s.labels, [None; GPU_SLOTS]));
+                        by_gpu.len() - 1
+                    })
+                }
             };
             // The last sample of a metric wins, as a map insert would.
             by_gpu[at].1[slot] = Some(s.value);
@@ -698,6 +716,72 @@ impl<'a> Gpus<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node's GPUs or a fleet's (past [`POINTER_SCAN`]), their gauges as
+    /// separate series with shared, with copied (parsed pages) or with
+    /// interleaved label sets: each GPU counted once, its gauges together.
+    #[test]
+    fn gpus_are_told_apart_by_label_set_however_the_sets_are_held() {
+        for gpus in [8usize, POINTER_SCAN + 9] {
+            let sets: Vec<crate::catalog::SampleLabels> = (0..gpus)
+                .map(|i| {
+                    std::sync::Arc::from(vec![
+                        ("Hostname".to_string(), "node-1".to_string()),
+                        ("UUID".to_string(), format!("GPU-{i:04}")),
+                    ])
+                })
+                .collect();
+            for shared in [true, false] {
+                let labels = |i: usize| {
+                    if shared {
+                        std::sync::Arc::clone(&sets[i])
+                    } else {
+                        std::sync::Arc::from(sets[i].to_vec())
+                    }
+                };
+                let mut samples = Vec::new();
+                for metric in [
+                    CatalogMetric::GpuUtil,
+                    CatalogMetric::GpuMemUsedBytes,
+                    CatalogMetric::GpuMemTotalBytes,
+                ] {
+                    for i in 0..gpus {
+                        let value = match metric {
+                            CatalogMetric::GpuUtil => i as f64,
+                            CatalogMetric::GpuMemUsedBytes => 1.0,
+                            _ => 4.0 + i as f64,
+                        };
+                        samples.push(NormalizedSample {
+                            metric,
+                            labels: labels(i),
+                            part: Part::Value,
+                            value,
+                        });
+                    }
+                }
+                let out = signals_between(
+                    None,
+                    Snapshot {
+                        ts: 0.0,
+                        samples: &samples,
+                    },
+                );
+                let get = |signal| out.iter().find(|(s, _)| *s == signal).map(|(_, v)| *v);
+                assert_eq!(
+                    get(Signal::GpuCount),
+                    Some(gpus as f64),
+                    "{gpus} shared {shared}"
+                );
+                let mean = (0..gpus).sum::<usize>() as f64 / gpus as f64;
+                assert_eq!(get(Signal::GpuUtil), Some(mean));
+                // Used 1 of 4 + i each: the smallest ratio is the last GPU's.
+                assert_eq!(
+                    get(Signal::GpuMemUsedRatioMin),
+                    Some(1.0 / (3.0 + gpus as f64))
+                );
+            }
+        }
+    }
 
     #[test]
     fn every_gpu_metric_has_a_slot() {

@@ -261,10 +261,15 @@ pub(crate) struct SeriesCache {
     raw: FxMap<u64, Vec<u32>>,
     catalog: FxMap<u64, Vec<u32>>,
     by_target: FxMap<i64, Vec<u32>>,
+    /// Each distinct label set once: a GPU's gauges are separate series
+    /// with the same labels, and sharing one `Arc` lets a reader tell they
+    /// are one GPU by pointer (`signals::Digest`) instead of by hashing.
+    label_sets: FxMap<u64, Vec<Arc<[(String, String)]>>>,
 }
 
 impl SeriesCache {
-    pub(crate) fn insert(&mut self, id: u32, def: SeriesDef) {
+    pub(crate) fn insert(&mut self, id: u32, mut def: SeriesDef) {
+        def.labels = self.interned(&def.labels);
         match def.kind {
             SeriesKind::Raw => self
                 .raw
@@ -287,6 +292,20 @@ impl SeriesCache {
         }
         self.by_target.entry(def.target_id).or_default().push(id);
         self.defs.insert(id, Arc::new(def));
+    }
+
+    /// The shared copy of `labels`, kept from now on if it is the first.
+    fn interned(&mut self, labels: &Arc<[(String, String)]>) -> Arc<[(String, String)]> {
+        let mut hasher = rustc_hash::FxHasher::default();
+        labels.hash(&mut hasher);
+        let same = self.label_sets.entry(hasher.finish()).or_default();
+        match same.iter().find(|known| **known == *labels) {
+            Some(known) => Arc::clone(known),
+            None => {
+                same.push(Arc::clone(labels));
+                Arc::clone(labels)
+            }
+        }
     }
 
     /// Moves every series of `other` in.

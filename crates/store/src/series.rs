@@ -264,7 +264,7 @@ pub(crate) struct SeriesCache {
     /// Each distinct label set once: a GPU's gauges are separate series
     /// with the same labels, and sharing one `Arc` lets a reader tell they
     /// are one GPU by pointer (`signals::Digest`) instead of by hashing.
-    label_sets: FxMap<u64, Vec<Arc<[(String, String)]>>>,
+    label_sets: FxMap<u64, Vec<SampleLabels>>,
 }
 
 impl SeriesCache {
@@ -295,7 +295,7 @@ impl SeriesCache {
     }
 
     /// The shared copy of `labels`, kept from now on if it is the first.
-    fn interned(&mut self, labels: &Arc<[(String, String)]>) -> Arc<[(String, String)]> {
+    fn interned(&mut self, labels: &SampleLabels) -> SampleLabels {
         let mut hasher = rustc_hash::FxHasher::default();
         labels.hash(&mut hasher);
         let same = self.label_sets.entry(hasher.finish()).or_default();

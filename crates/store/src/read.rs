@@ -96,7 +96,7 @@ pub(crate) fn catalog_samples(
     engine: Engine,
     pairs: &[(u32, f64)],
 ) -> Vec<NormalizedSample> {
-    let mut out = Vec::new();
+    let mut out = Vec::with_capacity(pairs.len());
     let mut raw = Vec::new();
     for (id, value) in pairs {
         let Some(def) = defs.get(id) else { continue };
@@ -768,6 +768,7 @@ fn pick(
             positions,
         };
         let slot = out.entry(loc).or_default();
+        slot.reserve(series.len());
         slot.extend(
             series
                 .iter()

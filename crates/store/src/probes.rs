@@ -110,6 +110,16 @@ pub fn is_probe_signal(signal: Signal) -> bool {
     signal.is_probe()
 }
 
+/// One hour of a canary read: the part of it asked, and its probes once
+/// found in the cache or read.
+struct HourSlot {
+    hour: i64,
+    lo: i64,
+    hi: i64,
+    whole: bool,
+    probes: Option<Arc<HourProbes>>,
+}
+
 impl Store {
     /// Stores one probe; returns its id.
     pub async fn write_probe(&self, probe: &ProbeRow) -> Result<i64, StoreError> {
@@ -262,7 +272,9 @@ impl Store {
     /// The canaries of `[from_ms, to_ms]` as parts of hours, oldest first:
     /// whole hours from the cache (read and kept on a miss), the partial
     /// hours at either end read for just their part when not cached (the
-    /// newest hour changes with every canary).
+    /// newest hour changes with every canary). Each run of hours not cached
+    /// is one read; a range of more than two days first asks where the
+    /// canaries are (a range from 1970 is not half a million hours).
     async fn canary_parts(
         &self,
         target_id: i64,
@@ -272,35 +284,93 @@ impl Store {
         if from_ms > to_ms {
             return Ok(Vec::new());
         }
-        let mut parts = Vec::new();
-        for hour in hour_of(from_ms)..=hour_of(to_ms) {
-            let start = hour * HOUR_MS;
-            let (lo, hi) = (from_ms.max(start), to_ms.min(start + HOUR_MS - 1));
-            let whole = lo == start && hi == start + HOUR_MS - 1;
-            let probes = match self.probe_cache.get(target_id, hour) {
-                Some(cached) => cached,
-                None => {
-                    let epoch = self.probe_cache.epoch();
-                    let (read_lo, read_hi) = if whole {
-                        (start, start + HOUR_MS - 1)
-                    } else {
-                        (lo, hi)
-                    };
-                    let read = Arc::new(self.read_canaries(target_id, read_lo, read_hi).await?);
-                    if whole {
-                        self.probe_cache
-                            .insert(epoch, target_id, hour, Arc::clone(&read));
-                    }
-                    read
-                }
-            };
-            let at = probes.stamps.partition_point(|ts| *ts < lo)
-                ..probes.stamps.partition_point(|ts| *ts <= hi);
-            if !at.is_empty() {
-                parts.push((probes, at));
+        let (mut first_hour, mut last_hour) = (hour_of(from_ms), hour_of(to_ms));
+        if last_hour - first_hour > 48 {
+            match self.canary_extent(target_id, from_ms, to_ms).await? {
+                Some((first, last)) => (first_hour, last_hour) = (hour_of(first), hour_of(last)),
+                None => return Ok(Vec::new()),
             }
         }
-        Ok(parts)
+        let mut slots: Vec<HourSlot> = (first_hour..=last_hour)
+            .map(|hour| {
+                let start = hour * HOUR_MS;
+                let (lo, hi) = (from_ms.max(start), to_ms.min(start + HOUR_MS - 1));
+                HourSlot {
+                    hour,
+                    lo,
+                    hi,
+                    whole: lo == start && hi == start + HOUR_MS - 1,
+                    probes: self.probe_cache.get(target_id, hour),
+                }
+            })
+            .collect();
+        let mut k = 0;
+        while k < slots.len() {
+            if slots[k].probes.is_some() {
+                k += 1;
+                continue;
+            }
+            let end = (k..slots.len())
+                .find(|&j| slots[j].probes.is_some())
+                .unwrap_or(slots.len());
+            let epoch = self.probe_cache.epoch();
+            let read_lo = if slots[k].whole {
+                slots[k].hour * HOUR_MS
+            } else {
+                slots[k].lo
+            };
+            let last = &slots[end - 1];
+            let read_hi = if last.whole {
+                (last.hour + 1) * HOUR_MS - 1
+            } else {
+                last.hi
+            };
+            let mut read = self.read_canaries(target_id, read_lo, read_hi).await?;
+            // Split from the back, moving each hour's rows out.
+            for slot in slots[k..end].iter_mut().rev() {
+                let at = read.stamps.partition_point(|ts| hour_of(*ts) < slot.hour);
+                let hour = Arc::new(HourProbes {
+                    stamps: read.stamps.split_off(at),
+                    timings: read.timings.split_off(at),
+                });
+                if slot.whole {
+                    self.probe_cache
+                        .insert(epoch, target_id, slot.hour, Arc::clone(&hour));
+                }
+                slot.probes = Some(hour);
+            }
+            k = end;
+        }
+        Ok(slots
+            .into_iter()
+            .filter_map(|slot| {
+                let probes = slot.probes?;
+                let at = probes.stamps.partition_point(|ts| *ts < slot.lo)
+                    ..probes.stamps.partition_point(|ts| *ts <= slot.hi);
+                (!at.is_empty()).then_some((probes, at))
+            })
+            .collect())
+    }
+
+    /// The first and last canary of a target in `[from_ms, to_ms]`.
+    async fn canary_extent(
+        &self,
+        target_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Option<(i64, i64)>, StoreError> {
+        let row = sqlx::query(
+            "SELECT MIN(ts_ms) AS first, MAX(ts_ms) AS last FROM probes
+             WHERE target_id = ? AND run_id IS NULL AND ts_ms BETWEEN ? AND ?",
+        )
+        .bind(target_id)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_one(&self.pool)
+        .await?;
+        let first: Option<i64> = row.try_get("first")?;
+        let last: Option<i64> = row.try_get("last")?;
+        Ok(first.zip(last))
     }
 
     async fn read_canaries(

@@ -340,7 +340,10 @@ async fn canary_reads_follow_writes_and_retention_through_the_hour_cache() {
     // A range from 1970 to far ahead reads only where the canaries are
     // (it once walked every hour in between), the same twice.
     for _ in 0..2 {
-        let wide = store.probe_timings(target, 0, to + 10_000 * HOUR).await.unwrap();
+        let wide = store
+            .probe_timings(target, 0, to + 10_000 * HOUR)
+            .await
+            .unwrap();
         assert_eq!(ttfts(wide), after_retention);
     }
 }

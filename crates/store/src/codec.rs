@@ -237,6 +237,16 @@ impl<'a> BitReader<'a> {
         Ok(word >> (64 - bits))
     }
 
+    /// Moves past `bits` already peeked at; running off the end is an error.
+    #[inline]
+    fn advance(&mut self, bits: u32) -> Result<(), StoreError> {
+        if bits as usize > self.remaining() {
+            return Err(StoreError::Corrupt("value stream ends early".into()));
+        }
+        self.pos += bits as usize;
+        Ok(())
+    }
+
     pub(crate) fn bit(&mut self) -> Result<bool, StoreError> {
         Ok(self.read(1)? == 1)
     }
@@ -391,45 +401,51 @@ fn write_value(w: &mut BitWriter, state: &mut StreamState, cur: Option<u64>) {
     state.last = bits;
 }
 
-fn read_delta(r: &mut BitReader) -> Result<i64, StoreError> {
-    let class = r.read(2)? as usize;
-    Ok(unzigzag(r.read(DELTA_CLASSES[class])?))
-}
-
 /// Reads one value's code (see the module's table) and updates `state`.
+/// The delta codes (at most 40 bits) are read from one look at the stream.
 fn read_value(r: &mut BitReader, state: &mut StreamState) -> Result<(), StoreError> {
     // The code's prefix is its count of leading ones: 0, 10, 110, 1110,
     // 11110, or 11111.
-    let ones = r.peek().leading_ones().min(5);
-    let prefix = if ones == 5 { 5 } else { ones + 1 };
-    if prefix as usize > r.remaining() {
-        return Err(StoreError::Corrupt("value stream ends early".into()));
-    }
-    r.pos += prefix as usize;
+    let word = r.peek();
+    let ones = word.leading_ones().min(5);
     match ones {
-        0 => return Ok(()),
+        0 => r.advance(1)?,
         1 => {
-            let delta = read_delta(r)?;
+            // 10 cc delta
+            let delta_bits = DELTA_CLASSES[((word << 2) >> 62) as usize];
+            r.advance(4 + delta_bits)?;
+            let delta = unzigzag((word << 4) >> (64 - delta_bits));
             let base = f64::from_bits(state.last) as i64;
             state.last = (base.wrapping_add(delta) as f64).to_bits();
+            state.present = true;
         }
         2 => {
-            let places = r.read(3)? as usize;
+            // 110 ddd cc delta
+            let places = ((word << 3) >> 61) as usize;
             if !(1..POW10.len()).contains(&places) {
                 return Err(StoreError::Corrupt(format!("{places} decimal places")));
             }
-            let delta = read_delta(r)?;
+            let delta_bits = DELTA_CLASSES[((word << 6) >> 62) as usize];
+            r.advance(8 + delta_bits)?;
+            let delta = unzigzag((word << 8) >> (64 - delta_bits));
             let base = (f64::from_bits(state.last) * POW10[places]).round() as i64;
             state.last = (base.wrapping_add(delta) as f64 / POW10[places]).to_bits();
+            state.present = true;
         }
-        3 => state.last ^= read_xor(r, state)?,
+        3 => {
+            r.advance(4)?;
+            state.last ^= read_xor(r, state)?;
+            state.present = true;
+        }
         4 => {
+            r.advance(5)?;
             state.present = false;
-            return Ok(());
         }
-        _ => {}
+        _ => {
+            r.advance(5)?;
+            state.present = true;
+        }
     }
-    state.present = true;
     Ok(())
 }
 

@@ -1,9 +1,10 @@
 //! Applies the catalog table to one parsed page.
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, LazyLock};
 
 use super::rules::{Rule, Source, Src, MIB, RULES};
-use super::{CatalogMetric, Engine, NormalizedSample, Part};
+use super::{CatalogMetric, Engine, NormalizedSample, Part, SampleLabels};
 use crate::exposition::{Exposition, Label, Sample};
 
 /// Labels that only say *which replica of the same scheduler* reported a
@@ -50,25 +51,98 @@ const REPLICA_LABELS: &[&str] = &["tp_rank", "pp_rank", "moe_ep_rank", "pid", "l
 /// Output order is deterministic: [`CatalogMetric::all`] order, then labels,
 /// then part (value, buckets by ascending `le`, sum, count).
 pub fn normalize(engine: Engine, page: &Exposition) -> Vec<NormalizedSample> {
-    let mut index: HashMap<&str, Vec<&Sample>> = HashMap::new();
+    let plan = &*PLAN;
+    let mut index = Index {
+        slots: vec![Vec::new(); plan.names],
+    };
     for sample in page
         .families
         .iter()
         .flat_map(|family| family.samples.iter())
     {
-        index.entry(sample.name.as_ref()).or_default().push(sample);
+        if let Some(&slot) = plan.slots.get(sample.name.as_ref()) {
+            index.slots[slot].push(sample);
+        }
     }
     let mut out = Vec::new();
-    for &metric in CatalogMetric::all() {
-        let chosen = RULES.iter().find(|rule| {
-            rule.metric == metric && rule.src.allowed(engine) && present(rule, &index)
-        });
+    let mut gpu_label_sets = GpuLabelSets::default();
+    for (metric, rules) in &plan.metrics {
+        let chosen = rules
+            .iter()
+            .find(|rule| rule.rule.src.allowed(engine) && present(rule, &index));
         if let Some(rule) = chosen {
             let raws = extract(rule, &index);
-            aggregate(metric, &raws, &mut out);
+            aggregate(*metric, &raws, &mut gpu_label_sets, &mut out);
         }
     }
     out
+}
+
+/// The catalog table made ready for pages: every name a rule reads gets a
+/// slot, so a page is indexed with one hash per sample and no name is
+/// spelled out per page (`base_bucket`, …).
+struct Plan {
+    /// Sample name → slot.
+    slots: FxMap<String, usize>,
+    /// How many slots.
+    names: usize,
+    /// Per catalog metric, in [`CatalogMetric::all`] order, its rules in
+    /// resolution order.
+    metrics: Vec<(CatalogMetric, Vec<SlottedRule>)>,
+}
+
+/// A rule and the slots of the names it reads, in the order its [`Source`]
+/// lists them: `Value` its name; `Histogram` `_bucket`, `_sum`, `_count`;
+/// `SumCount` the sum, then each count; `DcgmFbTotal` [`DCGM_FB_FIELDS`].
+struct SlottedRule {
+    rule: &'static Rule,
+    slots: Vec<usize>,
+}
+
+type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+
+static PLAN: LazyLock<Plan> = LazyLock::new(|| {
+    let mut slots: FxMap<String, usize> = FxMap::default();
+    let mut slot_of = |name: String| {
+        let next = slots.len();
+        *slots.entry(name).or_insert(next)
+    };
+    let metrics = CatalogMetric::all()
+        .iter()
+        .map(|&metric| {
+            let rules = RULES
+                .iter()
+                .filter(|rule| rule.metric == metric)
+                .map(|rule| SlottedRule {
+                    rule,
+                    slots: rule_names(rule).into_iter().map(&mut slot_of).collect(),
+                })
+                .collect();
+            (metric, rules)
+        })
+        .collect();
+    let names = slots.len();
+    Plan {
+        slots,
+        names,
+        metrics,
+    }
+});
+
+/// The sample names a rule reads, in [`SlottedRule`]'s order.
+fn rule_names(rule: &Rule) -> Vec<String> {
+    match rule.source {
+        Source::Value { name, .. } => vec![name.to_string()],
+        Source::Histogram { base, .. } => ["_bucket", "_sum", "_count"]
+            .iter()
+            .map(|suffix| format!("{base}{suffix}"))
+            .collect(),
+        Source::SumCount { sum, count, .. } => std::iter::once(sum)
+            .chain(count.iter().copied())
+            .map(str::to_string)
+            .collect(),
+        Source::DcgmFbTotal => DCGM_FB_FIELDS.map(str::to_string).to_vec(),
+    }
 }
 
 /// One raw contribution before aggregation.
@@ -81,7 +155,20 @@ struct Raw<'p> {
     value: f64,
 }
 
-type Index<'p> = HashMap<&'p str, Vec<&'p Sample<'p>>>;
+/// A page's samples by the slot of their name (only names the catalog reads).
+struct Index<'p> {
+    slots: Vec<Vec<&'p Sample<'p>>>,
+}
+
+impl<'p> Index<'p> {
+    fn samples(&self, slot: usize) -> &[&'p Sample<'p>] {
+        self.slots.get(slot).map(Vec::as_slice).unwrap_or(&[])
+    }
+
+    fn has(&self, slot: usize) -> bool {
+        !self.samples(slot).is_empty()
+    }
+}
 
 fn is_dcgm_blank(value: f64) -> bool {
     const INT64_BLANK: f64 = 9_223_372_036_854_775_792.0; // 0x7ffffffffffffff0
@@ -100,24 +187,17 @@ fn selected(sample: &Sample, selector: Option<(&str, &str)>) -> bool {
     selector.is_none_or(|(name, value)| sample.label(name) == Some(value))
 }
 
-fn samples<'i, 'p>(index: &'i Index<'p>, name: &str) -> &'i [&'p Sample<'p>] {
-    index.get(name).map(Vec::as_slice).unwrap_or(&[])
-}
-
-fn present(rule: &Rule, index: &Index) -> bool {
+fn present(slotted: &SlottedRule, index: &Index) -> bool {
+    let rule = slotted.rule;
+    let slots = &slotted.slots;
     match rule.source {
-        Source::Value { name, selector, .. } => samples(index, name)
+        Source::Value { selector, .. } => index
+            .samples(slots[0])
             .iter()
             .any(|s| selected(s, selector) && usable(rule.src, s.value)),
-        Source::Histogram { base, .. } => ["_bucket", "_count", "_sum"]
-            .iter()
-            .any(|suffix| index.contains_key(format!("{base}{suffix}").as_str())),
-        Source::SumCount { sum, .. } => index.contains_key(sum),
-        Source::DcgmFbTotal => {
-            index.contains_key("DCGM_FI_DEV_FB_TOTAL")
-                || (index.contains_key("DCGM_FI_DEV_FB_USED")
-                    && index.contains_key("DCGM_FI_DEV_FB_FREE"))
-        }
+        Source::Histogram { .. } => slots.iter().any(|&slot| index.has(slot)),
+        Source::SumCount { .. } => index.has(slots[0]),
+        Source::DcgmFbTotal => index.has(slots[0]) || (index.has(slots[1]) && index.has(slots[2])),
     }
 }
 
@@ -132,7 +212,9 @@ fn parse_le(text: &str) -> Option<f64> {
     (!value.is_nan()).then_some(value)
 }
 
-fn extract<'p>(rule: &Rule, index: &Index<'p>) -> Vec<Raw<'p>> {
+fn extract<'p>(slotted: &SlottedRule, index: &Index<'p>) -> Vec<Raw<'p>> {
+    let rule = slotted.rule;
+    let slots = &slotted.slots;
     let mut raws = Vec::new();
     let mut push = |series: usize, sample: &'p Sample<'p>, part: Part, value: f64| {
         if usable(rule.src, value) {
@@ -146,40 +228,38 @@ fn extract<'p>(rule: &Rule, index: &Index<'p>) -> Vec<Raw<'p>> {
     };
     match rule.source {
         Source::Value {
-            name,
-            selector,
-            scale,
+            selector, scale, ..
         } => {
-            for &sample in samples(index, name) {
+            for &sample in index.samples(slots[0]) {
                 if selected(sample, selector) && usable(rule.src, sample.value) {
                     push(0, sample, Part::Value, sample.value * scale);
                 }
             }
         }
-        Source::Histogram { base, scale } => {
-            for &sample in samples(index, &format!("{base}_bucket")) {
+        Source::Histogram { scale, .. } => {
+            for &sample in index.samples(slots[0]) {
                 if let Some(le) = sample.label("le").and_then(parse_le) {
                     push(0, sample, Part::Bucket(le * scale), sample.value);
                 }
             }
-            for &sample in samples(index, &format!("{base}_sum")) {
+            for &sample in index.samples(slots[1]) {
                 push(0, sample, Part::Sum, sample.value * scale);
             }
-            for &sample in samples(index, &format!("{base}_count")) {
+            for &sample in index.samples(slots[2]) {
                 push(0, sample, Part::Count, sample.value);
             }
         }
-        Source::SumCount { sum, scale, count } => {
-            for &sample in samples(index, sum) {
+        Source::SumCount { scale, .. } => {
+            for &sample in index.samples(slots[0]) {
                 push(0, sample, Part::Sum, sample.value * scale);
             }
-            for (i, name) in count.iter().enumerate() {
-                for &sample in samples(index, name) {
-                    push(i + 1, sample, Part::Count, sample.value);
+            for (i, &slot) in slots.iter().enumerate().skip(1) {
+                for &sample in index.samples(slot) {
+                    push(i, sample, Part::Count, sample.value);
                 }
             }
         }
-        Source::DcgmFbTotal => return dcgm_fb_total(index),
+        Source::DcgmFbTotal => return dcgm_fb_total(slots, index),
     }
     raws
 }
@@ -194,7 +274,7 @@ const DCGM_FB_FIELDS: [&str; 4] = [
 
 /// Per GPU: `FB_TOTAL` if exported, else `FB_USED + FB_FREE (+ FB_RESERVED)`
 /// when both used and free are known. MiB → bytes.
-fn dcgm_fb_total<'p>(index: &Index<'p>) -> Vec<Raw<'p>> {
+fn dcgm_fb_total<'p>(slots: &[usize], index: &Index<'p>) -> Vec<Raw<'p>> {
     #[derive(Default)]
     struct Fb<'p> {
         labels: Option<&'p [Label<'p>]>,
@@ -203,9 +283,9 @@ fn dcgm_fb_total<'p>(index: &Index<'p>) -> Vec<Raw<'p>> {
         free: Option<f64>,
         reserved: Option<f64>,
     }
-    let mut gpus: BTreeMap<Vec<(String, String)>, Fb<'p>> = BTreeMap::new();
-    for (field, name) in DCGM_FB_FIELDS.into_iter().enumerate() {
-        for &sample in samples(index, name) {
+    let mut gpus: BTreeMap<GpuKey<'p>, Fb<'p>> = BTreeMap::new();
+    for (field, &slot) in slots.iter().enumerate() {
+        for &sample in index.samples(slot) {
             if !usable(Src::Dcgm, sample.value) {
                 continue;
             }
@@ -237,9 +317,13 @@ fn dcgm_fb_total<'p>(index: &Index<'p>) -> Vec<Raw<'p>> {
         .collect()
 }
 
+/// A GPU's identity labels under one spelling, sorted by name, borrowed
+/// from the page.
+type GpuKey<'p> = Vec<(&'static str, &'p str)>;
+
 /// The GPU identity labels, renamed to one spelling and sorted by name.
-fn gpu_labels(labels: &[Label]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = Vec::new();
+fn gpu_labels<'p>(labels: &'p [Label<'p>]) -> GpuKey<'p> {
+    let mut out: GpuKey<'p> = Vec::new();
     for label in labels {
         let name = match label.name.as_ref() {
             "gpu" => "gpu",
@@ -248,13 +332,36 @@ fn gpu_labels(labels: &[Label]) -> Vec<(String, String)> {
             "Hostname" | "hostname" => "hostname",
             _ => continue,
         };
-        if !out.iter().any(|(existing, _)| existing == name) {
-            out.push((name.to_owned(), label.value.to_string()));
+        if !out.iter().any(|(existing, _)| *existing == name) {
+            out.push((name, label.value.as_ref()));
         }
     }
-    out.sort();
+    out.sort_unstable();
     out
 }
+
+/// One shared label set per GPU of a page, whichever metrics carry it (a
+/// reader matches a GPU's gauges by pointer first).
+#[derive(Default)]
+struct GpuLabelSets<'p> {
+    shared: FxMap<GpuKey<'p>, SampleLabels>,
+}
+
+impl<'p> GpuLabelSets<'p> {
+    fn get(&mut self, key: GpuKey<'p>) -> SampleLabels {
+        self.shared
+            .entry(key)
+            .or_insert_with_key(|key| {
+                key.iter()
+                    .map(|(name, value)| (name.to_string(), value.to_string()))
+                    .collect()
+            })
+            .clone()
+    }
+}
+
+/// The label set of every engine sample: none (one allocation, shared).
+static NO_LABELS: LazyLock<SampleLabels> = LazyLock::new(|| Arc::from(Vec::new()));
 
 /// A total order on parts for map keys: value, buckets by `le`, sum, count.
 fn part_key(part: Part) -> (u8, u64) {
@@ -279,38 +386,59 @@ fn part_key(part: Part) -> (u8, u64) {
 type BorrowedLabels<'p> = Vec<(&'p str, &'p str)>;
 
 /// The labels that tell replica groups apart, borrowed from the page (a
-/// day's chart normalises every instant's page: no label is copied here).
-fn replica_group<'p>(labels: &'p [Label<'p>]) -> BorrowedLabels<'p> {
-    let mut out: Vec<(&str, &str)> = labels
-        .iter()
-        .filter(|label| !REPLICA_LABELS.contains(&label.name.as_ref()))
-        .map(|label| (label.name.as_ref(), label.value.as_ref()))
-        .collect();
-    out.sort_unstable();
-    out
+/// day's chart normalises every instant's page: no label is copied here),
+/// written into `into`.
+fn replica_group<'p>(labels: &'p [Label<'p>], into: &mut BorrowedLabels<'p>) {
+    into.clear();
+    into.extend(
+        labels
+            .iter()
+            .filter(|label| !REPLICA_LABELS.contains(&label.name.as_ref()))
+            .map(|label| (label.name.as_ref(), label.value.as_ref())),
+    );
+    into.sort_unstable();
 }
 
-type OwnedLabels = Vec<(String, String)>;
 type PartKey = (u8, u64);
 
-fn aggregate<'p>(metric: CatalogMetric, raws: &[Raw<'p>], out: &mut Vec<NormalizedSample>) {
-    // (labels kept, part key) → (part, value)
-    let mut result: BTreeMap<(OwnedLabels, PartKey), (Part, f64)> = BTreeMap::new();
+fn aggregate<'p>(
+    metric: CatalogMetric,
+    raws: &[Raw<'p>],
+    gpu_label_sets: &mut GpuLabelSets<'p>,
+    out: &mut Vec<NormalizedSample>,
+) {
     if metric.is_gpu() {
+        // (GPU, part key) → (part, value): the larger of series that collapse
+        // onto one GPU.
+        let mut result: BTreeMap<(GpuKey<'p>, PartKey), (Part, f64)> = BTreeMap::new();
         for raw in raws {
             let key = (gpu_labels(raw.labels), part_key(raw.part));
             let entry = result.entry(key).or_insert((raw.part, raw.value));
             entry.1 = entry.1.max(raw.value);
         }
-    } else if metric == CatalogMetric::KvCacheUsage {
+        for ((labels, _), (part, value)) in result {
+            if value.is_finite() {
+                out.push(NormalizedSample {
+                    metric,
+                    labels: gpu_label_sets.get(labels),
+                    part,
+                    value,
+                });
+            }
+        }
+        return;
+    }
+    // Engine metrics end with no labels: part key → (part, value).
+    let mut result: BTreeMap<PartKey, (Part, f64)> = BTreeMap::new();
+    if metric == CatalogMetric::KvCacheUsage {
         for raw in raws {
             let entry = result
-                .entry((Vec::new(), part_key(raw.part)))
+                .entry(part_key(raw.part))
                 .or_insert((raw.part, raw.value));
             entry.1 = entry.1.max(raw.value);
         }
     } else if metric == CatalogMetric::PrefixCacheHitRate {
-        let mut sums: BTreeMap<(u8, u64), (Part, f64, f64)> = BTreeMap::new();
+        let mut sums: BTreeMap<PartKey, (Part, f64, f64)> = BTreeMap::new();
         for raw in raws {
             let entry = sums
                 .entry(part_key(raw.part))
@@ -319,32 +447,65 @@ fn aggregate<'p>(metric: CatalogMetric, raws: &[Raw<'p>], out: &mut Vec<Normaliz
             entry.2 += 1.0;
         }
         for (key, (part, sum, n)) in sums {
-            result.insert((Vec::new(), key), (part, sum / n));
+            result.insert(key, (part, sum / n));
         }
     } else {
-        // max within a replica group, then sum across groups.
-        let mut groups: BTreeMap<(usize, BorrowedLabels<'p>, PartKey), (Part, f64)> =
-            BTreeMap::new();
-        for raw in raws {
-            let key = (raw.series, replica_group(raw.labels), part_key(raw.part));
-            let entry = groups.entry(key).or_insert((raw.part, raw.value));
-            entry.1 = entry.1.max(raw.value);
-        }
-        for ((_, _, key), (part, value)) in groups {
-            result.entry((Vec::new(), key)).or_insert((part, 0.0)).1 += value;
-        }
+        max_within_replicas_sum_across(raws, &mut result);
     }
     out.extend(
         result
-            .into_iter()
-            .filter(|(_, (_, value))| value.is_finite())
-            .map(|((labels, _), (part, value))| NormalizedSample {
+            .into_values()
+            .filter(|(_, value)| value.is_finite())
+            .map(|(part, value)| NormalizedSample {
                 metric,
-                labels: labels.into(),
+                labels: NO_LABELS.clone(),
                 part,
                 value,
             }),
     );
+}
+
+/// `max` within a replica group (same source name, same labels but for
+/// [`REPLICA_LABELS`], same part), then `sum` of the groups per part, added
+/// in the order of (source name, labels, part) so that the float sums do
+/// not depend on the page's line order.
+fn max_within_replicas_sum_across<'p>(
+    raws: &[Raw<'p>],
+    result: &mut BTreeMap<PartKey, (Part, f64)>,
+) {
+    // Each distinct replica group once; consecutive raws (a histogram's
+    // buckets) almost always share the last one.
+    let mut group_of: FxMap<BorrowedLabels<'p>, usize> = FxMap::default();
+    let mut groups: Vec<BorrowedLabels<'p>> = Vec::new();
+    let mut labels = BorrowedLabels::new();
+    let mut last: Option<usize> = None;
+    // (source name, group, part key, part, value)
+    let mut cells: Vec<(usize, usize, PartKey, Part, f64)> = Vec::with_capacity(raws.len());
+    for raw in raws {
+        replica_group(raw.labels, &mut labels);
+        let group = match last {
+            Some(group) if groups[group] == labels => group,
+            _ => *group_of.entry(labels.clone()).or_insert_with(|| {
+                groups.push(labels.clone());
+                groups.len() - 1
+            }),
+        };
+        last = Some(group);
+        cells.push((raw.series, group, part_key(raw.part), raw.part, raw.value));
+    }
+    let mut order: Vec<usize> = (0..groups.len()).collect();
+    order.sort_unstable_by(|a, b| groups[*a].cmp(&groups[*b]));
+    let mut rank = vec![0; groups.len()];
+    for (position, group) in order.into_iter().enumerate() {
+        rank[group] = position;
+    }
+    // Stable: raws of one cell keep the page's order, as `max` saw them.
+    cells.sort_by_key(|(series, group, key, _, _)| (*series, rank[*group], *key));
+    for cell in cells.chunk_by(|a, b| (a.0, a.1, a.2) == (b.0, b.1, b.2)) {
+        let (_, _, key, part, first) = cell[0];
+        let value = cell[1..].iter().fold(first, |max, c| max.max(c.4));
+        result.entry(key).or_insert((part, 0.0)).1 += value;
+    }
 }
 
 /// Whether any name that `engine`'s pages may carry maps to `metric`
@@ -360,22 +521,11 @@ pub fn engine_may_expose(engine: Engine, metric: CatalogMetric) -> bool {
 /// `metric`, whatever the engine: a store that keeps whole pages reads only
 /// these when it derives `metric` again.
 pub fn source_names(metric: CatalogMetric) -> Vec<String> {
-    let mut names = Vec::new();
-    for rule in RULES.iter().filter(|rule| rule.metric == metric) {
-        match rule.source {
-            Source::Value { name, .. } => names.push(name.to_string()),
-            Source::Histogram { base, .. } => {
-                for suffix in ["_bucket", "_sum", "_count"] {
-                    names.push(format!("{base}{suffix}"));
-                }
-            }
-            Source::SumCount { sum, count, .. } => {
-                names.push(sum.to_string());
-                names.extend(count.iter().map(|name| name.to_string()));
-            }
-            Source::DcgmFbTotal => names.extend(DCGM_FB_FIELDS.map(str::to_string)),
-        }
-    }
+    let mut names: Vec<String> = RULES
+        .iter()
+        .filter(|rule| rule.metric == metric)
+        .flat_map(rule_names)
+        .collect();
     names.sort();
     names.dedup();
     names

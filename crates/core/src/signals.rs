@@ -471,9 +471,18 @@ impl<'a> Digest<'a> {
                 }
                 Part::Bucket(le) => {
                     let buckets = &mut hist(&mut digest.hists[i]).buckets;
-                    match buckets.iter_mut().find(|(b, _)| b.total_cmp(&le).is_eq()) {
-                        Some(bucket) => bucket.1 += v,
-                        None => buckets.push((le, v)),
+                    // A normalised page lists a histogram's buckets by
+                    // ascending `le`: the last bucket is the only one to
+                    // look at, unless series of one metric interleave.
+                    match buckets.last_mut().map(|last| (last.0.total_cmp(&le), last)) {
+                        None | Some((std::cmp::Ordering::Less, _)) => buckets.push((le, v)),
+                        Some((std::cmp::Ordering::Equal, last)) => last.1 += v,
+                        Some((std::cmp::Ordering::Greater, _)) => {
+                            match buckets.iter_mut().find(|(b, _)| b.total_cmp(&le).is_eq()) {
+                                Some(bucket) => bucket.1 += v,
+                                None => buckets.push((le, v)),
+                            }
+                        }
                     }
                 }
                 Part::Sum => *hist(&mut digest.hists[i]).sum.get_or_insert(0.0) += v,

@@ -10,7 +10,7 @@
 //! never passes a scrape that lands later.
 
 use crate::read::split_locs;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use llmwatch_core::catalog::{Engine, NormalizedSample};
@@ -18,7 +18,7 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::block;
 use crate::read::{catalog_samples, Entry, Loc};
-use crate::series::SeriesDef;
+use crate::series::{FxMap, FxSet, SeriesDef};
 use crate::{codec, poisoned, Store, StoreError};
 
 /// How far one export batch looks ahead in time per step; a longer stretch
@@ -187,12 +187,12 @@ impl Store {
         chosen: &[Chosen],
         with_catalog: bool,
     ) -> Result<Result<Vec<ExportedScrape>, Moved>, StoreError> {
-        let locs: HashSet<Loc> = chosen.iter().map(|c| c.entry.loc).collect();
+        let locs: FxSet<Loc> = chosen.iter().map(|c| c.entry.loc).collect();
         let Ok(values) = self.all_values_at(&locs).await? else {
             return Ok(Err(Moved));
         };
         // Read after the values, so every series they name is known.
-        let mut defs: HashMap<i64, HashMap<u32, Arc<SeriesDef>>> = HashMap::new();
+        let mut defs: HashMap<i64, FxMap<u32, Arc<SeriesDef>>> = HashMap::new();
         let mut engines: HashMap<i64, Engine> = HashMap::new();
         for c in chosen {
             if let std::collections::hash_map::Entry::Vacant(slot) = defs.entry(c.target_id) {
@@ -236,9 +236,10 @@ impl Store {
     /// row is gone (sealed meanwhile).
     async fn all_values_at(
         &self,
-        locs: &HashSet<Loc>,
-    ) -> Result<Result<HashMap<Loc, Vec<(u32, f64)>>, Moved>, StoreError> {
-        let mut out: HashMap<Loc, Vec<(u32, f64)>> = HashMap::with_capacity(locs.len());
+        locs: &FxSet<Loc>,
+    ) -> Result<Result<FxMap<Loc, Vec<(u32, f64)>>, Moved>, StoreError> {
+        let mut out: FxMap<Loc, Vec<(u32, f64)>> =
+            FxMap::with_capacity_and_hasher(locs.len(), Default::default());
         let (heads, blocks) = split_locs(locs);
         for chunk in heads.chunks(500) {
             let placeholders = vec!["?"; chunk.len()].join(",");

@@ -485,7 +485,7 @@ impl Store {
     async fn catalog_points(
         &self,
         target: &TargetRow,
-        defs: &HashMap<u32, std::sync::Arc<SeriesDef>>,
+        defs: &crate::series::FxMap<u32, std::sync::Arc<SeriesDef>>,
         wanted: Vec<PromLabels>,
         from_ms: i64,
         to_ms: i64,

@@ -6,7 +6,7 @@
 //! exactly as a live page would.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::str::FromStr;
 use std::sync::{Arc, LazyLock};
 
@@ -19,7 +19,7 @@ use sqlx::{AssertSqlSafe, Row};
 
 use crate::block::{self, Health};
 use crate::cache::{DecodedGroup, DecodedSeries};
-use crate::series::{RawSample, SeriesDef, SeriesKind};
+use crate::series::{FxMap, FxSet, RawSample, SeriesDef, SeriesKind};
 use crate::write::health_of;
 use crate::{
     codec, is_probe_signal, part_key, poisoned, Point, Range, ScrapeHealth, SeriesPoints, Store,
@@ -53,7 +53,7 @@ pub(crate) struct Entry {
 
 /// The series a question reads, and the sample names they are grouped by.
 struct Selection {
-    defs: HashMap<u32, Arc<SeriesDef>>,
+    defs: FxMap<u32, Arc<SeriesDef>>,
     names: Vec<String>,
 }
 
@@ -92,7 +92,7 @@ pub struct RawSeries {
 /// The catalog samples of one scrape's values: catalog series as they are,
 /// raw series through `normalize` as one page.
 pub(crate) fn catalog_samples(
-    defs: &HashMap<u32, Arc<SeriesDef>>,
+    defs: &FxMap<u32, Arc<SeriesDef>>,
     engine: Engine,
     pairs: &[(u32, f64)],
 ) -> Vec<NormalizedSample> {
@@ -154,26 +154,31 @@ fn scrape_health_of(health: &Health) -> ScrapeHealth {
 }
 
 /// The entries of a block's health, located.
-fn block_entries(block: i64, health: &[u8]) -> Result<Vec<Entry>, StoreError> {
-    let entries = block::decode_health(health)?;
-    let positions = u32::try_from(entries.iter().filter(|e| e.up).count()).unwrap_or(u32::MAX);
+/// Appends the scrapes of a block's health blob that `keep` accepts (by
+/// time), each with where its values are.
+fn push_block_entries(
+    block: i64,
+    health: Vec<Health>,
+    keep: impl Fn(&Health) -> bool,
+    out: &mut Vec<Entry>,
+) {
+    let positions = u32::try_from(health.iter().filter(|e| e.up).count()).unwrap_or(u32::MAX);
     let mut pos = 0u32;
-    Ok(entries
-        .into_iter()
-        .map(|health| {
-            let loc = if health.up {
-                pos += 1;
-                Loc::Block {
-                    block,
-                    pos: pos - 1,
-                    positions,
-                }
-            } else {
-                Loc::Down
-            };
-            Entry { health, loc }
-        })
-        .collect())
+    for health in health {
+        let loc = if health.up {
+            pos += 1;
+            Loc::Block {
+                block,
+                pos: pos - 1,
+                positions,
+            }
+        } else {
+            Loc::Down
+        };
+        if keep(&health) {
+            out.push(Entry { health, loc });
+        }
+    }
 }
 
 impl Store {
@@ -226,15 +231,6 @@ impl Store {
         .bind(to_ms)
         .fetch_all(&self.pool)
         .await?;
-        let mut entries = Vec::new();
-        for row in &blocks {
-            let health: Vec<u8> = row.try_get("health")?;
-            entries.extend(
-                block_entries(row.try_get("id")?, &health)?
-                    .into_iter()
-                    .filter(|e| (from_ms..=to_ms).contains(&e.health.ts_ms)),
-            );
-        }
         let head = sqlx::query(
             "SELECT id, ts_ms, up, duration_ms, body_bytes, error, sample_count FROM scrapes
              WHERE target_id = ? AND ts_ms BETWEEN ? AND ? ORDER BY ts_ms, id",
@@ -244,6 +240,23 @@ impl Store {
         .bind(to_ms)
         .fetch_all(&self.pool)
         .await?;
+        let mut decoded = Vec::with_capacity(blocks.len());
+        for row in &blocks {
+            let health: Vec<u8> = row.try_get("health")?;
+            decoded.push((row.try_get("id")?, block::decode_health(&health)?));
+        }
+        // Sized once: a day is ≈ 17 000 entries, moved on every doubling.
+        let mut entries = Vec::with_capacity(
+            decoded
+                .iter()
+                .map(|(_, health)| health.len())
+                .sum::<usize>()
+                + head.len(),
+        );
+        for (block, health) in decoded {
+            let in_range = |h: &Health| (from_ms..=to_ms).contains(&h.ts_ms);
+            push_block_entries(block, health, in_range, &mut entries);
+        }
         for row in &head {
             let health = health_of(row)?;
             let loc = if health.up {
@@ -293,11 +306,9 @@ impl Store {
             .await?;
             for row in &rows {
                 let health: Vec<u8> = row.try_get("health")?;
-                found.extend(
-                    block_entries(row.try_get("id")?, &health)?
-                        .into_iter()
-                        .filter(|e| e.health.up && e.health.ts_ms <= ts_ms),
-                );
+                let up_by = |h: &Health| h.up && h.ts_ms <= ts_ms;
+                let block = row.try_get("id")?;
+                push_block_entries(block, block::decode_health(&health)?, up_by, &mut found);
                 before = row.try_get("first_ms")?;
             }
             found.sort_by_key(|e| std::cmp::Reverse(e.health.ts_ms));
@@ -312,10 +323,11 @@ impl Store {
     /// The values of the selected series at each of `locs`.
     async fn values_at(
         &self,
-        locs: &HashSet<Loc>,
+        locs: &FxSet<Loc>,
         selection: &Selection,
-    ) -> Result<HashMap<Loc, Vec<(u32, f64)>>, StoreError> {
-        let mut out: HashMap<Loc, Vec<(u32, f64)>> = HashMap::with_capacity(locs.len());
+    ) -> Result<FxMap<Loc, Vec<(u32, f64)>>, StoreError> {
+        let mut out: FxMap<Loc, Vec<(u32, f64)>> =
+            FxMap::with_capacity_and_hasher(locs.len(), Default::default());
         let (heads, blocks) = split_locs(locs);
         if selection.names.is_empty() {
             return Ok(out);
@@ -466,7 +478,7 @@ impl Store {
         }
         let selection = self.selection(target_id, Some(&CATALOG_NAMES))?;
         let engine = self.engine_of(target_id).await?;
-        let locs: HashSet<Loc> = latest.iter().map(|e| e.loc).collect();
+        let locs: FxSet<Loc> = latest.iter().map(|e| e.loc).collect();
         let values = self.values_at(&locs, &selection).await?;
         let samples: Vec<(i64, Vec<NormalizedSample>)> = latest
             .iter()
@@ -535,13 +547,14 @@ impl Store {
         let selection = self.selection(target_id, Some(&names))?;
         let engine = self.engine_of(target_id).await?;
         let pairs = self.instant_pairs(target_id, range).await?;
-        let locs: HashSet<Loc> = pairs
+        let locs: FxSet<Loc> = pairs
             .iter()
             .flat_map(|(_, prev, cur)| prev.iter().chain(std::iter::once(cur)))
             .map(|e| e.loc)
             .collect();
         let values = self.values_at(&locs, &selection).await?;
-        let mut samples: HashMap<Loc, Vec<NormalizedSample>> = HashMap::with_capacity(locs.len());
+        let mut samples: FxMap<Loc, Vec<NormalizedSample>> =
+            FxMap::with_capacity_and_hasher(locs.len(), Default::default());
         for loc in &locs {
             let pairs = values.get(loc).map(Vec::as_slice).unwrap_or(&[]);
             samples.insert(*loc, catalog_samples(&selection.defs, engine, pairs));
@@ -549,7 +562,8 @@ impl Store {
         // Each scrape digested once: it is the `cur` of one window and the
         // `prev` of the next.
         let empty = Vec::new();
-        let mut digests: HashMap<Loc, Digest> = HashMap::with_capacity(locs.len());
+        let mut digests: FxMap<Loc, Digest> =
+            FxMap::with_capacity_and_hasher(locs.len(), Default::default());
         for (_, prev, cur) in &pairs {
             for entry in prev.iter().chain(std::iter::once(cur)) {
                 digests.entry(entry.loc).or_insert_with(|| {
@@ -634,7 +648,7 @@ impl Store {
         let selection = self.selection(target_id, Some(&names_for(std::iter::once(metric))))?;
         let engine = self.engine_of(target_id).await?;
         let timeline = self.timeline(target_id, from_ms, to_ms).await?;
-        let locs: HashSet<Loc> = timeline.iter().map(|e| e.loc).collect();
+        let locs: FxSet<Loc> = timeline.iter().map(|e| e.loc).collect();
         let values = self.values_at(&locs, &selection).await?;
         let mut by_series: BTreeMap<SeriesKey, Vec<Point>> = BTreeMap::new();
         for entry in &timeline {
@@ -676,7 +690,7 @@ impl Store {
         };
         let selection = self.selection(target_id, None)?;
         let values = self
-            .values_at(&HashSet::from([entry.loc]), &selection)
+            .values_at(&FxSet::from_iter([entry.loc]), &selection)
             .await?;
         let mut page = StoredPage {
             ts_ms: entry.health.ts_ms,
@@ -714,7 +728,7 @@ impl Store {
         let mut selection = self.selection(target_id, Some(&names))?;
         selection.defs.retain(|_, def| def.kind == SeriesKind::Raw);
         let timeline = self.timeline(target_id, from_ms, to_ms).await?;
-        let locs: HashSet<Loc> = timeline.iter().map(|e| e.loc).collect();
+        let locs: FxSet<Loc> = timeline.iter().map(|e| e.loc).collect();
         let values = self.values_at(&locs, &selection).await?;
         let mut by_id: BTreeMap<u32, Vec<Point>> = BTreeMap::new();
         for entry in &timeline {
@@ -749,7 +763,7 @@ const FEW_POSITIONS: usize = 2;
 /// Appends the selected series' values at `wanted` positions of a block
 /// from its decoded groups.
 fn pick(
-    out: &mut HashMap<Loc, Vec<(u32, f64)>>,
+    out: &mut FxMap<Loc, Vec<(u32, f64)>>,
     block: i64,
     positions: u32,
     wanted: &[u32],
@@ -779,7 +793,7 @@ fn pick(
 
 /// Appends values decoded at `wanted` positions (one per position).
 fn pick_sparse(
-    out: &mut HashMap<Loc, Vec<(u32, f64)>>,
+    out: &mut FxMap<Loc, Vec<(u32, f64)>>,
     block: i64,
     positions: u32,
     wanted: &[u32],
@@ -811,7 +825,7 @@ pub(crate) type BlockPositions = BTreeMap<i64, (u32, Vec<u32>)>;
 
 /// `locs` split by where they live: head row ids, and per block its
 /// position count and the positions wanted.
-pub(crate) fn split_locs(locs: &HashSet<Loc>) -> (Vec<i64>, BlockPositions) {
+pub(crate) fn split_locs(locs: &FxSet<Loc>) -> (Vec<i64>, BlockPositions) {
     let mut heads = Vec::new();
     let mut blocks = BlockPositions::new();
     for loc in locs {

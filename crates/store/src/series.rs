@@ -250,7 +250,9 @@ fn catalog_key(target_id: i64, sample: &NormalizedSample) -> u64 {
     hasher.finish()
 }
 
-type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+/// Maps keyed by small integers and hashes: ids, locations, label hashes.
+pub(crate) type FxMap<K, V> = HashMap<K, V, rustc_hash::FxBuildHasher>;
+pub(crate) type FxSet<K> = std::collections::HashSet<K, rustc_hash::FxBuildHasher>;
 
 /// Lookup of series ids in both directions. Lookups on the ingest path
 /// allocate nothing: a series is found by a hash of its whole identity
@@ -353,7 +355,7 @@ impl SeriesCache {
         &self,
         target_id: i64,
         mut keep: impl FnMut(&SeriesDef) -> bool,
-    ) -> HashMap<u32, Arc<SeriesDef>> {
+    ) -> FxMap<u32, Arc<SeriesDef>> {
         self.by_target
             .get(&target_id)
             .into_iter()

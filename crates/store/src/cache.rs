@@ -5,6 +5,11 @@
 //! a full cache admits nothing more (an LRU would thrash on a query wider
 //! than itself) until retention or thinning empty it, or a smaller budget
 //! evicts the least recently used.
+//!
+//! [`BoundedCache`] is the machinery (a budget in bytes, use clocks, an
+//! epoch that keeps reads from before a removal out); the canaries' hour
+//! cache (`probe_cache.rs`) is its other user, evicting instead of
+//! refusing when full.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -60,47 +65,68 @@ impl DecodedSeries {
     }
 }
 
-impl DecodedGroup {
+/// What a kept value costs, in bytes (an estimate of its heap).
+pub(crate) trait Weighed {
+    fn bytes(&self) -> usize;
+}
+
+impl Weighed for DecodedGroup {
     fn bytes(&self) -> usize {
         self.series.iter().map(DecodedSeries::bytes).sum::<usize>() + 64
     }
 }
 
-type Key = (i64, String);
+/// What a cache at its budget does with one more value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum WhenFull {
+    /// Keeps what it holds and admits nothing: an LRU thrashes on a query
+    /// wider than itself.
+    Refuse,
+    /// Drops the least recently used.
+    EvictLeastRecent,
+}
 
-#[derive(Debug, Default)]
-struct Inner {
-    entries: HashMap<Key, (Arc<DecodedGroup>, u64)>,
+#[derive(Debug)]
+struct Entries<K, V> {
+    map: HashMap<K, (Arc<V>, u64)>,
     bytes: usize,
     /// Bumped by every use, so the smallest is the least recently used.
     clock: u64,
-    /// Bumped by every [`GroupCache::clear`]: a decode that began before
-    /// a clear is not kept (its block may be gone).
+    /// Bumped by every removal: a value read before one is not kept (what
+    /// it was read from may have changed or be gone).
     epoch: u64,
 }
 
-/// The cache, shared by every clone of a `Store`.
-#[derive(Debug)]
-pub(crate) struct GroupCache {
-    inner: Mutex<Inner>,
-    budget: std::sync::atomic::AtomicUsize,
-}
-
-impl Default for GroupCache {
-    fn default() -> GroupCache {
-        GroupCache::new(DEFAULT_CACHE_BYTES)
+impl<K, V> Default for Entries<K, V> {
+    fn default() -> Self {
+        Entries {
+            map: HashMap::new(),
+            bytes: 0,
+            clock: 0,
+            epoch: 0,
+        }
     }
 }
 
-impl GroupCache {
-    pub(crate) fn new(budget: usize) -> GroupCache {
-        GroupCache {
+/// Values kept by key within a budget in bytes, shared by every clone of
+/// a `Store`: the decoded block groups and the canaries' hours.
+#[derive(Debug)]
+pub(crate) struct BoundedCache<K, V> {
+    inner: Mutex<Entries<K, V>>,
+    budget: std::sync::atomic::AtomicUsize,
+    when_full: WhenFull,
+}
+
+impl<K: Eq + std::hash::Hash + Clone, V: Weighed> BoundedCache<K, V> {
+    pub(crate) fn new(budget: usize, when_full: WhenFull) -> Self {
+        BoundedCache {
             inner: Mutex::default(),
             budget: budget.into(),
+            when_full,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Entries<K, V>> {
         // The cache holds no invariant a panic could break half-way that
         // matters: at worst a byte count is off until the next clear.
         self.inner
@@ -108,73 +134,73 @@ impl GroupCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    pub(crate) fn set_budget(&self, bytes: usize) {
-        self.budget
-            .store(bytes, std::sync::atomic::Ordering::Relaxed);
-        let mut inner = self.lock();
-        evict(&mut inner, bytes);
-    }
-
-    /// Whether anything may be kept at all.
-    pub(crate) fn enabled(&self) -> bool {
-        self.budget() > 0
-    }
-
-    fn budget(&self) -> usize {
+    pub(crate) fn budget(&self) -> usize {
         self.budget.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    /// The epoch to hand back to [`GroupCache::insert`].
+    /// A new budget; a smaller one drops the least recently used.
+    pub(crate) fn set_budget(&self, bytes: usize) {
+        self.budget
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        evict(&mut self.lock(), bytes);
+    }
+
+    /// The epoch to hand back to [`BoundedCache::insert`].
     pub(crate) fn epoch(&self) -> u64 {
         self.lock().epoch
     }
 
-    pub(crate) fn get(&self, block: i64, name: &str) -> Option<Arc<DecodedGroup>> {
+    pub(crate) fn get(&self, key: &K) -> Option<Arc<V>> {
         let mut inner = self.lock();
         inner.clock += 1;
         let clock = inner.clock;
-        // The key is owned; a lookup builds one (names are short).
-        let entry = inner.entries.get_mut(&(block, name.to_string()))?;
+        let entry = inner.map.get_mut(key)?;
         entry.1 = clock;
         Some(Arc::clone(&entry.0))
     }
 
-    /// Whether a range read should decode whole groups to keep them: not
-    /// when off, nor when full (a query wider than the cache would
-    /// otherwise evict, on every run, what its next run needs first).
+    /// Whether anything more may be kept.
     pub(crate) fn has_room(&self) -> bool {
-        self.enabled() && self.lock().bytes < self.budget()
+        let budget = self.budget();
+        budget > 0 && self.lock().bytes < budget
     }
 
-    /// Keeps `group` unless the cache was cleared since `epoch`, it alone
-    /// is over a quarter of the budget, or there is no room: a full cache
-    /// keeps what it holds (retention and thinning empty it).
-    pub(crate) fn insert(&self, epoch: u64, block: i64, name: &str, group: Arc<DecodedGroup>) {
+    /// Keeps `value` unless something was removed since `epoch`, it alone
+    /// is over a quarter of the budget, or the cache is full and refuses.
+    pub(crate) fn insert(&self, epoch: u64, key: K, value: Arc<V>) {
         let budget = self.budget();
-        let size = group.bytes();
+        let size = value.bytes();
         if size > budget / 4 {
             return;
         }
         let mut inner = self.lock();
-        if inner.epoch != epoch || inner.bytes + size > budget {
+        if inner.epoch != epoch
+            || (self.when_full == WhenFull::Refuse && inner.bytes + size > budget)
+        {
             return;
         }
         inner.clock += 1;
         let clock = inner.clock;
-        if let Some((old, _)) = inner
-            .entries
-            .insert((block, name.to_string()), (group, clock))
-        {
+        if let Some((old, _)) = inner.map.insert(key, (value, clock)) {
             inner.bytes -= old.bytes();
         }
         inner.bytes += size;
         evict(&mut inner, budget);
     }
 
-    /// Forgets everything: blocks were deleted or rewritten.
+    /// Forgets `key`, and any read that began before.
+    pub(crate) fn remove(&self, key: &K) {
+        let mut inner = self.lock();
+        inner.epoch += 1;
+        if let Some((old, _)) = inner.map.remove(key) {
+            inner.bytes -= old.bytes();
+        }
+    }
+
+    /// Forgets everything, and any read that began before.
     pub(crate) fn clear(&self) {
         let mut inner = self.lock();
-        inner.entries.clear();
+        inner.map.clear();
         inner.bytes = 0;
         inner.epoch += 1;
     }
@@ -185,40 +211,79 @@ impl GroupCache {
     }
 }
 
-/// Drops the least recently used entries until under `budget`.
-fn evict(inner: &mut Inner, budget: usize) {
+/// Over `budget`, drops the least recently used down to three quarters of
+/// it (so a full cache does not sort on every insert).
+fn evict<K: Eq + std::hash::Hash + Clone, V: Weighed>(inner: &mut Entries<K, V>, budget: usize) {
     if inner.bytes <= budget {
         return;
     }
-    // Down to three quarters, so a full cache does not sort on every insert.
-    evict_least_recent(
-        &mut inner.entries,
-        &mut inner.bytes,
-        budget / 4 * 3,
-        DecodedGroup::bytes,
-    );
-}
-
-/// Drops the least recently used of `entries` (each with the clock of its
-/// last use) until `bytes`, their total `size`, is at most `target`.
-pub(crate) fn evict_least_recent<K: Clone + Eq + std::hash::Hash, V>(
-    entries: &mut HashMap<K, (Arc<V>, u64)>,
-    bytes: &mut usize,
-    target: usize,
-    size: impl Fn(&V) -> usize,
-) {
-    let mut by_age: Vec<(u64, K)> = entries
+    let mut by_age: Vec<(u64, K)> = inner
+        .map
         .iter()
         .map(|(key, (_, used))| (*used, key.clone()))
         .collect();
     by_age.sort_unstable_by_key(|(used, _)| *used);
     for (_, key) in by_age {
-        if *bytes <= target {
+        if inner.bytes <= budget / 4 * 3 {
             break;
         }
-        if let Some((value, _)) = entries.remove(&key) {
-            *bytes -= size(&value);
+        if let Some((value, _)) = inner.map.remove(&key) {
+            inner.bytes -= value.bytes();
         }
+    }
+}
+
+/// The decoded groups, by block and sample name.
+#[derive(Debug)]
+pub(crate) struct GroupCache(BoundedCache<(i64, String), DecodedGroup>);
+
+impl Default for GroupCache {
+    fn default() -> GroupCache {
+        GroupCache::new(DEFAULT_CACHE_BYTES)
+    }
+}
+
+impl GroupCache {
+    pub(crate) fn new(budget: usize) -> GroupCache {
+        GroupCache(BoundedCache::new(budget, WhenFull::Refuse))
+    }
+
+    pub(crate) fn set_budget(&self, bytes: usize) {
+        self.0.set_budget(bytes);
+    }
+
+    /// The epoch to hand back to [`GroupCache::insert`].
+    pub(crate) fn epoch(&self) -> u64 {
+        self.0.epoch()
+    }
+
+    pub(crate) fn get(&self, block: i64, name: &str) -> Option<Arc<DecodedGroup>> {
+        // The key is owned; a lookup builds one (names are short).
+        self.0.get(&(block, name.to_string()))
+    }
+
+    /// Whether a range read should decode whole groups to keep them: not
+    /// when off, nor when full (a query wider than the cache would
+    /// otherwise evict, on every run, what its next run needs first).
+    pub(crate) fn has_room(&self) -> bool {
+        self.0.has_room()
+    }
+
+    /// Keeps `group` unless the cache was cleared since `epoch`, it alone
+    /// is over a quarter of the budget, or there is no room: a full cache
+    /// keeps what it holds (retention and thinning empty it).
+    pub(crate) fn insert(&self, epoch: u64, block: i64, name: &str, group: Arc<DecodedGroup>) {
+        self.0.insert(epoch, (block, name.to_string()), group);
+    }
+
+    /// Forgets everything: blocks were deleted or rewritten.
+    pub(crate) fn clear(&self) {
+        self.0.clear();
+    }
+
+    #[cfg(test)]
+    pub(crate) fn bytes(&self) -> usize {
+        self.0.bytes()
     }
 }
 

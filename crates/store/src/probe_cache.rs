@@ -7,12 +7,11 @@
 //! retention deletes probes, so what is served is always what SQLite holds.
 //! Bounded in bytes; the least recently used hours go first.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use llmwatch_core::probe_signals::ProbeTimings;
 
-use crate::cache::evict_least_recent;
+use crate::cache::{BoundedCache, Weighed, WhenFull};
 
 /// An hour, in milliseconds: the unit that is cached and invalidated.
 pub(crate) const HOUR_MS: i64 = 3_600_000;
@@ -27,7 +26,7 @@ pub(crate) struct HourProbes {
     pub timings: Vec<ProbeTimings>,
 }
 
-impl HourProbes {
+impl Weighed for HourProbes {
     fn bytes(&self) -> usize {
         self.stamps.len() * 8
             + self
@@ -44,92 +43,42 @@ pub(crate) fn hour_of(ts_ms: i64) -> i64 {
     ts_ms.div_euclid(HOUR_MS)
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    entries: HashMap<(i64, i64), (Arc<HourProbes>, u64)>,
-    bytes: usize,
-    clock: u64,
-    /// Bumped by every invalidation: a read that began before one does not
-    /// keep what it read (it may predate the write).
-    epoch: u64,
-}
-
+/// The cache: least recently used hours go first.
 #[derive(Debug)]
-pub(crate) struct ProbeCache {
-    inner: Mutex<Inner>,
-    budget: usize,
-}
+pub(crate) struct ProbeCache(BoundedCache<(i64, i64), HourProbes>);
 
 impl Default for ProbeCache {
     fn default() -> ProbeCache {
-        ProbeCache {
-            inner: Mutex::default(),
-            budget: DEFAULT_PROBE_CACHE_BYTES,
-        }
+        ProbeCache::new(DEFAULT_PROBE_CACHE_BYTES)
     }
 }
 
 impl ProbeCache {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        // Nothing here can be left half-done by a panic that matters: at
-        // worst a byte count is off until the next clear.
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    pub(crate) fn new(budget: usize) -> ProbeCache {
+        ProbeCache(BoundedCache::new(budget, WhenFull::EvictLeastRecent))
     }
 
     pub(crate) fn epoch(&self) -> u64 {
-        self.lock().epoch
+        self.0.epoch()
     }
 
     pub(crate) fn get(&self, target_id: i64, hour: i64) -> Option<Arc<HourProbes>> {
-        let mut inner = self.lock();
-        inner.clock += 1;
-        let clock = inner.clock;
-        let entry = inner.entries.get_mut(&(target_id, hour))?;
-        entry.1 = clock;
-        Some(Arc::clone(&entry.0))
+        self.0.get(&(target_id, hour))
     }
 
     /// Keeps `hour` unless something was invalidated since `epoch`.
     pub(crate) fn insert(&self, epoch: u64, target_id: i64, hour: i64, probes: Arc<HourProbes>) {
-        let size = probes.bytes();
-        if size > self.budget / 4 {
-            return;
-        }
-        let mut inner = self.lock();
-        if inner.epoch != epoch {
-            return;
-        }
-        inner.clock += 1;
-        let clock = inner.clock;
-        if let Some((old, _)) = inner.entries.insert((target_id, hour), (probes, clock)) {
-            inner.bytes -= old.bytes();
-        }
-        inner.bytes += size;
-        if inner.bytes > self.budget {
-            // Down to three quarters, so a full cache does not sort on
-            // every insert.
-            let Inner { entries, bytes, .. } = &mut *inner;
-            evict_least_recent(entries, bytes, self.budget / 4 * 3, HourProbes::bytes);
-        }
+        self.0.insert(epoch, (target_id, hour), probes);
     }
 
     /// A canary probe was written at `ts_ms`.
     pub(crate) fn invalidate(&self, target_id: i64, ts_ms: i64) {
-        let mut inner = self.lock();
-        inner.epoch += 1;
-        if let Some((old, _)) = inner.entries.remove(&(target_id, hour_of(ts_ms))) {
-            inner.bytes -= old.bytes();
-        }
+        self.0.remove(&(target_id, hour_of(ts_ms)));
     }
 
     /// Probes were deleted.
     pub(crate) fn clear(&self) {
-        let mut inner = self.lock();
-        inner.entries.clear();
-        inner.bytes = 0;
-        inner.epoch += 1;
+        self.0.clear();
     }
 }
 
@@ -171,13 +120,11 @@ mod tests {
 
     #[test]
     fn the_budget_holds_and_the_oldest_go_first() {
-        let cache = ProbeCache {
-            inner: Mutex::default(),
-            budget: hour(10).bytes() * 4 + 10,
-        };
+        let budget = hour(10).bytes() * 4 + 10;
+        let cache = ProbeCache::new(budget);
         for h in 0..8 {
             cache.insert(cache.epoch(), 1, h, hour(10));
-            assert!(cache.lock().bytes <= cache.budget);
+            assert!(cache.0.bytes() <= budget);
         }
         assert!(cache.get(1, 7).is_some());
         assert!(cache.get(1, 0).is_none());

@@ -153,7 +153,6 @@ fn scrape_health_of(health: &Health) -> ScrapeHealth {
     }
 }
 
-/// The entries of a block's health, located.
 /// Appends the scrapes of a block's health blob that `keep` accepts (by
 /// time), each with where its values are.
 fn push_block_entries(
@@ -253,8 +252,8 @@ impl Store {
                 .sum::<usize>()
                 + head.len(),
         );
+        let in_range = |h: &Health| (from_ms..=to_ms).contains(&h.ts_ms);
         for (block, health) in decoded {
-            let in_range = |h: &Health| (from_ms..=to_ms).contains(&h.ts_ms);
             push_block_entries(block, health, in_range, &mut entries);
         }
         for row in &head {

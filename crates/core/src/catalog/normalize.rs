@@ -53,7 +53,7 @@ const REPLICA_LABELS: &[&str] = &["tp_rank", "pp_rank", "moe_ep_rank", "pid", "l
 pub fn normalize(engine: Engine, page: &Exposition) -> Vec<NormalizedSample> {
     let plan = &*PLAN;
     let mut index = Index {
-        slots: vec![Vec::new(); plan.names],
+        slots: vec![Vec::new(); plan.slots.len()],
     };
     for sample in page
         .families
@@ -82,10 +82,8 @@ pub fn normalize(engine: Engine, page: &Exposition) -> Vec<NormalizedSample> {
 /// slot, so a page is indexed with one hash per sample and no name is
 /// spelled out per page (`base_bucket`, …).
 struct Plan {
-    /// Sample name → slot.
+    /// Sample name → slot (slots are numbered from 0 in order of first use).
     slots: FxMap<String, usize>,
-    /// How many slots.
-    names: usize,
     /// Per catalog metric, in [`CatalogMetric::all`] order, its rules in
     /// resolution order.
     metrics: Vec<(CatalogMetric, Vec<SlottedRule>)>,
@@ -121,12 +119,7 @@ static PLAN: LazyLock<Plan> = LazyLock::new(|| {
             (metric, rules)
         })
         .collect();
-    let names = slots.len();
-    Plan {
-        slots,
-        names,
-        metrics,
-    }
+    Plan { slots, metrics }
 });
 
 /// The sample names a rule reads, in [`SlottedRule`]'s order.

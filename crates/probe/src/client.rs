@@ -10,7 +10,6 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use futures_util::StreamExt;
 use reqwest::header::{HeaderValue, ACCEPT, CONTENT_TYPE};
 use serde::Serialize;
 use thiserror::Error;
@@ -177,6 +176,9 @@ pub struct ProbeClient {
 
 struct Inner {
     http: reqwest::Client,
+    /// The lean client and the base's path, where the base is plain HTTP
+    /// without a proxy: every probe goes through it, reqwest keeps the rest.
+    lean: Option<(llmwatch_http::Client, String)>,
     base: String,
     https: bool,
     config: ClientConfig,
@@ -206,9 +208,24 @@ impl ProbeClient {
             b = b.no_proxy();
         }
         let http = b.build().map_err(|e| ClientError::Build(error_chain(&e)))?;
+        let lean = if config.use_env_proxy {
+            None
+        } else {
+            llmwatch_http::split_url(&base).map(|(origin, path)| {
+                let lean_config = llmwatch_http::ClientConfig {
+                    connect_timeout: config.connect_timeout,
+                    idle_timeout: Duration::from_secs(30),
+                    max_idle: usize::MAX,
+                    ..llmwatch_http::ClientConfig::default()
+                };
+                let prefix = path.trim_end_matches('/').to_string();
+                (llmwatch_http::Client::new(origin, lean_config), prefix)
+            })
+        };
         Ok(ProbeClient {
             inner: Arc::new(Inner {
                 http,
+                lean,
                 base,
                 https,
                 config,
@@ -290,58 +307,32 @@ impl ProbeClient {
         sent: Instant,
     ) -> Result<Instant, ProbeError> {
         let cfg = &self.inner.config;
-        let body = bytes::Bytes::from(body);
-        let mut resends = 0;
-        let resp = loop {
-            let mut rb = self
-                .inner
-                .http
-                .post(url)
-                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
-                .header(ACCEPT, HeaderValue::from_static("text/event-stream"))
-                .body(body.clone());
-            if let Some(key) = &cfg.api_key {
-                rb = rb.bearer_auth(key.expose());
-            }
-            match rb.send().await {
-                Ok(resp) => break resp,
-                Err(e) if resends < MAX_RESENDS && closed_before_any_response(&e) => {
-                    // llama-server closes every connection after a stream
-                    // while advertising keep-alive: a pooled connection can
-                    // be dead by the time it is reused, and the server never
-                    // read the request. Resent at once on another connection;
-                    // the time lost stays in this request's timings.
-                    resends += 1;
-                }
-                Err(e) => return Err(classify(&e, url, self.inner.https)),
-            }
+        let mut answer = match &self.inner.lean {
+            Some((client, prefix)) => self.send_lean(client, prefix, rec, url, &body).await?,
+            None => self.send_reqwest(url, body).await?,
         };
         rec.ttfb_ns = Some(ns(sent.elapsed()));
         crate::spin::note_activity();
-        let status = resp.status();
-        rec.http_status = Some(status.as_u16());
-        if !status.is_success() {
-            let message = read_error_body(resp).await;
-            return Err(ProbeError::HttpStatus {
-                status: status.as_u16(),
-                message,
-            });
+        let status = answer.status();
+        rec.http_status = Some(status);
+        if !(200..300).contains(&status) {
+            let message = answer.error_message().await;
+            return Err(ProbeError::HttpStatus { status, message });
         }
-        let mut stream = resp.bytes_stream();
         let mut reader = SseReader::new(cfg.max_event_bytes);
         let mut state = StreamState::default();
         let mut body_bytes = 0u64;
         loop {
-            let chunk = match stream.next().await {
-                Some(Ok(c)) => c,
-                Some(Err(e)) => {
+            let chunk = match answer.chunk().await {
+                Ok(Some(chunk)) => chunk,
+                Ok(None) => break,
+                Err(detail) => {
                     rec.body_bytes = body_bytes;
                     return Err(ProbeError::StreamCut {
                         events: rec.total_events,
-                        detail: Some(reqwest_chain(&e)),
+                        detail: Some(detail),
                     });
                 }
-                None => break,
             };
             crate::spin::note_activity();
             body_bytes += chunk.len() as u64;
@@ -351,12 +342,12 @@ impl ProbeClient {
                     limit_bytes: cfg.max_body_bytes,
                 });
             }
-            reader.feed(&chunk);
+            reader.feed(chunk);
             if let Some(end) = drain_events(&mut reader, rec, &mut state, sent)? {
                 // Let the connection go back to the pool: read the chunked
                 // terminator that follows [DONE], but never wait long for it.
                 let _ = tokio::time::timeout(Duration::from_millis(20), async {
-                    while let Some(Ok(_)) = stream.next().await {}
+                    while let Ok(Some(_)) = answer.chunk().await {}
                 })
                 .await;
                 return Ok(end);
@@ -375,6 +366,135 @@ impl ProbeClient {
             events: rec.total_events,
             detail: None,
         })
+    }
+
+    /// Sends through the lean client (plain HTTP): one write, the answer
+    /// read in place. A pooled connection the server had closed is
+    /// replaced inside the client, the time lost staying in this request.
+    async fn send_lean(
+        &self,
+        client: &llmwatch_http::Client,
+        prefix: &str,
+        rec: &ProbeRecord,
+        url: &str,
+        body: &[u8],
+    ) -> Result<Answer, ProbeError> {
+        let target = format!("{prefix}{}", rec.request.api.path());
+        let authorization = self
+            .inner
+            .config
+            .api_key
+            .as_ref()
+            .map(|key| format!("Bearer {}", key.expose()));
+        let mut headers = vec![
+            ("Content-Type", "application/json"),
+            ("Accept", "text/event-stream"),
+        ];
+        if let Some(value) = &authorization {
+            headers.push(("Authorization", value));
+        }
+        let request = llmwatch_http::Request {
+            method: "POST",
+            target: &target,
+            headers: &headers,
+            body,
+        };
+        match client.send(&request).await {
+            Ok(response) => Ok(Answer::Lean(response)),
+            Err(e) if e.is_connect() => Err(ProbeError::Connect {
+                url: url.to_string(),
+                message: e.to_string(),
+            }),
+            Err(e) => Err(ProbeError::Request {
+                message: e.to_string(),
+            }),
+        }
+    }
+
+    /// Sends through reqwest (TLS, proxies).
+    async fn send_reqwest(&self, url: &str, body: Vec<u8>) -> Result<Answer, ProbeError> {
+        let cfg = &self.inner.config;
+        let body = bytes::Bytes::from(body);
+        let mut resends = 0;
+        loop {
+            let mut rb = self
+                .inner
+                .http
+                .post(url)
+                .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+                .header(ACCEPT, HeaderValue::from_static("text/event-stream"))
+                .body(body.clone());
+            if let Some(key) = &cfg.api_key {
+                rb = rb.bearer_auth(key.expose());
+            }
+            match rb.send().await {
+                Ok(response) => {
+                    return Ok(Answer::Reqwest {
+                        response,
+                        current: bytes::Bytes::new(),
+                    })
+                }
+                Err(e) if resends < MAX_RESENDS && closed_before_any_response(&e) => {
+                    // As in the lean client: a pooled connection the server
+                    // closed; resent at once on another.
+                    resends += 1;
+                }
+                Err(e) => return Err(classify(&e, url, self.inner.https)),
+            }
+        }
+    }
+}
+
+/// An answer being read, from either client.
+enum Answer {
+    Lean(llmwatch_http::Response),
+    Reqwest {
+        response: reqwest::Response,
+        /// The piece last handed out (reqwest gives owned pieces).
+        current: bytes::Bytes,
+    },
+}
+
+impl Answer {
+    fn status(&self) -> u16 {
+        match self {
+            Answer::Lean(response) => response.status(),
+            Answer::Reqwest { response, .. } => response.status().as_u16(),
+        }
+    }
+
+    /// The next piece of the body; `None` at its end; the reason it broke.
+    async fn chunk(&mut self) -> Result<Option<&[u8]>, String> {
+        match self {
+            Answer::Lean(response) => response.chunk().await.map_err(|e| e.to_string()),
+            Answer::Reqwest { response, current } => match response.chunk().await {
+                Ok(Some(piece)) => {
+                    *current = piece;
+                    let current: &bytes::Bytes = current;
+                    Ok(Some(current.as_ref()))
+                }
+                Ok(None) => Ok(None),
+                Err(e) => Err(reqwest_chain(&e)),
+            },
+        }
+    }
+
+    /// What an error answer says, from at most [`ERROR_BODY_LIMIT`] bytes.
+    async fn error_message(&mut self) -> String {
+        let mut buf = Vec::new();
+        while buf.len() < ERROR_BODY_LIMIT {
+            match self.chunk().await {
+                Ok(Some(piece)) => buf.extend_from_slice(piece),
+                _ => break,
+            }
+        }
+        buf.truncate(ERROR_BODY_LIMIT);
+        let text = String::from_utf8_lossy(&buf);
+        match serde_json::from_str::<serde_json::Value>(&text) {
+            Ok(v) => error_message(&v),
+            Err(_) if text.trim().is_empty() => "(empty body)".to_string(),
+            Err(_) => truncate(text.trim(), 300),
+        }
     }
 }
 
@@ -481,23 +601,6 @@ fn finalize_tokens(rec: &mut ProbeRecord) {
             rec.output_tokens = rec.events.iter().map(|e| u64::from(e.tokens)).sum();
             rec.output_tokens_estimated = true;
         }
-    }
-}
-
-async fn read_error_body(mut resp: reqwest::Response) -> String {
-    let mut buf = Vec::new();
-    while buf.len() < ERROR_BODY_LIMIT {
-        match resp.chunk().await {
-            Ok(Some(c)) => buf.extend_from_slice(&c),
-            _ => break,
-        }
-    }
-    buf.truncate(ERROR_BODY_LIMIT);
-    let text = String::from_utf8_lossy(&buf);
-    match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(v) => error_message(&v),
-        Err(_) if text.trim().is_empty() => "(empty body)".to_string(),
-        Err(_) => truncate(text.trim(), 300),
     }
 }
 

@@ -30,6 +30,8 @@ pub enum FetchError {
     TooLarge(u64),
     #[error("reading the body failed: {0}")]
     Body(String),
+    #[error("bad response: {0}")]
+    BadResponse(String),
 }
 
 /// A fetched page.
@@ -44,8 +46,105 @@ pub fn scrape_client() -> reqwest::Result<reqwest::Client> {
     reqwest::Client::builder()
         .connect_timeout(Duration::from_secs(5))
         .redirect(reqwest::redirect::Policy::limited(3))
-        .user_agent(concat!("llmwatch/", env!("CARGO_PKG_VERSION")))
+        .user_agent(USER_AGENT)
         .build()
+}
+
+/// What a scrape asks for: the text format first, OpenMetrics after.
+const SCRAPE_ACCEPT: &str =
+    "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1";
+
+const USER_AGENT: &str = concat!("llmwatch/", env!("CARGO_PKG_VERSION"));
+
+/// How one scrape loop fetches its page. A plain-HTTP URL goes through the
+/// lean client, its request written once and sent as is every interval,
+/// over one kept-alive connection; anything else (TLS, credentials in the
+/// URL) and any redirect go through reqwest.
+pub struct PageFetcher {
+    lean: Option<(llmwatch_http::Client, llmwatch_http::Encoded)>,
+    reqwest: reqwest::Client,
+    url: String,
+}
+
+impl PageFetcher {
+    pub fn new(reqwest: reqwest::Client, url: &str) -> PageFetcher {
+        let lean = llmwatch_http::split_url(url).and_then(|(origin, target)| {
+            let client = llmwatch_http::Client::new(
+                origin,
+                llmwatch_http::ClientConfig {
+                    user_agent: Some(USER_AGENT.to_string()),
+                    max_idle: 1,
+                    // Above any scrape interval a fleet uses (Prometheus'
+                    // longest common one is 5 min): the connection lives
+                    // as long as the server keeps it.
+                    idle_timeout: Duration::from_secs(600),
+                    ..llmwatch_http::ClientConfig::default()
+                },
+            );
+            let request = llmwatch_http::Request {
+                method: "GET",
+                target: &target,
+                headers: &[("Accept", SCRAPE_ACCEPT)],
+                body: b"",
+            };
+            let encoded = client.encode(&request).ok()?;
+            Some((client, encoded))
+        });
+        PageFetcher {
+            lean,
+            reqwest,
+            url: url.to_string(),
+        }
+    }
+
+    /// Whether pages come through the lean client.
+    pub fn is_lean(&self) -> bool {
+        self.lean.is_some()
+    }
+
+    /// GETs the page, giving up after `timeout` (headers and body together)
+    /// and refusing bodies over `max_bytes` before reading them whole.
+    pub async fn fetch(&self, timeout: Duration, max_bytes: u64) -> Result<Page, FetchError> {
+        let Some((client, request)) = &self.lean else {
+            return fetch_page(&self.reqwest, &self.url, timeout, max_bytes).await;
+        };
+        let started = Instant::now();
+        let fetch = async {
+            let mut response = client.send_encoded(request).await.map_err(|err| {
+                if err.is_connect() {
+                    FetchError::Connect(err.to_string())
+                } else {
+                    FetchError::BadResponse(err.to_string())
+                }
+            })?;
+            let status = response.status();
+            if (300..400).contains(&status) {
+                return Ok(None);
+            }
+            if !(200..300).contains(&status) {
+                return Err(FetchError::Status(status));
+            }
+            let content_type = response.header("content-type").map(str::to_string);
+            let body = response
+                .read_to_end(max_bytes)
+                .await
+                .map_err(|err| match err {
+                    llmwatch_http::Error::TooLarge(limit) => FetchError::TooLarge(limit),
+                    other => FetchError::Body(other.to_string()),
+                })?;
+            Ok(Some(Page { body, content_type }))
+        };
+        match tokio::time::timeout(timeout, fetch).await {
+            Ok(Ok(Some(page))) => Ok(page),
+            // A redirect: reqwest follows it, in the time that is left.
+            Ok(Ok(None)) => {
+                let left = timeout.saturating_sub(started.elapsed());
+                fetch_page(&self.reqwest, &self.url, left, max_bytes).await
+            }
+            Ok(Err(err)) => Err(err),
+            Err(_) => Err(FetchError::Timeout(timeout)),
+        }
+    }
 }
 
 /// GETs `url`, giving up after `timeout` (headers and body together) and
@@ -59,10 +158,7 @@ pub async fn fetch_page(
     let fetch = async {
         let mut response = client
             .get(url)
-            .header(
-                reqwest::header::ACCEPT,
-                "text/plain;version=0.0.4;q=0.9,application/openmetrics-text;version=1.0.0;q=0.5,*/*;q=0.1",
-            )
+            .header(reqwest::header::ACCEPT, SCRAPE_ACCEPT)
             .send()
             .await
             .map_err(|err| FetchError::Connect(error_chain(&err)))?;
@@ -287,13 +383,13 @@ impl ScrapeCounters {
 /// Scrapes `job.url` once and describes the outcome; `last` is what the
 /// target's last good page left (or nothing), updated when this one is up.
 pub async fn scrape_once(
-    client: &reqwest::Client,
+    fetcher: &PageFetcher,
     job: &ScrapeJob,
     last: &mut LastPage,
 ) -> ScrapeRecord {
     let ts_ms = now_ms();
     let started = Instant::now();
-    let fetched = fetch_page(client, &job.url, job.timeout, job.max_body_bytes).await;
+    let fetched = fetcher.fetch(job.timeout, job.max_body_bytes).await;
     let duration_ms = started.elapsed().as_secs_f64() * 1000.0;
     let mut record = ScrapeRecord {
         target_id: job.target_id,
@@ -352,13 +448,14 @@ pub async fn run_scrape_loop(
     let max_jitter = (job.interval / 50).min(Duration::from_millis(250));
     let mut ticker = JitteredTicker::new(&job.name, job.interval, max_jitter);
     let mut last_page = LastPage::default();
+    let fetcher = PageFetcher::new(client, &job.url);
     while ticker.tick(&mut shutdown).await {
         // Stopping abandons a scrape in flight: a target that left (often
         // because it hangs) must not hold up the supervisor, which starts
         // the targets that came in the same discovery refresh only once the
         // leaving ones have stopped.
         let record = tokio::select! {
-            record = scrape_once(&client, &job, &mut last_page) => record,
+            record = scrape_once(&fetcher, &job, &mut last_page) => record,
             _ = shutdown.wait_for(|stop| *stop) => return,
         };
         counters.count(&job.name, record.up);

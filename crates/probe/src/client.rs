@@ -215,6 +215,8 @@ impl ProbeClient {
                 let lean_config = llmwatch_http::ClientConfig {
                     connect_timeout: config.connect_timeout,
                     idle_timeout: Duration::from_secs(30),
+                    // The pool holds only connections that were in use at
+                    // once, so the load's concurrency bounds it.
                     max_idle: usize::MAX,
                     ..llmwatch_http::ClientConfig::default()
                 };

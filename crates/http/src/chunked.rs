@@ -333,5 +333,15 @@ mod tests {
             prop_assert_eq!(body, chunks.concat());
             prop_assert!(done);
         }
+
+        #[test]
+        fn any_bytes_are_data_or_an_error_never_a_panic(
+            wire in proptest::collection::vec(any::<u8>(), 0..600),
+            step in 1usize..64,
+        ) {
+            if let Ok((body, _)) = decode_in_steps(&wire, step) {
+                prop_assert!(body.len() <= wire.len());
+            }
+        }
     }
 }

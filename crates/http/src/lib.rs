@@ -16,7 +16,7 @@ mod chunked;
 mod head;
 
 pub use chunked::{ChunkedDecoder, ChunkedError, Decoded};
-pub use head::{Framing, Head, HeadError};
+pub use head::{parse as parse_head, Framing, Head, HeadError};
 
 use std::io;
 use std::ops::Range;

@@ -7,6 +7,7 @@
 //! Specification: <https://prometheus.io/docs/specs/remote_write_spec/>.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 
 /// `Content-Type` of a remote-write request.
 pub const CONTENT_TYPE: &str = "application/x-protobuf";
@@ -178,12 +179,16 @@ fn varint_len(value: u64) -> usize {
 
 /// Builds one request, grouping the samples of a series (named by a key
 /// the caller chooses, e.g. its store id) into one `TimeSeries`, so a
-/// request of several scrapes carries each label set once.
+/// request of several scrapes carries each label set once. Samples go into
+/// one flat vector tagged with their series' slot and are grouped when the
+/// request is written: read in time order, most series bring one sample to
+/// a request, and a vector per series was an allocation per sample.
 #[derive(Debug, Default)]
 pub struct WriteRequestBuilder {
-    series: Vec<(EncodedLabels, Vec<Sample>)>,
-    index: HashMap<u64, usize>,
-    samples: usize,
+    /// Each series' labels and its sample count.
+    series: Vec<(EncodedLabels, u32)>,
+    samples: Vec<(u32, Sample)>,
+    index: HashMap<u64, u32, BuildHasherDefault<rustc_hash::FxHasher>>,
 }
 
 impl WriteRequestBuilder {
@@ -200,40 +205,63 @@ impl WriteRequestBuilder {
         timestamp_ms: i64,
         value: f64,
     ) {
-        let slot = match self.index.get(&key) {
-            Some(slot) => *slot,
-            None => {
-                self.series.push((labels(), Vec::new()));
-                let slot = self.series.len() - 1;
-                self.index.insert(key, slot);
-                slot
-            }
-        };
-        self.series[slot].1.push(Sample {
-            value,
-            timestamp: timestamp_ms,
+        let slot = *self.index.entry(key).or_insert_with(|| {
+            self.series.push((labels(), 0));
+            // A request holds far fewer than 2^32 series.
+            (self.series.len() - 1) as u32
         });
-        self.samples += 1;
+        self.series[slot as usize].1 += 1;
+        self.samples.push((
+            slot,
+            Sample {
+                value,
+                timestamp: timestamp_ms,
+            },
+        ));
     }
 
     /// Samples added so far.
     pub fn samples(&self) -> usize {
-        self.samples
+        self.samples.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.samples == 0
+        self.samples.is_empty()
     }
 
     /// The request's protobuf bytes, the same bytes prost writes for the
     /// equivalent [`WriteRequest`].
     pub fn protobuf(&self) -> Vec<u8> {
-        let mut out = Vec::new();
+        // Each series' samples in push order, series by series: a counting
+        // sort on the slots.
+        let mut starts = Vec::with_capacity(self.series.len() + 1);
+        let mut next = 0usize;
+        for (_, count) in &self.series {
+            starts.push(next);
+            next += *count as usize;
+        }
+        starts.push(next);
+        let mut fill = starts.clone();
+        let mut grouped = vec![
+            Sample {
+                value: 0.0,
+                timestamp: 0
+            };
+            self.samples.len()
+        ];
+        for (slot, sample) in &self.samples {
+            let at = &mut fill[*slot as usize];
+            grouped[*at] = *sample;
+            *at += 1;
+        }
+        // A label set and ~20 bytes a sample, as a first guess.
+        let labels_bytes: usize = self.series.iter().map(|(l, _)| l.0.len() + 4).sum();
+        let mut out = Vec::with_capacity(labels_bytes + grouped.len() * 20);
         let mut series = Vec::new();
-        for (labels, samples) in &self.series {
+        for (slot, (labels, _)) in self.series.iter().enumerate() {
             series.clear();
             series.extend_from_slice(&labels.0);
-            for sample in samples {
+            for sample in &grouped[starts[slot]..starts[slot + 1]] {
                 put_sample(&mut series, sample);
             }
             out.push(0x0a);

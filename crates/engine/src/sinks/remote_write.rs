@@ -30,6 +30,7 @@
 //! headers: never logged, never stored. The URL is never logged either.
 
 use std::collections::HashMap;
+use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -104,8 +105,9 @@ enum Outcome {
 /// target's previous scrape (for rates), target labels.
 #[derive(Default)]
 struct State {
-    /// Each series' label set in wire form, encoded the first time.
-    labels: HashMap<u64, EncodedLabels>,
+    /// Each series' label set in wire form, encoded the first time. Looked
+    /// up once a sample: hashed with Fx, the keys being ids and FNV sums.
+    labels: HashMap<u64, EncodedLabels, BuildHasherDefault<rustc_hash::FxHasher>>,
     previous: HashMap<i64, (i64, Vec<NormalizedSample>)>,
     targets: HashMap<i64, TargetRow>,
 }

@@ -198,6 +198,12 @@ impl std::fmt::Debug for Client {
 /// every connection after a stream while advertising keep-alive.
 const MAX_RESENDS: u32 = 3;
 
+/// A CR, LF or NUL would end a request line or header early: text that
+/// holds one could smuggle headers in.
+fn breaks_line(text: &str) -> bool {
+    text.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0))
+}
+
 impl Client {
     pub fn new(origin: Origin, config: ClientConfig) -> Client {
         Client {
@@ -209,17 +215,19 @@ impl Client {
         }
     }
 
-    pub fn origin(&self) -> &Origin {
-        &self.inner.origin
-    }
-
     /// Writes `request` out in wire form.
     pub fn encode(&self, request: &Request<'_>) -> Result<Encoded, Error> {
         let config = &self.inner.config;
+        if breaks_line(request.method) || breaks_line(request.target) {
+            return Err(Error::InvalidHeader("request line".into()));
+        }
         let mut wire = Vec::with_capacity(160 + request.target.len() + request.body.len());
+        wire.extend_from_slice(request.method.as_bytes());
+        wire.push(b' ');
+        wire.extend_from_slice(request.target.as_bytes());
+        wire.extend_from_slice(b" HTTP/1.1\r\n");
         let mut line = |name: &str, value: &str| -> Result<(), Error> {
-            let bad = |text: &str| text.bytes().any(|b| matches!(b, b'\r' | b'\n' | 0));
-            if bad(name) || bad(value) || name.contains(':') {
+            if breaks_line(name) || breaks_line(value) || name.contains(':') {
                 return Err(Error::InvalidHeader(name.to_string()));
             }
             wire.extend_from_slice(name.as_bytes());
@@ -228,17 +236,6 @@ impl Client {
             wire.extend_from_slice(b"\r\n");
             Ok(())
         };
-        let mut start = Vec::with_capacity(request.method.len() + request.target.len() + 12);
-        start.extend_from_slice(request.method.as_bytes());
-        start.push(b' ');
-        start.extend_from_slice(request.target.as_bytes());
-        start.extend_from_slice(b" HTTP/1.1\r\n");
-        if start[..start.len() - 2]
-            .iter()
-            .any(|b| matches!(b, b'\r' | b'\n' | 0))
-        {
-            return Err(Error::InvalidHeader("request line".into()));
-        }
         line("Host", &self.inner.origin.authority)?;
         if let Some(agent) = &config.user_agent {
             line("User-Agent", agent)?;
@@ -249,11 +246,10 @@ impl Client {
         if !request.body.is_empty() || !matches!(request.method, "GET" | "HEAD") {
             line("Content-Length", &request.body.len().to_string())?;
         }
-        start.extend_from_slice(&wire);
-        start.extend_from_slice(b"\r\n");
-        start.extend_from_slice(request.body);
+        wire.extend_from_slice(b"\r\n");
+        wire.extend_from_slice(request.body);
         Ok(Encoded {
-            wire: start,
+            wire,
             head_request: request.method == "HEAD",
         })
     }

@@ -6,9 +6,6 @@
 //!
 //! Specification: <https://prometheus.io/docs/specs/remote_write_spec/>.
 
-use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
-
 /// `Content-Type` of a remote-write request.
 pub const CONTENT_TYPE: &str = "application/x-protobuf";
 /// `Content-Encoding` of a remote-write request.
@@ -188,7 +185,7 @@ pub struct WriteRequestBuilder {
     /// Each series' labels and its sample count.
     series: Vec<(EncodedLabels, u32)>,
     samples: Vec<(u32, Sample)>,
-    index: HashMap<u64, u32, BuildHasherDefault<rustc_hash::FxHasher>>,
+    index: rustc_hash::FxHashMap<u64, u32>,
 }
 
 impl WriteRequestBuilder {

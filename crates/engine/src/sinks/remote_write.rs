@@ -30,7 +30,6 @@
 //! headers: never logged, never stored. The URL is never logged either.
 
 use std::collections::HashMap;
-use std::hash::BuildHasherDefault;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -107,7 +106,7 @@ enum Outcome {
 struct State {
     /// Each series' label set in wire form, encoded the first time. Looked
     /// up once a sample: hashed with Fx, the keys being ids and FNV sums.
-    labels: HashMap<u64, EncodedLabels, BuildHasherDefault<rustc_hash::FxHasher>>,
+    labels: rustc_hash::FxHashMap<u64, EncodedLabels>,
     previous: HashMap<i64, (i64, Vec<NormalizedSample>)>,
     targets: HashMap<i64, TargetRow>,
 }

@@ -423,12 +423,14 @@ fn kv_starved_sweep_names_kv_cache_capacity_with_numbers() {
     );
     let f = find(&findings, Verdict::KvCacheCapacity).expect("kv finding");
     assert_eq!(f.step, Some(3));
-    assert_eq!(f.confidence, Confidence::High);
+    // Judged by usage alone (the cache's size is not reported): medium.
+    assert_eq!(f.confidence, Confidence::Medium);
     for needle in [
         "p95 TTFT 900 ms",
         "concurrency 8",
         "waiting = 3",
-        "KV-cache usage 0.97",
+        "KV-cache usage mean 0.97",
+        "KV-cache size not reported",
         "4.5×",
         "concurrency-1 floor of 200 ms",
     ] {
@@ -438,7 +440,7 @@ fn kv_starved_sweep_names_kv_cache_capacity_with_numbers() {
             f.evidence
         );
     }
-    assert!(f.what_to_try.contains("max-num-seqs"));
+    assert!(f.what_to_try.contains("Raising max-num-seqs will not help"));
     // Not mistaken for prefill-bound: those steps are explained by the cache.
     assert!(
         find(&findings, Verdict::PrefillBound).is_none(),
@@ -479,13 +481,14 @@ fn running_capped_with_cache_room_is_a_scheduler_limit() {
     );
     let f = find(&findings, Verdict::SchedulerLimit).expect("scheduler finding");
     assert_eq!(f.step, Some(5), "{findings:#?}");
-    assert_eq!(f.confidence, Confidence::High);
+    // The cache's size is not reported: judged by usage, medium.
+    assert_eq!(f.confidence, Confidence::Medium);
     for needle in [
-        "running requests stay at 16 (16 at concurrency 16)",
-        "concurrency 32 is offered",
+        "running plateau 16",
+        "at concurrency 32",
         "waiting = 15",
-        "KV-cache usage only 0.30",
-        "p95 TTFT 1.4 s (7.0× the concurrency-1 floor",
+        "KV-cache usage mean 0.30",
+        "p95 TTFT 1.4 s at concurrency 32 (7.0× the concurrency-1 floor",
     ] {
         assert!(
             f.evidence.contains(needle),
@@ -569,7 +572,7 @@ fn kv_rule_against_objective_reports_first_breach() {
     for needle in [
         "p95 TTFT 2.4 s at concurrency 16 (objective 1.0 s)",
         "waiting = 12",
-        "KV-cache usage 0.98",
+        "KV-cache usage mean 0.98",
         "12 preemptions",
         "bucket estimate",
     ] {
@@ -628,7 +631,7 @@ fn prefill_bound_without_objectives_is_relative_to_the_floor() {
     );
     let f = find(&findings, Verdict::PrefillBound).expect("prefill finding");
     assert_eq!(f.step, Some(2)); // 1.3 / 0.4 = 3.25× ≥ 3×
-                                 // No KV-cache evidence: queueing for cache cannot be ruled out.
+                                 // No KV-cache or waiting evidence: queueing for cache cannot be ruled out.
     assert_eq!(f.confidence, Confidence::Low);
     assert!(f.evidence.contains("KV-cache usage not reported"));
     // With the cache measured and roomy, the same evidence is medium.
@@ -650,9 +653,9 @@ fn prefill_bound_without_objectives_is_relative_to_the_floor() {
     );
 }
 
-/// The engine's own phase times weigh a latency verdict: agreeing, they raise
-/// its confidence one level; disagreeing, they are cited and leave it; they
-/// never change which verdict fires.
+/// The engine's own phase times read one level: prefill-dominated TTFT is
+/// prefill-bound with high confidence; queue-dominated TTFT is not prefill
+/// but a capacity limit, named once the running count shows which.
 #[test]
 fn the_ttft_breakdown_weighs_a_latency_verdict() {
     use llmwatch_core::analysis::{latency_breakdown, ClientMeans, ServerPhases};
@@ -675,14 +678,16 @@ fn the_ttft_breakdown_weighs_a_latency_verdict() {
             e.latency_breakdown = latency_breakdown(&phases, &client, true).ok();
         })
     };
-    let judge = |steps: &[StepResult]| {
-        let findings = diagnose(
+    let all = |steps: &[StepResult]| {
+        diagnose(
             steps,
             &Objectives::default(),
             &WorkloadHints::default(),
             &cfg(),
-        );
-        find(&findings, Verdict::PrefillBound)
+        )
+    };
+    let judge = |steps: &[StepResult]| {
+        find(&all(steps), Verdict::PrefillBound)
             .expect("prefill finding")
             .clone()
     };
@@ -698,19 +703,25 @@ fn the_ttft_breakdown_weighs_a_latency_verdict() {
         "{}",
         agrees.evidence
     );
-    // Queue 1.0 s of 1.16 s: the requests wait; cited, still medium.
-    let disagrees = judge(&with_breakdown(1.0, 0.1));
-    assert_eq!(
-        disagrees.confidence,
-        Confidence::Medium,
-        "{}",
-        disagrees.evidence
-    );
+    // Queue 1.0 s of 1.16 s: the requests wait, so it is not prefill; with
+    // the running count pinned at 3 and the cache at 0.40, a running cap.
+    let queued = with_breakdown(1.0, 0.1);
+    let findings = all(&queued);
     assert!(
-        disagrees.evidence.contains("point elsewhere")
-            && disagrees.evidence.contains("queue-dominated"),
+        find(&findings, Verdict::PrefillBound).is_none(),
+        "{findings:#?}"
+    );
+    let pinned = with_server(queued, |_, e| {
+        e.requests_running_max = Some(3.0);
+        e.requests_running_mean = Some(3.0);
+        e.requests_waiting_mean = Some(5.0);
+    });
+    let findings = all(&pinned);
+    let f = find(&findings, Verdict::SchedulerLimit).expect("scheduler finding");
+    assert!(
+        f.evidence.contains("queue 1.0 s (86 %)") && f.evidence.contains("support it"),
         "{}",
-        disagrees.evidence
+        f.evidence
     );
 }
 
@@ -1457,7 +1468,7 @@ fn summary_of_a_kv_starved_sweep_reads_in_words() {
     );
     assert!(
         lines.iter().any(|l| l.starts_with(
-            "KV-cache capacity / scheduler (high confidence): p95 TTFT 900 ms at concurrency 8"
+            "KV-cache capacity (medium confidence): p95 TTFT 900 ms at concurrency 8"
         )),
         "{lines:#?}"
     );

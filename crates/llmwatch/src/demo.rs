@@ -282,6 +282,7 @@ async fn demo_sweep(
         max_cpu_cores: 64.0,
         max_scheduler_lag_p99_ms: 1000.0,
         max_dispatch_lag_p99_ms: 1000.0,
+        ..Default::default()
     };
     match llmwatch_engine::runners::sweep::run_sweep(settings, Some(&store), |_| {}).await {
         Ok(report) => tracing::info!(sweep = ?report.sweep_id, "demo sweep finished"),

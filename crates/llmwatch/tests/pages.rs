@@ -48,6 +48,7 @@ fn sweep_settings(url: &str, gpu_url: &str, shape: Shape, ladder: &[u32]) -> Swe
         max_cpu_cores: 64.0,
         max_scheduler_lag_p99_ms: 1000.0,
         max_dispatch_lag_p99_ms: 1000.0,
+        ..Default::default()
     };
     s
 }

@@ -131,6 +131,7 @@ async fn passive_knee_lies_within_one_doubling_of_the_sweeps() {
         max_cpu_cores: 64.0,
         max_scheduler_lag_p99_ms: 1000.0,
         max_dispatch_lag_p99_ms: 1000.0,
+        ..Default::default()
     };
     let report = run_sweep(settings, Some(&daemon.daemon.store), |_| {})
         .await

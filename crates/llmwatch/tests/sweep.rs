@@ -64,6 +64,7 @@ fn settings(t: &Target, shape: Shape, ladder: &[u32]) -> SweepSettings {
         max_cpu_cores: 64.0,
         max_scheduler_lag_p99_ms: 1000.0,
         max_dispatch_lag_p99_ms: 1000.0,
+        ..Default::default()
     };
     s
 }
@@ -392,6 +393,8 @@ async fn a_client_bound_run_gives_no_saturation_verdict_and_says_why() {
         max_cpu_cores: 0.0,
         max_scheduler_lag_p99_ms: 0.0,
         max_dispatch_lag_p99_ms: 0.0,
+        max_effect: 0.0,
+        ..Default::default()
     };
     let report = run_sweep(s, None, |_| {}).await.expect("sweep runs");
     show("client-bound", &report, started);

@@ -40,7 +40,9 @@ pub use record::{
 };
 pub use report::render_table;
 pub use result::{Objectives, RunResult, RunStats};
-pub use selfcheck::{CpuMeasure, Monitored, SelfCheck, SelfCheckLimits};
+pub use selfcheck::{
+    CpuMeasure, MeasuredScale, Monitored, SelfCheck, SelfCheckLimits, DEFAULT_MAX_EFFECT,
+};
 pub use shape::{Calibration, Calibrator, Padding, PromptGenerator, PromptKind, Shape, ShapeError};
 pub use sink::{write_result_json, RecordFileError, RecordWriter};
 pub use stats::{percentile, Distribution, Summary, EXACT_SAMPLES};

@@ -12,7 +12,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::record::ProbeRecord;
-use crate::selfcheck::{Monitored, SelfCheck};
+use crate::selfcheck::{MeasuredScale, Monitored, SelfCheck};
 pub use crate::settings::Objectives;
 use crate::settings::{Bound, Load, RunConfig};
 use crate::stats::{Distribution, Summary, EXACT_SAMPLES};
@@ -289,11 +289,26 @@ impl RunStats {
         let dispatch_lag_ms = self.dispatch_lag.summary_ms();
         let tokens_per_event =
             (self.output_events > 0).then(|| self.event_tokens as f64 / self.output_events as f64);
+        let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+        let (ttft, itl, e2e) = (
+            self.ttft.summary_ms(),
+            self.itl.summary_ms(),
+            self.e2e.summary_ms(),
+        );
+        let scale = MeasuredScale {
+            ttft_p50_ms: ttft.p50,
+            ttft_p95_ms: ttft.p95,
+            itl_p95_ms: itl.p95,
+            e2e_p50_ms: e2e.p50,
+            ttft_objective_ms: ms(config.objectives.ttft_p95),
+            itl_objective_ms: ms(config.objectives.itl_p95),
+        };
         let self_check = SelfCheck::judge(
             monitored,
             dispatch_lag_ms.p99,
             tokens_per_event,
             config.limits,
+            &scale,
         );
         RunResult {
             load: config.load,

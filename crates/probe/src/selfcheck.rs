@@ -19,14 +19,31 @@ use tokio::task::JoinHandle;
 
 use crate::spin::SpinStats;
 
-/// Limits past which a run is `client_bound`.
+/// Limits past which a run is `client_bound`. The lag limits are floors:
+/// a lag under them never counts; a lag over them counts only where it could
+/// move the run's own numbers by more than `max_effect` of them, or carry a
+/// p95 across its objective (see [`SelfCheck::judge`]).
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct SelfCheckLimits {
     /// Process CPU, in cores (1.0 = one core busy all the run).
     pub max_cpu_cores: f64,
     pub max_scheduler_lag_p99_ms: f64,
     pub max_dispatch_lag_p99_ms: f64,
+    /// The largest share (0..1) of a measured latency the client's own
+    /// delay may make up before the number is the client's, not the
+    /// server's.
+    #[serde(default = "default_max_effect")]
+    pub max_effect: f64,
 }
+
+fn default_max_effect() -> f64 {
+    DEFAULT_MAX_EFFECT
+}
+
+/// See [`SelfCheckLimits::max_effect`]: 10 % of a latency, far above the
+/// 2 % a busy 2-core host's scheduler lag makes of a real vLLM's TTFT, and
+/// well inside what moves a verdict (objectives are met or missed by more).
+pub const DEFAULT_MAX_EFFECT: f64 = 0.10;
 
 impl Default for SelfCheckLimits {
     fn default() -> Self {
@@ -34,6 +51,65 @@ impl Default for SelfCheckLimits {
             max_cpu_cores: 0.9,
             max_scheduler_lag_p99_ms: 5.0,
             max_dispatch_lag_p99_ms: 10.0,
+            max_effect: DEFAULT_MAX_EFFECT,
+        }
+    }
+}
+
+/// The run's own numbers, ms, that a client delay is weighed against.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct MeasuredScale {
+    pub ttft_p50_ms: Option<f64>,
+    pub ttft_p95_ms: Option<f64>,
+    pub itl_p95_ms: Option<f64>,
+    pub e2e_p50_ms: Option<f64>,
+    pub ttft_objective_ms: Option<f64>,
+    pub itl_objective_ms: Option<f64>,
+}
+
+impl MeasuredScale {
+    /// Why a delay of `lag_ms` on every timestamp could change what the run
+    /// reports: more than `max_effect` of its p50 TTFT, or a p95 within
+    /// `lag_ms` of its objective. `None`: it could not. With nothing
+    /// measured to weigh against, any lag over the floor counts.
+    fn stamp_effect(&self, lag_ms: f64, max_effect: f64) -> Option<String> {
+        let mut why = Vec::new();
+        let mut weighed = false;
+        if let Some(ttft) = self.ttft_p50_ms.filter(|t| *t > 0.0) {
+            weighed = true;
+            if lag_ms > max_effect * ttft {
+                why.push(format!(
+                    "{:.1} % of p50 TTFT {ttft:.1} ms",
+                    100.0 * lag_ms / ttft
+                ));
+            }
+        }
+        for (name, value, objective) in [
+            ("TTFT", self.ttft_p95_ms, self.ttft_objective_ms),
+            ("ITL", self.itl_p95_ms, self.itl_objective_ms),
+        ] {
+            if let (Some(v), Some(o)) = (value, objective) {
+                weighed = true;
+                if (v - o).abs() < lag_ms {
+                    why.push(format!(
+                        "p95 {name} {v:.1} ms within it of the {o:.1} ms objective"
+                    ));
+                }
+            }
+        }
+        if !weighed {
+            return Some("nothing measured to weigh it against".to_string());
+        }
+        (!why.is_empty()).then(|| why.join(", "))
+    }
+
+    /// Why late sends could change the load the run applied: each costs
+    /// its slot `lag_ms` of a request's `e2e` time.
+    fn dispatch_effect(&self, lag_ms: f64, max_effect: f64) -> Option<String> {
+        match self.e2e_p50_ms.filter(|e| *e > 0.0) {
+            Some(e2e) => (lag_ms > max_effect * e2e)
+                .then(|| format!("{:.1} % of p50 e2e {e2e:.1} ms", 100.0 * lag_ms / e2e)),
+            None => Some("nothing measured to weigh it against".to_string()),
         }
     }
 }
@@ -95,6 +171,10 @@ pub struct SelfCheck {
     pub client_bound: bool,
     /// One line per limit passed (prefixed `worker k:` on a pool's run).
     pub reasons: Vec<String>,
+    /// The host's noise where it was over a floor but too small against
+    /// the run's numbers to matter, with its size; the run still counts.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub noise: Vec<String>,
     /// A [`crate::MeasuringPool`]'s run: each worker's own check (its
     /// thread's CPU and scheduler lag, its requests' dispatch lag); the
     /// figures above are the worst of them. Empty on a single thread.
@@ -113,12 +193,16 @@ pub struct Monitored {
 }
 
 impl SelfCheck {
-    /// Applies the limits.
+    /// Applies the limits. A lag over its floor makes the run client-bound
+    /// only where it could move the run's numbers (`scale`) by more than
+    /// [`SelfCheckLimits::max_effect`] or carry a p95 across its objective;
+    /// otherwise it is listed in [`SelfCheck::noise`] with its size.
     pub fn judge(
         monitored: &Monitored,
         dispatch_lag_p99_ms: Option<f64>,
         tokens_per_event: Option<f64>,
         limits: SelfCheckLimits,
+        scale: &MeasuredScale,
     ) -> SelfCheck {
         let Monitored {
             cpu_cores,
@@ -127,6 +211,12 @@ impl SelfCheck {
             host_steal_pct,
         } = *monitored;
         let mut reasons = Vec::new();
+        let mut noise = Vec::new();
+        let effect = if limits.max_effect.is_finite() && limits.max_effect >= 0.0 {
+            limits.max_effect
+        } else {
+            DEFAULT_MAX_EFFECT
+        };
         if let Some(c) = cpu_cores.filter(|c| *c > limits.max_cpu_cores) {
             reasons.push(format!(
                 "client CPU {c:.2} cores > {:.2}",
@@ -135,16 +225,35 @@ impl SelfCheck {
         }
         if let Some((p99, _)) = scheduler_lag.filter(|(p, _)| *p > limits.max_scheduler_lag_p99_ms)
         {
-            reasons.push(format!(
+            let line = format!(
                 "scheduler lag p99 {p99:.2} ms > {:.2} ms",
                 limits.max_scheduler_lag_p99_ms
-            ));
+            );
+            match scale.stamp_effect(p99, effect) {
+                Some(why) => reasons.push(format!("{line}: {why}")),
+                None => noise.push(format!(
+                    "{line}, but under {:.0} % of every latency it could move and clear of the objectives{}",
+                    100.0 * effect,
+                    scale
+                        .ttft_p50_ms
+                        .filter(|t| *t > 0.0)
+                        .map(|t| format!(" ({:.1} % of p50 TTFT)", 100.0 * p99 / t))
+                        .unwrap_or_default()
+                )),
+            }
         }
         if let Some(d) = dispatch_lag_p99_ms.filter(|d| *d > limits.max_dispatch_lag_p99_ms) {
-            reasons.push(format!(
+            let line = format!(
                 "dispatch lag p99 {d:.2} ms > {:.2} ms",
                 limits.max_dispatch_lag_p99_ms
-            ));
+            );
+            match scale.dispatch_effect(d, effect) {
+                Some(why) => reasons.push(format!("{line}: {why}")),
+                None => noise.push(format!(
+                    "{line}, but under {:.0} % of a request's time in its slot",
+                    100.0 * effect
+                )),
+            }
         }
         SelfCheck {
             cpu_cores,
@@ -157,6 +266,7 @@ impl SelfCheck {
             limits,
             client_bound: !reasons.is_empty(),
             reasons,
+            noise,
             workers: Vec::new(),
         }
     }
@@ -420,6 +530,7 @@ mod tests {
             Some(1.0),
             None,
             SelfCheckLimits::default(),
+            &MeasuredScale::default(),
         );
         assert!(s.client_bound);
         assert_eq!(s.reasons.len(), 2);
@@ -433,7 +544,64 @@ mod tests {
             Some(0.2),
             Some(1.0),
             SelfCheckLimits::default(),
+            &MeasuredScale::default(),
         );
         assert!(!s.client_bound);
+    }
+
+    /// A lag over the floor counts only where it could move the run's own
+    /// numbers: 6 ms against a 1 s TTFT is noise, against a 30 ms TTFT or
+    /// a p95 ITL 3 ms from its objective it is the client's.
+    #[test]
+    fn lag_is_weighed_against_what_it_could_move() {
+        let lagged = Monitored {
+            cpu_cores: Some(0.2),
+            scheduler_lag_ms: Some((6.0, 9.0)),
+            ..Monitored::default()
+        };
+        let judge = |scale: MeasuredScale| {
+            SelfCheck::judge(&lagged, Some(1.0), None, SelfCheckLimits::default(), &scale)
+        };
+        let slow = MeasuredScale {
+            ttft_p50_ms: Some(1000.0),
+            ttft_p95_ms: Some(1500.0),
+            itl_p95_ms: Some(30.0),
+            e2e_p50_ms: Some(5000.0),
+            ttft_objective_ms: Some(1000.0),
+            itl_objective_ms: Some(50.0),
+        };
+        let kept = judge(slow);
+        assert!(!kept.client_bound, "{:?}", kept.reasons);
+        assert!(
+            kept.noise[0].contains("0.6 % of p50 TTFT"),
+            "{:?}",
+            kept.noise
+        );
+        let fast = judge(MeasuredScale {
+            ttft_p50_ms: Some(30.0),
+            ..slow
+        });
+        assert!(fast.client_bound && fast.reasons[0].contains("20.0 % of p50 TTFT"));
+        let near = judge(MeasuredScale {
+            itl_p95_ms: Some(47.0),
+            ..slow
+        });
+        assert!(near.client_bound && near.reasons[0].contains("p95 ITL 47.0 ms"));
+        // Late sends: against a 100 ms request, 20 ms of lag is a fifth of
+        // its slot; against a 5 s one, nothing.
+        let late = |e2e: f64| {
+            SelfCheck::judge(
+                &Monitored::default(),
+                Some(20.0),
+                None,
+                SelfCheckLimits::default(),
+                &MeasuredScale {
+                    e2e_p50_ms: Some(e2e),
+                    ..MeasuredScale::default()
+                },
+            )
+            .client_bound
+        };
+        assert!(late(100.0) && !late(5000.0));
     }
 }

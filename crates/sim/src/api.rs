@@ -451,7 +451,21 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
         arrival,
         tx,
     };
-    if inner.tx.send(seq).is_err() {
+    let frontend_s = inner.config.profile.frontend_per_request_s / inner.config.time_scale;
+    if frontend_s > 0.0 {
+        // The engine's clocks start once the serial frontend lets the
+        // request through; a send that fails then drops `tx`, which ends
+        // the client's stream.
+        let gate = inner.clone();
+        tokio::spawn(async move {
+            let _turn = gate.frontend.lock().await;
+            tokio::time::sleep(std::time::Duration::from_secs_f64(frontend_s)).await;
+            let _ = gate.tx.send(NewSeq {
+                arrival: Instant::now(),
+                ..seq
+            });
+        });
+    } else if inner.tx.send(seq).is_err() {
         return Err(ApiError::failing());
     }
     let out = response_identity(&inner, p.api, prompt_len, arrival);

@@ -13,8 +13,11 @@
 //! the memory-split and prefix-cache rules are facts of the server's
 //! configuration, not of the load, so they read every step.
 
-use super::saturation::{gain_per_doubling, higher, select, Selection};
-use super::{fin, fmt, AnalysisConfig, DominantPart, Load, Objectives, StepResult, WorkloadHints};
+use super::saturation::{check_objectives, gain_per_doubling, higher, select, Selection};
+use super::{
+    fin, fmt, AnalysisConfig, DominantPart, EngineCapacity, Load, Objectives, StepResult,
+    WorkloadHints,
+};
 
 /// What a finding says is the bottleneck.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -24,12 +27,13 @@ pub enum Verdict {
     /// ITL high already at the lowest load: token generation (memory
     /// bandwidth) limits.
     DecodeBound,
-    /// TTFT jumps with load while requests wait and the KV cache is full:
-    /// KV-cache capacity or the scheduler limits admission.
+    /// TTFT high while requests wait and the running sequences fill the KV
+    /// cache (by arithmetic: blocks × block size over tokens per sequence,
+    /// else by usage and preemptions): memory admits no more.
     KvCacheCapacity,
-    /// TTFT rises with load while requests wait, the KV cache has room and
-    /// the number of running requests stopped growing: the scheduler's cap
-    /// on running sequences (max-num-seqs), not memory, admits no more.
+    /// TTFT high while requests wait, the running count sits at a cap below
+    /// what the KV cache holds: the scheduler's cap on running sequences
+    /// (max-num-seqs), not memory, admits no more.
     SchedulerLimit,
     /// Throughput flat while the GPU is idle and has memory: the limit is
     /// outside the GPU (CPU, tokenizer, network, API server, load balancer,
@@ -39,6 +43,9 @@ pub enum Verdict {
     UnbalancedSplit,
     /// Low prefix-cache hit rate on a shared-prefix workload.
     PrefixCachingIneffective,
+    /// An objective is missed and no rule names a cause: said with the
+    /// numbers, never passed over as healthy.
+    ObjectiveBreached,
     /// Steps were client-bound: the load generator, not the server, was
     /// measured there, so they are left out of the verdicts.
     ClientBound,
@@ -50,11 +57,12 @@ impl Verdict {
         match self {
             Verdict::PrefillBound => "prefill-bound",
             Verdict::DecodeBound => "decode-bound (memory bandwidth)",
-            Verdict::KvCacheCapacity => "KV-cache capacity / scheduler",
+            Verdict::KvCacheCapacity => "KV-cache capacity",
             Verdict::SchedulerLimit => "scheduler limit (max-num-seqs)",
             Verdict::OutsideGpu => "outside the GPU",
             Verdict::UnbalancedSplit => "unbalanced split",
             Verdict::PrefixCachingIneffective => "prefix caching off or evicted",
+            Verdict::ObjectiveBreached => "objective breached, cause not identified",
             Verdict::ClientBound => "client-bound steps",
         }
     }
@@ -69,7 +77,7 @@ impl Verdict {
                 "faster-memory GPU, better quantization kernels, FP8/FP4, speculative decoding, shorter context"
             }
             Verdict::KvCacheCapacity => {
-                "lower max-model-len, tune max-num-seqs and max-num-batched-tokens, FP8 KV cache, prefix caching; then more GPUs"
+                "give the KV cache more room: raise gpu-memory-utilization (or the KV blocks), FP8 KV cache (--kv-cache-dtype fp8), shorter inputs or max-model-len, prefix caching for shared prefixes; then more GPUs (tensor parallel) or a smaller or quantized model. Raising max-num-seqs will not help: the cache, not the cap, is full"
             }
             Verdict::SchedulerLimit => {
                 "raise max-num-seqs (the KV cache has room for more sequences), then max-num-batched-tokens; more GPUs only once the cache fills"
@@ -80,6 +88,9 @@ impl Verdict {
             Verdict::UnbalancedSplit => "rebalance the split (TP/PP or tensor-split ratio)",
             Verdict::PrefixCachingIneffective => {
                 "enable prefix caching, or give it more room (KV-cache size) so shared prefixes are not evicted"
+            }
+            Verdict::ObjectiveBreached => {
+                "run a sweep against this target (it reads each load level with the engine's phase times), and check the engine exposes its queue and phase histograms and the KV-cache size"
             }
             Verdict::ClientBound => {
                 "give the load generator more CPU or split it across machines, then rerun those steps"
@@ -217,6 +228,52 @@ impl<'a> Ctx<'a> {
         ))
     }
 
+    /// The ITL a step's p95 is judged against (see [`Ctx::itl_state`]).
+    fn itl_reference(&self, i: usize) -> Option<f64> {
+        if let Some(o) = fin(self.obj.itl_p95) {
+            return Some(o);
+        }
+        if self.is_floor(i) {
+            return Some(self.cfg.fallback_itl_p95_s);
+        }
+        fin(self.floor?.1.itl.p95).map(|f| f * self.cfg.high_vs_floor)
+    }
+
+    /// The p95 ITL is high but the typical gap (p50) is under half of what
+    /// it is judged against: the tail, not every token, is slow, as when
+    /// other requests' prefill chunks share the decode steps.
+    fn itl_tail_only(&self, i: usize, s: &StepResult) -> bool {
+        match (fin(s.itl.p50), self.itl_reference(i)) {
+            (Some(p50), Some(reference)) => p50 < 0.5 * reference,
+            _ => false,
+        }
+    }
+
+    /// The TTFT split of step `i`, else of the nearest usable step that has
+    /// one (a live window's canaries land in only some of its bands).
+    fn split_near(&self, i: usize) -> Option<(TtftSplit, bool)> {
+        let own = self
+            .sel
+            .usable
+            .iter()
+            .find(|(j, _)| *j == i)
+            .map(|(_, s)| *s);
+        if let Some(split) = own.and_then(TtftSplit::of) {
+            return Some((split, true));
+        }
+        self.sel
+            .usable
+            .iter()
+            .filter_map(|(j, s)| TtftSplit::of(s).map(|sp| (j.abs_diff(i), sp)))
+            .min_by_key(|(d, _)| *d)
+            .map(|(_, sp)| (sp, false))
+    }
+
+    /// Whether the engine queued at any usable level.
+    fn engine_ever_queues(&self) -> bool {
+        self.sel.usable.iter().any(|(_, s)| queues(s))
+    }
+
     /// The usable step just below `s` in load.
     fn previous(&self, s: &StepResult) -> Option<&'a StepResult> {
         self.sel
@@ -242,34 +299,6 @@ impl<'a> Ctx<'a> {
                 )
             })
         })
-    }
-
-    /// Requests wait with KV-cache room while the running count stayed put
-    /// from the step below (within 10 % or one request) and, under a
-    /// concurrency load, below what was offered: (running now, running at
-    /// the step below, waiting, KV usage).
-    fn running_capped(&self, s: &StepResult) -> Option<(f64, f64, f64, f64)> {
-        let kv = kv_usage(s).filter(|kv| *kv <= self.cfg.kv_usage_high)?;
-        let waiting = fin(s.server.requests_waiting_mean)
-            .or(fin(s.server.requests_waiting_max))
-            .filter(|w| *w > 0.0)?;
-        let running = fin(s.server.requests_running_max)?;
-        let before = fin(self.previous(s)?.server.requests_running_max)?;
-        if running > before * 1.1 + 1.0 {
-            return None;
-        }
-        if let Load::Concurrency(c) = s.load {
-            if running >= f64::from(c) {
-                return None;
-            }
-        }
-        Some((running, before, waiting, kv))
-    }
-
-    fn kv_full_and_waiting(&self, s: &StepResult) -> Option<(f64, f64)> {
-        let kv = kv_usage(s)?;
-        let waiting = fin(s.server.requests_waiting_mean).or(fin(s.server.requests_waiting_max))?;
-        (kv > self.cfg.kv_usage_high && waiting > 0.0).then_some((kv, waiting))
     }
 }
 
@@ -299,18 +328,58 @@ pub fn diagnose(
     };
     let mut findings = Vec::new();
     findings.extend(client_bound(steps));
-    findings.extend(kv_capacity(&ctx));
-    findings.extend(scheduler_limit(&ctx));
-    findings.extend(prefill_bound(&ctx, workload));
+    findings.extend(admission_limit(&ctx, workload));
+    if !findings.iter().any(|f| f.verdict == Verdict::PrefillBound) {
+        findings.extend(prefill_bound(&ctx, workload));
+    }
     findings.extend(decode_bound(&ctx, workload));
-    findings.extend(outside_gpu(&ctx, steps));
-    findings.extend(unbalanced_split(steps, config));
-    findings.extend(prefix_caching(steps, workload, config));
+    match outside_engine(&ctx) {
+        Some(f) => findings.push(f),
+        None => findings.extend(outside_gpu(&ctx, steps)),
+    }
     for finding in &mut findings {
         weigh_latency_breakdown(finding, steps);
     }
-    findings.sort_by_key(|f| std::cmp::Reverse(f.confidence));
+    let breached = unexplained_breach(&ctx, &findings);
+    findings.extend(breached);
+    findings.extend(unbalanced_split(steps, config));
+    findings.extend(prefix_caching(steps, workload, config));
+    // Most sure first; among equals, the limit that binds first in load
+    // (the one story the verdict tells), then the rule table's order.
+    findings.sort_by_key(|f| {
+        (
+            std::cmp::Reverse(f.confidence),
+            f.step
+                .map(|i| steps.get(i).map_or(0.0, |s| s.load.value()))
+                .map(ordered),
+            rank(f.verdict),
+        )
+    });
     findings
+}
+
+/// A load as a sortable key (loads are finite and positive where used).
+fn ordered(v: f64) -> u64 {
+    if v.is_finite() && v >= 0.0 {
+        v.to_bits()
+    } else {
+        u64::MAX
+    }
+}
+
+/// The rule table's order: capacity limits first, configuration facts last.
+fn rank(v: Verdict) -> u8 {
+    match v {
+        Verdict::KvCacheCapacity => 0,
+        Verdict::SchedulerLimit => 1,
+        Verdict::PrefillBound => 2,
+        Verdict::DecodeBound => 3,
+        Verdict::OutsideGpu => 4,
+        Verdict::ObjectiveBreached => 5,
+        Verdict::UnbalancedSplit => 6,
+        Verdict::PrefixCachingIneffective => 7,
+        Verdict::ClientBound => 8,
+    }
 }
 
 /// Adds the TTFT breakdown of the finding's step (else of the highest-load
@@ -405,132 +474,523 @@ fn client_bound(steps: &[StepResult]) -> Option<Finding> {
     }
 }
 
-/// TTFT jumps as load rises (high, or up by the jump ratio from the step
-/// below) while requests wait and the KV cache is over the threshold. The
-/// first such step is reported.
-fn kv_capacity(ctx: &Ctx<'_>) -> Option<Finding> {
-    ctx.sel.usable.iter().find_map(|&(i, s)| {
-        let (kv, waiting) = ctx.kv_full_and_waiting(s)?;
-        let ttft = fin(s.ttft.p95)?;
-        let why = ctx.ttft_rising(i, s)?;
-        let mut ev = format!(
-            "p95 TTFT {} at {} ({why}) while waiting = {} and KV-cache usage {}",
-            fmt::secs(ttft),
-            s.load,
-            fmt::num(waiting),
-            fmt::ratio(kv)
-        );
-        if let Some(p) = s.server.preemptions.filter(|p| *p > 0) {
-            ev.push_str(&format!(", with {p} preemptions"));
+/// The parts of one level's TTFT, seconds: from the client-side breakdown
+/// where the step has one, else from the engine's phase means.
+#[derive(Debug, Clone, Copy)]
+struct TtftSplit {
+    queue: f64,
+    prefill: f64,
+    /// Everything outside the engine core (API server, tokenizer, network);
+    /// `None` from phase means without a TTFT mean to subtract from.
+    outside: Option<f64>,
+}
+
+impl TtftSplit {
+    fn of(s: &StepResult) -> Option<TtftSplit> {
+        if let Some(b) = &s.server.latency_breakdown {
+            return Some(TtftSplit {
+                queue: b.ttft.queue_s.max(0.0),
+                prefill: b.ttft.prefill_s.max(0.0),
+                outside: Some(b.ttft.outside_engine_s.max(0.0)),
+            });
         }
+        let p = &s.server.phases;
+        let queue = fin(p.queue_s)?.max(0.0);
+        let prefill = fin(p.prefill_s)?.max(0.0);
+        let outside = fin(p.ttft_s).map(|t| (t - queue - prefill).max(0.0));
+        Some(TtftSplit {
+            queue,
+            prefill,
+            outside,
+        })
+    }
+
+    fn total(&self) -> f64 {
+        self.queue + self.prefill + self.outside.unwrap_or(0.0)
+    }
+
+    /// Share of the total, 0..1.
+    fn share(&self, part: f64) -> f64 {
+        let t = self.total();
+        if t > 0.0 {
+            part / t
+        } else {
+            0.0
+        }
+    }
+
+    fn queue_dominated(&self) -> bool {
+        self.queue >= self.prefill && self.queue >= self.outside.unwrap_or(0.0)
+    }
+
+    fn outside_dominated(&self) -> bool {
+        self.outside
+            .is_some_and(|o| o > self.queue && o > self.prefill)
+    }
+
+    fn words(&self) -> String {
+        let mut w = format!(
+            "queue {} ({}), prefill {} ({})",
+            fmt::secs(self.queue),
+            fmt::pct(self.share(self.queue)),
+            fmt::secs(self.prefill),
+            fmt::pct(self.share(self.prefill))
+        );
+        if let Some(o) = self.outside {
+            w.push_str(&format!(
+                ", outside the engine {} ({})",
+                fmt::secs(o),
+                fmt::pct(self.share(o))
+            ));
+        }
+        w
+    }
+}
+
+/// Requests the server held waiting at one level: the mean where measured,
+/// else the maximum.
+fn waiting_of(s: &StepResult) -> Option<f64> {
+    fin(s.server.requests_waiting_mean).or(fin(s.server.requests_waiting_max))
+}
+
+/// A level queues when at least half a request waits on average (or one at
+/// some scrape when only the maximum is known).
+fn queues(s: &StepResult) -> bool {
+    match fin(s.server.requests_waiting_mean) {
+        Some(w) => w >= 0.5,
+        None => fin(s.server.requests_waiting_max).is_some_and(|w| w >= 1.0),
+    }
+}
+
+/// How sequences of the workload's length fit in the engine's KV cache.
+struct Fit {
+    /// Sequences that fit when every one holds its whole length (prompt +
+    /// output): the most that can run without preemption.
+    at_peak: f64,
+    /// Sequences that fit holding only their prompts: the most that can be
+    /// admitted at once before the cache refuses more.
+    at_admission: f64,
+    /// The arithmetic in words.
+    words: String,
+}
+
+fn fit_of(capacity: &EngineCapacity, input: f64, output: f64) -> Option<Fit> {
+    if !(input.is_finite() && output.is_finite() && input > 0.0 && output >= 0.0) {
+        return None;
+    }
+    // Means from counters carry a fraction that must not tip a block count.
+    let (input, output) = (input.round().max(1.0), output.round());
+    let per_seq = input + output;
+    match (capacity.kv_blocks, capacity.block_size) {
+        (Some(blocks), Some(bs)) if blocks > 0 && bs > 0 => {
+            let bs = bs as f64;
+            let peak_blocks = (per_seq / bs).ceil().max(1.0);
+            let admit_blocks = (input / bs).ceil().max(1.0);
+            let at_peak = (blocks as f64 / peak_blocks).floor();
+            Some(Fit {
+                at_peak,
+                at_admission: (blocks as f64 / admit_blocks).floor(),
+                words: format!(
+                    "{blocks} blocks × {} tokens / {} tokens per sequence ({} blocks) = {}",
+                    fmt::num(bs),
+                    fmt::num(per_seq.round()),
+                    fmt::num(peak_blocks),
+                    fmt::num(at_peak)
+                ),
+            })
+        }
+        _ => {
+            let tokens = capacity.kv_tokens.filter(|t| *t > 0)? as f64;
+            let at_peak = (tokens / per_seq).floor();
+            Some(Fit {
+                at_peak,
+                at_admission: (tokens / input).floor(),
+                words: format!(
+                    "{} tokens of KV cache / {} tokens per sequence = {}",
+                    fmt::num(tokens),
+                    fmt::num(per_seq.round()),
+                    fmt::num(at_peak)
+                ),
+            })
+        }
+    }
+}
+
+/// Tokens per sequence at one level: the workload's shape where the caller
+/// knows it, else the server's own token counters over its request rate.
+fn tokens_per_request(
+    s: &StepResult,
+    workload: &WorkloadHints,
+) -> Option<(f64, f64, &'static str)> {
+    if let (Some(i), Some(o)) = (workload.input_tokens, workload.output_tokens) {
+        return Some((i as f64, o as f64, "the workload"));
+    }
+    let rate = fin(Some(s.request_throughput)).filter(|r| *r > 0.0)?;
+    let input = fin(s.server.prompt_tokens_rate)? / rate;
+    let output = fin(Some(s.output_token_throughput))? / rate;
+    Some((input, output, "the server's token counters"))
+}
+
+/// What admits no more requests at a level where they wait.
+enum Admission {
+    /// The KV cache holds no more sequences.
+    Kv { why: String, confidence: Confidence },
+    /// A cap on running sequences below what the cache holds.
+    Scheduler { why: String, confidence: Confidence },
+    /// Neither cap: running sequences vary below both, so requests queue
+    /// for prefill compute (the per-step token budget).
+    Compute { why: String },
+}
+
+/// The running count at the level's plateau: the most running while
+/// requests waited, over this level and the usable levels above it.
+fn running_plateau(ctx: &Ctx<'_>, i: usize, s: &StepResult) -> Option<f64> {
+    let here = fin(s.server.requests_running_max)?;
+    let above = ctx
+        .sel
+        .usable
+        .iter()
+        .filter(|(j, t)| *j != i && higher(&s.load, &t.load) && queues(t))
+        .filter_map(|(_, t)| fin(t.server.requests_running_max))
+        .fold(here, f64::max);
+    Some(above)
+}
+
+/// Whether the running count sat at its maximum through the level (a hard
+/// cap), rather than varying below it.
+fn pinned(s: &StepResult) -> Option<bool> {
+    let mean = fin(s.server.requests_running_mean)?;
+    let max = fin(s.server.requests_running_max)?;
+    Some(max > 0.0 && mean >= 0.85 * max - 0.5)
+}
+
+/// KV capacity or a scheduler cap, by arithmetic where the engine reports
+/// its cache, else by what the cache usage and preemptions show.
+fn classify_admission(
+    ctx: &Ctx<'_>,
+    i: usize,
+    s: &StepResult,
+    workload: &WorkloadHints,
+) -> Option<Admission> {
+    let plateau = running_plateau(ctx, i, s);
+    let preempted = s.server.preemptions.filter(|p| *p > 0);
+    let kv_mean = fin(s.server.kv_cache_usage_mean);
+    let kv_max = fin(s.server.kv_cache_usage_max).or(kv_mean);
+    let cap = &workload.capacity;
+    let seqs_cap = cap.max_num_seqs.map(|n| n as f64);
+    let usage = match (kv_mean, kv_max) {
+        (Some(m), Some(x)) => format!(
+            "KV-cache usage mean {}, max {}",
+            fmt::ratio(m),
+            fmt::ratio(x)
+        ),
+        (None, Some(x)) => format!("KV-cache usage max {}", fmt::ratio(x)),
+        _ => "KV-cache usage not reported".to_string(),
+    };
+    let preempt_words = preempted
+        .map(|p| format!(", {p} preemptions"))
+        .unwrap_or_default();
+    let fit = tokens_per_request(s, workload)
+        .and_then(|(inp, out, from)| fit_of(cap, inp, out).map(|f| (f, from)));
+    if let (Some(p), Some((fit, from))) = (plateau, &fit) {
+        let slack = (0.1 * fit.at_peak).max(1.0);
+        let at_fit = p >= fit.at_peak - slack && p <= fit.at_admission + slack;
+        if at_fit || (p > fit.at_admission + slack && preempted.is_some()) {
+            return Some(Admission::Kv {
+                why: format!(
+                    "{} = running plateau {} (tokens per sequence from {from}); {usage}{preempt_words}",
+                    fit.words,
+                    fmt::num(p)
+                ),
+                confidence: Confidence::High,
+            });
+        }
+        if p < fit.at_peak - slack {
+            if let Some(n) = seqs_cap.filter(|n| (p - n).abs() <= 1.0) {
+                return Some(Admission::Scheduler {
+                    why: format!(
+                        "running plateau {} = max-num-seqs {}, below the {} sequences the KV cache holds ({})",
+                        fmt::num(p),
+                        fmt::num(n),
+                        fmt::num(fit.at_peak),
+                        fit.words
+                    ),
+                    confidence: Confidence::High,
+                });
+            }
+            if preempted.is_some() {
+                return Some(Admission::Kv {
+                    why: format!(
+                        "preemptions while running only {} of the {} sequences the arithmetic fits ({}): \
+                         requests longer than the workload's mean fill the cache; {usage}{preempt_words}",
+                        fmt::num(p),
+                        fmt::num(fit.at_peak),
+                        fit.words
+                    ),
+                    confidence: Confidence::Medium,
+                });
+            }
+            if pinned(s) == Some(false) && seqs_cap.is_none() {
+                return Some(Admission::Compute {
+                    why: format!(
+                        "running varies below its maximum {} with room for {} sequences in the KV cache ({}): \
+                         neither the cache nor a running cap admits no more; {usage}",
+                        fmt::num(p),
+                        fmt::num(fit.at_peak),
+                        fit.words
+                    ),
+                });
+            }
+            return Some(Admission::Scheduler {
+                why: format!(
+                    "running plateau {} below the {} sequences the KV cache holds ({}); {usage}",
+                    fmt::num(p),
+                    fmt::num(fit.at_peak),
+                    fit.words
+                ),
+                confidence: Confidence::Medium,
+            });
+        }
+    }
+    // The cache's size is unknown: judge by its usage.
+    let unknown = "KV-cache size not reported, judged by usage";
+    let full = preempted.is_some()
+        || kv_mean.is_some_and(|m| m >= ctx.cfg.kv_usage_mean_full)
+        || kv_max.is_some_and(|m| m >= ctx.cfg.kv_usage_high);
+    let plateau_words = plateau
+        .map(|p| format!("running plateau {}, ", fmt::num(p)))
+        .unwrap_or_default();
+    if full {
+        return Some(Admission::Kv {
+            why: format!("{plateau_words}{usage}{preempt_words} ({unknown})"),
+            confidence: Confidence::Medium,
+        });
+    }
+    let room = kv_max.is_some_and(|m| m < ctx.cfg.kv_usage_room);
+    // Without the running count a cap cannot be seen.
+    let p = plateau?;
+    if let Some(n) = seqs_cap {
+        if (p - n).abs() <= 1.0 && room {
+            return Some(Admission::Scheduler {
+                why: format!(
+                    "running plateau {} = max-num-seqs {}; {usage}",
+                    fmt::num(p),
+                    fmt::num(n)
+                ),
+                confidence: Confidence::High,
+            });
+        }
+    }
+    if room {
+        if pinned(s) == Some(false) && seqs_cap.is_none() {
+            return Some(Admission::Compute {
+                why: format!(
+                    "{plateau_words}running varies below its maximum; {usage} ({unknown})"
+                ),
+            });
+        }
+        return Some(Admission::Scheduler {
+            why: format!("{plateau_words}{usage} ({unknown})"),
+            confidence: Confidence::Medium,
+        });
+    }
+    // Between room and full the cache neither binds nor clearly has room.
+    Some(Admission::Kv {
+        why: format!("{plateau_words}{usage} ({unknown}; the cache is between room and full)"),
+        confidence: Confidence::Low,
+    })
+}
+
+/// A capacity limit at one level (the origin method's first reading): TTFT
+/// high (or jumping from the level below) while requests wait and the
+/// waiting is most of TTFT. KV cache or scheduler cap is then settled by
+/// [`classify_admission`]. The lowest such level is reported; levels above
+/// it add their running counts to the plateau.
+fn admission_limit(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
+    ctx.sel.usable.iter().find_map(|&(i, s)| {
+        let split = TtftSplit::of(s);
+        let waits = match split {
+            Some(sp) => sp.queue_dominated() && (queues(s) || waiting_of(s).is_none()),
+            None => queues(s),
+        };
+        if !waits {
+            return None;
+        }
+        let why = ctx.ttft_rising(i, s)?;
+        let ttft = fin(s.ttft.p95)?;
+        let waiting = waiting_of(s)
+            .map(|w| format!("waiting = {}", fmt::num(w)))
+            .unwrap_or_else(|| "the waiting count not reported".to_string());
+        let mut head = format!(
+            "p95 TTFT {} at {} ({why}) while {waiting}",
+            fmt::secs(ttft),
+            s.load
+        );
         if let Some(st) = fin(s.server.server_ttft_p95) {
-            ev.push_str(&format!(
+            head.push_str(&format!(
                 " (server p95 TTFT ≈ {}, a bucket estimate)",
                 fmt::secs(st)
             ));
         }
-        let confidence = queue_confidence(s);
+        if let Some(sp) = split {
+            head.push_str(&format!("; TTFT parts: {}", sp.words()));
+        }
+        let (verdict, why, confidence) = match classify_admission(ctx, i, s, workload)? {
+            Admission::Kv { why, confidence } => (Verdict::KvCacheCapacity, why, confidence),
+            Admission::Scheduler { why, confidence } => (Verdict::SchedulerLimit, why, confidence),
+            Admission::Compute { why } => (Verdict::PrefillBound, why, Confidence::Medium),
+        };
         Some(Finding::new(
-            Verdict::KvCacheCapacity,
+            verdict,
             confidence,
-            ev,
+            format!("{head}; {why}"),
             Some(i),
         ))
     })
 }
 
-/// A queueing verdict is as sure as its evidence: high when KV usage and
-/// waiting were measured as means over the step, medium from maxima only.
-fn queue_confidence(s: &StepResult) -> Confidence {
-    let measured_means = fin(s.server.kv_cache_usage_mean).is_some()
-        && fin(s.server.requests_waiting_mean).is_some();
-    if measured_means {
-        Confidence::High
-    } else {
-        Confidence::Medium
-    }
-}
-
-/// TTFT rising while requests wait, the KV cache has room and the running
-/// count stopped growing with the load (see [`Ctx::running_capped`]). The
-/// first such step is reported.
-fn scheduler_limit(ctx: &Ctx<'_>) -> Option<Finding> {
-    ctx.sel.usable.iter().find_map(|&(i, s)| {
-        let (running, before, waiting, kv) = ctx.running_capped(s)?;
-        let ttft = fin(s.ttft.p95)?;
-        let why = ctx.ttft_rising(i, s)?;
-        let below = ctx.previous(s)?;
-        let ev = format!(
-            "running requests stay at {} ({} at {}) while {} is offered and waiting = {}, with \
-             KV-cache usage only {}; p95 TTFT {} ({why})",
-            fmt::num(running),
-            fmt::num(before),
-            below.load,
-            s.load,
-            fmt::num(waiting),
-            fmt::ratio(kv),
-            fmt::secs(ttft)
-        );
-        let confidence = queue_confidence(s);
-        Some(Finding::new(
-            Verdict::SchedulerLimit,
-            confidence,
-            ev,
-            Some(i),
-        ))
-    })
-}
-
-/// TTFT high while ITL is fine, at a step the KV-cache and scheduler rules
-/// do not explain. At the floor (only possible against an objective) this is plain
-/// prefill cost; above it, prefill work queueing up.
+/// TTFT high while ITL is fine and the waiting does not dominate TTFT: the
+/// prompt's compute. At the floor (only possible against an objective)
+/// nothing queues, so TTFT is prefill itself.
 fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
     ctx.sel.usable.iter().find_map(|&(i, s)| {
-        if ctx.kv_full_and_waiting(s).is_some() || ctx.running_capped(s).is_some() {
+        let near = ctx.split_near(i);
+        let own = near.filter(|(_, own)| *own).map(|(sp, _)| sp);
+        let waits = match own {
+            Some(sp) => sp.queue_dominated(),
+            None => queues(s),
+        };
+        if waits || near.is_some_and(|(sp, _)| sp.outside_dominated()) {
             return None;
         }
+        let split = own;
         let why = ctx.ttft_high(i, s)?;
         let (itl_high, itl_why) = ctx.itl_state(i, s)?;
-        if itl_high {
+        let tail = itl_high && ctx.itl_tail_only(i, s);
+        if itl_high && !tail {
             return None;
         }
         let ttft = fin(s.ttft.p95)?;
         let itl = fin(s.itl.p95)?;
+        let itl_words = if tail {
+            format!(
+                "p95 ITL {} is over ({itl_why}) only in its tail (p50 {}): prompts' chunks share the decode steps",
+                fmt::secs(itl),
+                fmt::secs(fin(s.itl.p50).unwrap_or(0.0))
+            )
+        } else {
+            format!("p95 ITL {} is fine ({itl_why})", fmt::secs(itl))
+        };
         let mut ev = format!(
-            "p95 TTFT {} at {} ({why}) while p95 ITL {} is fine ({itl_why})",
+            "p95 TTFT {} at {} ({why}) while {itl_words}",
             fmt::secs(ttft),
-            s.load,
-            fmt::secs(itl)
+            s.load
         );
         if let Some(n) = workload.input_tokens {
             ev.push_str(&format!(", input {n} tokens"));
         }
-        let kv = kv_usage(s);
-        match kv {
-            Some(kv) => ev.push_str(&format!(", KV-cache usage {}", fmt::ratio(kv))),
-            None if !ctx.is_floor(i) => {
-                ev.push_str(", KV-cache usage not reported (cache pressure cannot be ruled out)")
-            }
-            None => {}
+        if let Some(sp) = split {
+            ev.push_str(&format!("; TTFT parts: {}", sp.words()));
         }
-        if let Some(w) = fin(s.server.requests_waiting_mean).filter(|w| *w > 0.0) {
-            ev.push_str(&format!(
-                ", waiting = {} with cache room: requests queue for prefill compute or the \
-                 scheduler's max-num-batched-tokens",
-                fmt::num(w)
-            ));
+        if let Some(kv) = kv_usage(s) {
+            ev.push_str(&format!(", KV-cache usage {}", fmt::ratio(kv)));
         }
         // At the floor nothing queues, so TTFT is prefill itself; above it,
-        // rising TTFT is queueing, which the cache could also cause unless
-        // its usage was measured.
-        let confidence = if ctx.is_floor(i) {
+        // the engine's phase times say so, or the cache's usage at least
+        // rules out waiting for memory.
+        let confidence = if split.is_some() {
             Confidence::High
-        } else if kv.is_some() {
+        } else if ctx.is_floor(i) || kv_usage(s).is_some() {
             Confidence::Medium
         } else {
+            ev.push_str(", KV-cache usage not reported (cache pressure cannot be ruled out)");
             Confidence::Low
         };
         Some(Finding::new(Verdict::PrefillBound, confidence, ev, Some(i)))
+    })
+}
+
+/// At one level: TTFT high while most of it is spent outside the engine
+/// (API server, tokenizer, proxy, network) and nothing waits in the engine.
+fn outside_engine(ctx: &Ctx<'_>) -> Option<Finding> {
+    // Where the engine itself queues at some level, it is the limit there.
+    if ctx.engine_ever_queues() {
+        return None;
+    }
+    ctx.sel.usable.iter().find_map(|&(i, s)| {
+        let (split, _) = ctx.split_near(i)?;
+        if !split.outside_dominated() {
+            return None;
+        }
+        let why = ctx.ttft_high(i, s)?;
+        let ttft = fin(s.ttft.p95)?;
+        let mut ev = format!(
+            "p95 TTFT {} at {} ({why}) while the engine's queue is empty; TTFT parts: {}",
+            fmt::secs(ttft),
+            s.load,
+            split.words()
+        );
+        if let Some(u) = fin(s.server.gpu_util_mean) {
+            ev.push_str(&format!(", GPU utilisation {}", fmt::ratio(u)));
+        }
+        if let Some(kv) = kv_usage(s) {
+            ev.push_str(&format!(", KV-cache usage {}", fmt::ratio(kv)));
+        }
+        Some(Finding::new(
+            Verdict::OutsideGpu,
+            Confidence::High,
+            ev,
+            Some(i),
+        ))
+    })
+}
+
+/// An objective missed at a usable level that no rule explains: said as
+/// such, with the numbers, never passed over as healthy.
+fn unexplained_breach(ctx: &Ctx<'_>, explained: &[Finding]) -> Option<Finding> {
+    let latency = |v: Verdict| {
+        matches!(
+            v,
+            Verdict::KvCacheCapacity
+                | Verdict::SchedulerLimit
+                | Verdict::PrefillBound
+                | Verdict::DecodeBound
+                | Verdict::OutsideGpu
+        )
+    };
+    if explained.iter().any(|f| latency(f.verdict)) {
+        return None;
+    }
+    ctx.sel.usable.iter().find_map(|&(i, s)| {
+        let misses = check_objectives(s, ctx.obj);
+        if misses.is_empty() {
+            return None;
+        }
+        let what = misses
+            .iter()
+            .map(|m| m.describe())
+            .collect::<Vec<_>>()
+            .join(", ");
+        let mut ev = format!("at {} {what}", s.load);
+        if let Some(w) = waiting_of(s) {
+            ev.push_str(&format!("; waiting = {}", fmt::num(w)));
+        }
+        if let Some(r) = fin(s.server.requests_running_max) {
+            ev.push_str(&format!(", running at most {}", fmt::num(r)));
+        }
+        if let Some(kv) = kv_usage(s) {
+            ev.push_str(&format!(", KV-cache usage {}", fmt::ratio(kv)));
+        }
+        if let Some(sp) = TtftSplit::of(s) {
+            ev.push_str(&format!("; TTFT parts: {}", sp.words()));
+        }
+        ev.push_str("; no rule names a cause");
+        Some(Finding::new(
+            Verdict::ObjectiveBreached,
+            Confidence::Medium,
+            ev,
+            Some(i),
+        ))
     })
 }
 
@@ -539,7 +999,7 @@ fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
 fn decode_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
     let (i, s) = ctx.floor?;
     let (high, why) = ctx.itl_state(i, s)?;
-    if !high {
+    if !high || ctx.itl_tail_only(i, s) {
         return None;
     }
     let itl = fin(s.itl.p95)?;
@@ -550,10 +1010,12 @@ fn decode_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
     if let Some(n) = workload.output_tokens {
         ev.push_str(&format!(", output {n} tokens"));
     }
-    let mut confidence = if s.load == Load::Concurrency(1) {
-        Confidence::High
-    } else {
-        Confidence::Medium
+    // "Already at low load" is what makes it decode: the further the floor
+    // is from one request alone, the more of its ITL is batching.
+    let mut confidence = match s.load {
+        Load::Concurrency(1) => Confidence::High,
+        Load::Concurrency(c) if c <= 4 => Confidence::Medium,
+        _ => Confidence::Low,
     };
     if let Some(bw) = fin(s.server.gpu_mem_bw_util_mean) {
         ev.push_str(&format!(

@@ -12,7 +12,8 @@
 use super::diagnosis::{diagnose, Confidence, Verdict};
 use super::WorkloadHints;
 use super::{
-    fin, fmt, AnalysisConfig, Load, Objectives, Quantiles, ServerEvidence, ServerPhases, StepResult,
+    fin, fmt, latency_breakdown, AnalysisConfig, ClientMeans, DominantPart, Load, Objectives,
+    Quantiles, ServerEvidence, ServerPhases, StepResult,
 };
 use crate::signals::Signal;
 
@@ -72,13 +73,14 @@ impl LiveKind {
                 Verdict::OutsideGpu => "outside_gpu",
                 Verdict::UnbalancedSplit => "unbalanced_split",
                 Verdict::PrefixCachingIneffective => "prefix_caching",
+                Verdict::ObjectiveBreached => "objective_breached",
                 Verdict::ClientBound => "client_bound",
             },
         }
     }
 
     /// Every code [`LiveKind::code`] can return, for validating rules.
-    pub const CODES: [&'static str; 10] = [
+    pub const CODES: [&'static str; 11] = [
         "healthy",
         "idle",
         "prefill_bound",
@@ -88,6 +90,7 @@ impl LiveKind {
         "outside_gpu",
         "unbalanced_split",
         "prefix_caching",
+        "objective_breached",
         "client_bound",
     ];
 
@@ -101,6 +104,7 @@ impl LiveKind {
             Verdict::OutsideGpu,
             Verdict::UnbalancedSplit,
             Verdict::PrefixCachingIneffective,
+            Verdict::ObjectiveBreached,
             Verdict::ClientBound,
         ];
         [LiveKind::Healthy, LiveKind::Idle]
@@ -283,15 +287,25 @@ fn band_step(band: u32, members: &[&LiveSample]) -> StepResult {
     let gen = stat(Signal::GenerationTokensRate);
     step.output_token_throughput = gen.mean.unwrap_or(0.0).max(0.0);
     step.request_throughput = stat(Signal::RequestRate).mean.unwrap_or(0.0).max(0.0);
+    step.server = band_evidence(members, &stat);
     // The server's histograms see all traffic; the canaries are a thin
-    // sample of it, used only where the engine has no histograms.
-    step.ttft = quantiles(&stat(Signal::ServerTtftP50), &stat(Signal::ServerTtftP95))
-        .or_else(|| quantiles(&stat(Signal::ProbeTtftP50), &stat(Signal::ProbeTtftP95)))
-        .unwrap_or_default();
+    // sample of it, used where the engine has no histograms, and where the
+    // band's breakdown says most of what a user feels (the canary) is spent
+    // outside the engine (a proxy, a slow frontend), which only they see.
+    let server_ttft = quantiles(&stat(Signal::ServerTtftP50), &stat(Signal::ServerTtftP95));
+    let probe_ttft = quantiles(&stat(Signal::ProbeTtftP50), &stat(Signal::ProbeTtftP95));
+    let outside = step
+        .server
+        .latency_breakdown
+        .as_ref()
+        .is_some_and(|b| b.dominant == DominantPart::OutsideEngine);
+    step.ttft = match (server_ttft, probe_ttft) {
+        (Some(server), Some(probe)) if outside && probe.p95 > server.p95 => probe,
+        (server, probe) => server.or(probe).unwrap_or_default(),
+    };
     step.itl = quantiles(&stat(Signal::ServerItlP50), &stat(Signal::ServerItlP95))
         .or_else(|| quantiles(&stat(Signal::ProbeItlP50), &stat(Signal::ProbeItlP95)))
         .unwrap_or_default();
-    step.server = band_evidence(members, &stat);
     step
 }
 
@@ -300,6 +314,16 @@ fn band_evidence(members: &[&LiveSample], stat: &dyn Fn(Signal) -> Stat) -> Serv
     let waiting = stat(Signal::RequestsWaiting);
     let running = stat(Signal::RequestsRunning);
     let mem = stat(Signal::GpuMemUsedRatio);
+    // The band's phase means: each sample's mean is over one scrape
+    // interval's histogram deltas.
+    let phases = ServerPhases {
+        queue_s: stat(Signal::ServerQueueTimeMean).mean,
+        prefill_s: stat(Signal::ServerPrefillTimeMean).mean,
+        decode_s: stat(Signal::ServerDecodeTimeMean).mean,
+        inference_s: stat(Signal::ServerInferenceTimeMean).mean,
+        ttft_s: stat(Signal::ServerTtftMean).mean,
+        e2e_s: stat(Signal::ServerE2eMean).mean,
+    };
     // Preemptions: each sample's rate times the gap to the sample before.
     let mut ordered: Vec<&LiveSample> = members.to_vec();
     ordered.sort_by_key(|s| s.ts_ms);
@@ -332,11 +356,18 @@ fn band_evidence(members: &[&LiveSample], stat: &dyn Fn(Signal) -> Stat) -> Serv
         gpu_count: stat(Signal::GpuCount)
             .max
             .map(|n| n.round().clamp(0.0, f64::from(u32::MAX)) as u32),
-        // Live bands have no client means of their own: no breakdown, so
-        // the live verdicts stay what the sweep rules alone give.
-        phases: ServerPhases::default(),
-        latency_breakdown: None,
+        latency_breakdown: latency_breakdown(
+            &phases,
+            &ClientMeans {
+                ttft_s: stat(Signal::ProbeTtftMean).mean,
+                e2e_s: stat(Signal::ProbeE2eMean).mean,
+            },
+            true,
+        )
+        .ok(),
+        phases,
         latency_breakdown_missing: None,
+        prompt_tokens_rate: stat(Signal::PromptTokensRate).mean,
     }
 }
 
@@ -373,7 +404,7 @@ impl Stat {
 }
 
 /// The engine and probe signals [`live_diagnosis`] reads.
-pub const LIVE_ENGINE_SIGNALS: [Signal; 14] = [
+pub const LIVE_ENGINE_SIGNALS: [Signal; 24] = [
     Signal::KvCacheUsage,
     Signal::RequestsRunning,
     Signal::RequestsWaiting,
@@ -388,6 +419,16 @@ pub const LIVE_ENGINE_SIGNALS: [Signal; 14] = [
     Signal::ProbeTtftP95,
     Signal::ProbeItlP95,
     Signal::ProbeTtftP50,
+    Signal::ProbeItlP50,
+    Signal::ProbeTtftMean,
+    Signal::ProbeE2eMean,
+    Signal::ServerTtftMean,
+    Signal::ServerE2eMean,
+    Signal::ServerQueueTimeMean,
+    Signal::ServerPrefillTimeMean,
+    Signal::ServerDecodeTimeMean,
+    Signal::ServerInferenceTimeMean,
+    Signal::PromptTokensRate,
 ];
 
 /// The GPU signals [`live_diagnosis`] reads (from the target's GPU source).

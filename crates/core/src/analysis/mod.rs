@@ -72,6 +72,14 @@ pub const DEFAULT_TTFT_JUMP_RATIO: f64 = 2.0;
 /// KV-cache usage (0..1) above which the cache counts as full (DESIGN.md:
 /// "> 90 %").
 pub const DEFAULT_KV_USAGE_HIGH: f64 = 0.90;
+/// Mean KV-cache usage (0..1) at or above which a cache whose size is not
+/// reported counts as full. vLLM reserves blocks as sequences grow and frees
+/// them as they finish, so a cache that binds shows a mean near 0.85, not 1
+/// (real vLLM 0.32, 40 blocks: mean 0.85–0.86 while it was the limit).
+pub const DEFAULT_KV_USAGE_MEAN_FULL: f64 = 0.75;
+/// Max KV-cache usage (0..1) below which a cache whose size is not reported
+/// has room: a scheduler cap, not memory, holds the running count.
+pub const DEFAULT_KV_USAGE_ROOM: f64 = 0.60;
 /// GPU utilisation (0..1) below which the GPU counts as idle. DCGM's
 /// `GPU_UTIL` reports "a kernel was running", which overstates real work, so
 /// a value under one half is idle beyond doubt.
@@ -175,6 +183,9 @@ pub struct ServerEvidence {
     pub requests_running_max: Option<f64>,
     /// Preemptions during the step (counter delta over the window).
     pub preemptions: Option<u64>,
+    /// Prompt tokens the server processed per second over the window: with
+    /// the request rate, tokens per request where the workload is unknown.
+    pub prompt_tokens_rate: Option<f64>,
     /// Prefix-cache hits / queries over the window, 0..1.
     pub prefix_cache_hit_rate: Option<f64>,
     /// Server-side TTFT / ITL quantiles from histogram bucket deltas over the
@@ -349,6 +360,39 @@ impl Default for Objectives {
     }
 }
 
+/// What the engine says about its own capacity: the KV cache's size and
+/// the cap on running sequences, where known (vLLM `cache_config_info`
+/// `num_gpu_blocks` × `block_size`; SGLang `max_total_num_tokens`; a
+/// `[targets.engine]` hint). `None` is "not reported".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EngineCapacity {
+    pub kv_blocks: Option<u64>,
+    /// Tokens per KV block.
+    pub block_size: Option<u64>,
+    /// The cache's size in tokens, for engines that report tokens rather
+    /// than blocks.
+    pub kv_tokens: Option<u64>,
+    /// The most sequences the scheduler runs at once (vLLM max-num-seqs).
+    pub max_num_seqs: Option<u64>,
+}
+
+impl EngineCapacity {
+    /// The capacity an experiment card records.
+    pub fn from_card(card: &ExperimentCard) -> EngineCapacity {
+        EngineCapacity {
+            kv_blocks: card.num_gpu_blocks,
+            block_size: card.kv_block_size.map(u64::from),
+            kv_tokens: None,
+            max_num_seqs: None,
+        }
+    }
+
+    /// Whether anything is known.
+    pub fn is_known(&self) -> bool {
+        *self != EngineCapacity::default()
+    }
+}
+
 /// What the sweep's workload was, as far as the diagnosis needs it.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct WorkloadHints {
@@ -359,6 +403,9 @@ pub struct WorkloadHints {
     pub expected_prefix_hit_rate: Option<f64>,
     pub input_tokens: Option<u64>,
     pub output_tokens: Option<u64>,
+    /// The engine's KV-cache size and running cap, for the arithmetic that
+    /// tells a full cache from a scheduler cap.
+    pub capacity: EngineCapacity,
 }
 
 /// Thresholds of the analysis; [`Default`] gives the documented constants.
@@ -376,6 +423,10 @@ pub struct AnalysisConfig {
     pub ttft_jump_ratio: f64,
     /// See [`DEFAULT_KV_USAGE_HIGH`].
     pub kv_usage_high: f64,
+    /// See [`DEFAULT_KV_USAGE_MEAN_FULL`].
+    pub kv_usage_mean_full: f64,
+    /// See [`DEFAULT_KV_USAGE_ROOM`].
+    pub kv_usage_room: f64,
     /// See [`DEFAULT_GPU_UTIL_LOW`].
     pub gpu_util_low: f64,
     /// See [`DEFAULT_MEMORY_ROOM_BELOW`].
@@ -407,6 +458,8 @@ impl AnalysisConfig {
             fallback_itl_p95_s: pick(self.fallback_itl_p95_s, d.fallback_itl_p95_s),
             ttft_jump_ratio: pick(self.ttft_jump_ratio, d.ttft_jump_ratio),
             kv_usage_high: pick(self.kv_usage_high, d.kv_usage_high),
+            kv_usage_mean_full: pick(self.kv_usage_mean_full, d.kv_usage_mean_full),
+            kv_usage_room: pick(self.kv_usage_room, d.kv_usage_room),
             gpu_util_low: pick(self.gpu_util_low, d.gpu_util_low),
             memory_room_below: pick(self.memory_room_below, d.memory_room_below),
             gpu_mem_full: pick(self.gpu_mem_full, d.gpu_mem_full),
@@ -429,6 +482,8 @@ impl Default for AnalysisConfig {
             fallback_itl_p95_s: DEFAULT_FALLBACK_ITL_P95_S,
             ttft_jump_ratio: DEFAULT_TTFT_JUMP_RATIO,
             kv_usage_high: DEFAULT_KV_USAGE_HIGH,
+            kv_usage_mean_full: DEFAULT_KV_USAGE_MEAN_FULL,
+            kv_usage_room: DEFAULT_KV_USAGE_ROOM,
             gpu_util_low: DEFAULT_GPU_UTIL_LOW,
             memory_room_below: DEFAULT_MEMORY_ROOM_BELOW,
             gpu_mem_full: DEFAULT_GPU_MEM_FULL,

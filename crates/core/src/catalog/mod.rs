@@ -18,9 +18,11 @@ use std::str::FromStr;
 
 use crate::exposition::Exposition;
 
+mod capacity;
 mod normalize;
 mod rules;
 
+pub use capacity::engine_capacity;
 pub use normalize::{engine_may_expose, normalize, source_names};
 
 /// The server software of a target (or `Dcgm` for a GPU exporter page).

@@ -7,14 +7,16 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use llmwatch_core::analysis::{
-    live_diagnosis, AnalysisConfig, LiveSample, LiveVerdict, Objectives, WorkloadHints,
-    LIVE_ENGINE_SIGNALS, LIVE_GPU_SIGNALS,
+    live_diagnosis, AnalysisConfig, EngineCapacity, LiveSample, LiveVerdict, Objectives,
+    WorkloadHints, LIVE_ENGINE_SIGNALS, LIVE_GPU_SIGNALS,
 };
+use llmwatch_core::catalog::engine_capacity;
+use llmwatch_core::exposition::{detect_format, parse_lenient};
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{LiveVerdictRow, Point, Range, Store, StoreError};
 use tokio::sync::watch;
 
-use crate::sources::scrape::now_ms;
+use crate::sources::scrape::{fetch_page, now_ms, scrape_client};
 use crate::targets::TargetSet;
 use crate::ticker::JitteredTicker;
 use llmwatch_config::TargetConfig;
@@ -29,6 +31,11 @@ pub struct LiveJob {
     /// One sample per scrape: the series step.
     pub step: Duration,
     pub objectives: Objectives,
+    /// The target's metrics page, read for the engine's capacity.
+    pub metrics_url: String,
+    /// The KV-cache size the engine last reported (kept across a failed
+    /// read: a restart with new settings shows on the next good one).
+    pub capacity: EngineCapacity,
 }
 
 impl LiveJob {
@@ -46,6 +53,38 @@ impl LiveJob {
                 itl_p95: secs(target.slo_itl_p95),
                 ..Objectives::default()
             },
+            metrics_url: target.metrics_url(),
+            capacity: EngineCapacity::default(),
+        }
+    }
+}
+
+/// Pages larger than this are not read for the capacity.
+const CAPACITY_PAGE_MAX_BYTES: u64 = 16 << 20;
+const CAPACITY_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often a target's capacity is read again (it changes only when the
+/// server restarts with other settings).
+const CAPACITY_REFRESH: Duration = Duration::from_secs(60);
+
+/// The capacity the target's page reports now; `None` when the page could
+/// not be read (the last known capacity then stands).
+pub async fn read_capacity(http: &reqwest::Client, metrics_url: &str) -> Option<EngineCapacity> {
+    match fetch_page(
+        http,
+        metrics_url,
+        CAPACITY_FETCH_TIMEOUT,
+        CAPACITY_PAGE_MAX_BYTES,
+    )
+    .await
+    {
+        Ok(page) => {
+            let format = detect_format(page.content_type.as_deref(), &page.body);
+            let (parsed, _) = parse_lenient(&page.body, format);
+            Some(engine_capacity(&parsed))
+        }
+        Err(err) => {
+            tracing::debug!(error = %err, "live diagnosis: reading the engine's capacity failed");
+            None
         }
     }
 }
@@ -103,7 +142,10 @@ pub async fn evaluate(
     let verdict = live_diagnosis(
         &samples,
         &job.objectives,
-        &WorkloadHints::default(),
+        &WorkloadHints {
+            capacity: job.capacity,
+            ..WorkloadHints::default()
+        },
         &AnalysisConfig::default(),
     );
     let row = LiveVerdictRow {
@@ -138,6 +180,14 @@ pub async fn run_live_diagnosis(
     // runs at once, giving each target a verdict from the start.
     let mut ticker = JitteredTicker::starting_now(interval);
     let mut jobs_of: Option<(Arc<Vec<TargetConfig>>, Vec<LiveJob>)> = None;
+    let http = match scrape_client() {
+        Ok(http) => Some(http),
+        Err(err) => {
+            tracing::warn!(error = %err, "live diagnosis: no HTTP client, the engines' capacity stays unknown");
+            None
+        }
+    };
+    let mut capacity_read: Option<tokio::time::Instant> = None;
     while ticker.tick(&mut shutdown).await {
         let current = targets.current();
         let fresh = jobs_of
@@ -151,6 +201,15 @@ pub async fn run_live_diagnosis(
                     continue;
                 }
             }
+        }
+        let due = !fresh || capacity_read.is_none_or(|at| at.elapsed() >= CAPACITY_REFRESH);
+        if let (true, Some(http), Some((_, jobs))) = (due, &http, jobs_of.as_mut()) {
+            for job in jobs.iter_mut() {
+                if let Some(capacity) = read_capacity(http, &job.metrics_url).await {
+                    job.capacity = capacity;
+                }
+            }
+            capacity_read = Some(tokio::time::Instant::now());
         }
         for job in jobs_of.iter().flat_map(|(_, jobs)| jobs) {
             if let Err(err) = evaluate(&store, job, window).await {

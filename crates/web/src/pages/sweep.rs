@@ -9,8 +9,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
 use llmwatch_core::analysis::{
-    analyze_sweep, summary_lines, AnalysisConfig, Load, Objectives, StepResult, SweepVerdict,
-    TtftBreakdown, WorkloadHints,
+    analyze_sweep, summary_lines, AnalysisConfig, EngineCapacity, Load, Objectives, StepResult,
+    SweepVerdict, TtftBreakdown, WorkloadHints,
 };
 use llmwatch_probe::{PromptKind, RunResult, Shape};
 use llmwatch_store::Store;
@@ -23,6 +23,7 @@ use super::{chart_file_response, error_response, split_file, store_error, ChartV
 use crate::auth::CsrfToken;
 use crate::urls::path_segment;
 use crate::AppState;
+use llmwatch_engine::runners::sweep::card::card_from_json;
 use llmwatch_engine::runners::sweep::schedule::check_limits;
 use llmwatch_engine::runners::sweep::{
     compare_sweeps, load_sweep, run_sweep, Ladder, StoredSweep, SweepError,
@@ -76,6 +77,7 @@ pub fn stored_settings(json: &str) -> StoredSettings {
         },
         input_tokens: parsed_shape.map(|s| u64::from(s.input_tokens)),
         output_tokens: parsed_shape.map(|s| u64::from(s.output_tokens)),
+        capacity: EngineCapacity::default(),
     };
     StoredSettings {
         objectives,
@@ -362,7 +364,11 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
 /// objectives (the stored verdict is the same analysis; recomputing gives
 /// the typed values the charts mark).
 pub fn verdict_of(sweep: &StoredSweep) -> (StoredSettings, SweepVerdict) {
-    let settings = stored_settings(&sweep.row.settings_json);
+    let mut settings = stored_settings(&sweep.row.settings_json);
+    // The same capacity the runner judged with: the card it stored.
+    if let Ok(card) = serde_json::from_str::<Value>(&sweep.row.card_json) {
+        settings.hints.capacity = EngineCapacity::from_card(&card_from_json(&card));
+    }
     let verdict = analyze_sweep(
         &sweep.steps,
         &settings.objectives,

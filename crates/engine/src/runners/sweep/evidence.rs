@@ -255,6 +255,7 @@ pub fn evidence_for_window(
             ev.server_itl_p50 = get(&w, Signal::ServerItlP50);
             ev.server_itl_p95 = get(&w, Signal::ServerItlP95);
             ev.phases = ServerPhases::from_signals(&w);
+            ev.prompt_tokens_rate = get(&w, Signal::PromptTokensRate);
         }
     }
 

@@ -34,7 +34,8 @@ use std::time::Duration;
 
 use llmwatch_core::analysis::{
     analyze_sweep, cache_hygiene, cache_hygiene_from_counters, latency_breakdown, summary_lines,
-    ClientMeans, ExperimentCard, Load, Objectives, StepResult, SweepVerdict, WorkloadHints,
+    ClientMeans, EngineCapacity, ExperimentCard, Load, Objectives, StepResult, SweepVerdict,
+    WorkloadHints,
 };
 use llmwatch_probe::{
     Bound, Calibrator, ClientConfig, MeasuringThread, Monitored, ProbeClient, PromptKind,
@@ -84,7 +85,7 @@ pub async fn run_sweep(
         stop_reason,
         status,
     } = run_ladder(&settings, &prepared, &recorder, &mut progress).await?;
-    let (verdict, summary) = judge(&settings, &steps, stop_reason.as_deref());
+    let (verdict, summary) = judge(&settings, &prepared.card, &steps, stop_reason.as_deref());
     let ended_ms = now_ms();
     recorder
         .finish(ended_ms, &verdict, &summary, &stop_reason, status)
@@ -390,6 +391,7 @@ async fn measure_step(
 /// the sweep stopped early if it did.
 fn judge(
     settings: &SweepSettings,
+    card: &ExperimentCard,
     steps: &[StepReport],
     stop_reason: Option<&str>,
 ) -> (SweepVerdict, Vec<String>) {
@@ -397,7 +399,7 @@ fn judge(
     let verdict = analyze_sweep(
         &results,
         &settings.objectives,
-        &workload_hints(settings),
+        &workload_hints(settings, card),
         &settings.analysis,
     );
     let mut summary = summary_lines(&verdict);
@@ -408,8 +410,9 @@ fn judge(
 }
 
 /// What the analysis should know about the prompts the sweep sent.
-fn workload_hints(settings: &SweepSettings) -> WorkloadHints {
+fn workload_hints(settings: &SweepSettings, card: &ExperimentCard) -> WorkloadHints {
     WorkloadHints {
+        capacity: EngineCapacity::from_card(card),
         shared_prefix: matches!(settings.prompt, PromptKind::SharedPrefix { .. }),
         expected_prefix_hit_rate: match settings.prompt {
             PromptKind::SharedPrefix { hit_ratio } => Some(hit_ratio),

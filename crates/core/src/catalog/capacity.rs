@@ -1,0 +1,96 @@
+//! What an engine's page says about its own capacity: the KV cache's size
+//! (blocks and block size, or tokens) and, where exposed, the cap on running
+//! sequences. The verdicts need it to tell a full cache from a scheduler
+//! cap by arithmetic rather than by a usage threshold.
+//!
+//! * vLLM: `cache_config_info` labels `num_gpu_blocks`, `block_size` (and
+//!   `kv_cache_size_tokens` where newer releases add it); one sample per
+//!   data-parallel engine, whose caches add up.
+//! * SGLang: `max_total_num_tokens`, one per rank: tensor-parallel ranks
+//!   share one pool (the largest is taken), data-parallel ranks add up.
+//! * llama.cpp, TGI, TensorRT-LLM: no size on the page; unknown.
+
+use crate::analysis::EngineCapacity;
+use crate::exposition::Exposition;
+
+/// The capacity `page` reports; every field `None` where it says nothing.
+pub fn engine_capacity(page: &Exposition<'_>) -> EngineCapacity {
+    let mut capacity = EngineCapacity::default();
+    let samples = page.families.iter().flat_map(|f| f.samples.iter());
+    let mut blocks_by_engine: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut sglang_by_dp: std::collections::BTreeMap<String, u64> = Default::default();
+    for sample in samples {
+        let name = sample.name.as_ref();
+        if name.ends_with("cache_config_info") {
+            let int = |label: &str| {
+                sample
+                    .label(label)
+                    .and_then(|v| v.parse::<f64>().ok())
+                    .filter(|v| v.is_finite() && *v > 0.0)
+                    .map(|v| v as u64)
+            };
+            if let Some(blocks) = int("num_gpu_blocks") {
+                let engine = sample.label("engine").unwrap_or("").to_string();
+                blocks_by_engine.insert(engine, blocks);
+            }
+            if let Some(bs) = int("block_size") {
+                capacity.block_size = Some(bs);
+            }
+        } else if name == "sglang:max_total_num_tokens"
+            && sample.value.is_finite()
+            && sample.value > 0.0
+        {
+            let dp = sample.label("dp_rank").unwrap_or("").to_string();
+            let tokens = sample.value as u64;
+            let entry = sglang_by_dp.entry(dp).or_insert(0);
+            *entry = (*entry).max(tokens);
+        }
+    }
+    if !blocks_by_engine.is_empty() {
+        capacity.kv_blocks = Some(blocks_by_engine.values().sum());
+    }
+    if !sglang_by_dp.is_empty() {
+        capacity.kv_tokens = Some(sglang_by_dp.values().sum());
+    }
+    capacity
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exposition::{parse_lenient, Format};
+
+    fn capacity_of(text: &str) -> EngineCapacity {
+        let (page, _) = parse_lenient(text.as_bytes(), Format::PrometheusText);
+        engine_capacity(&page)
+    }
+
+    #[test]
+    fn vllm_blocks_and_block_size_from_the_info_labels() {
+        let c = capacity_of(
+            "vllm:cache_config_info{block_size=\"128\",engine=\"0\",num_gpu_blocks=\"40\"} 1.0\n",
+        );
+        assert_eq!((c.kv_blocks, c.block_size), (Some(40), Some(128)));
+    }
+
+    #[test]
+    fn data_parallel_engines_add_up_and_none_is_unknown() {
+        let c = capacity_of(
+            "vllm:cache_config_info{block_size=\"16\",engine=\"0\",num_gpu_blocks=\"100\"} 1\n\
+             vllm:cache_config_info{block_size=\"16\",engine=\"1\",num_gpu_blocks=\"100\"} 1\n",
+        );
+        assert_eq!(c.kv_blocks, Some(200));
+        let none =
+            capacity_of("vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"None\"} 1\n");
+        assert_eq!(none.kv_blocks, None);
+        assert!(!capacity_of("llamacpp:requests_processing 1\n").is_known());
+    }
+
+    #[test]
+    fn sglang_tp_ranks_share_a_pool() {
+        let c = capacity_of(
+            "sglang:max_total_num_tokens{tp_rank=\"0\"} 1000\nsglang:max_total_num_tokens{tp_rank=\"1\"} 1000\n",
+        );
+        assert_eq!(c.kv_tokens, Some(1000));
+    }
+}

@@ -1,0 +1,386 @@
+//! The verdicts' scenario suite: each simulator profile, whose bottleneck
+//! is known by construction, under steady load (one level, no variation), a
+//! slow ramp and bursts, judged by the sweep (one level and a ladder) and by
+//! the daemon's live verdict. Prints the confusion matrix, then requires at
+//! least 95 % right, no "healthy" where an objective is missed, and no
+//! high-confidence wrong answer.
+//!
+//! Times: the simulators run at `TIME_SCALE`, so engine seconds are halved;
+//! the objectives below are in wall-clock time.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use llmwatch::cli::sim::{start, SimArgs};
+use llmwatch_core::analysis::{Confidence, LiveKind, Objectives, Verdict};
+use llmwatch_engine::runners::sweep::{run_sweep, Ladder, SweepSettings};
+use llmwatch_probe::{Api, SelfCheckLimits, Shape};
+use llmwatch_sim::Sim;
+use serde_json::Value;
+
+const MODEL: &str = "sim-llama-8b";
+const TIME_SCALE: f64 = 2.0;
+
+/// One profile, its known bottleneck and the load that shows it.
+#[derive(Clone, Copy)]
+struct Scenario {
+    profile: &'static str,
+    /// The live verdict's code the profile must get.
+    expect: &'static str,
+    input: u32,
+    output: u32,
+    /// The steady level; the ramp climbs to it, the bursts jump to it.
+    level: u32,
+    ttft_ms: u64,
+    itl_ms: u64,
+}
+
+const SCENARIOS: [Scenario; 6] = [
+    // 256 blocks of 16 tokens; 240 + 16 tokens a sequence: 16 fit.
+    Scenario {
+        profile: "kv-starved",
+        expect: "kv_cache_capacity",
+        input: 240,
+        output: 16,
+        level: 48,
+        ttft_ms: 100,
+        itl_ms: 25,
+    },
+    // An ample cache behind max-num-seqs 8.
+    Scenario {
+        profile: "scheduler-limited",
+        expect: "scheduler_limit",
+        input: 64,
+        output: 16,
+        level: 32,
+        ttft_ms: 100,
+        itl_ms: 25,
+    },
+    // Prefill at 5 k tokens/s with a 512-token budget: 1 024-token prompts
+    // take ~100 ms (wall) alone.
+    Scenario {
+        profile: "prefill-heavy",
+        expect: "prefill_bound",
+        input: 1024,
+        output: 16,
+        level: 2,
+        ttft_ms: 50,
+        itl_ms: 40,
+    },
+    // A 40 ms decode step: ITL ~21 ms (wall) already alone.
+    Scenario {
+        profile: "decode-slow",
+        expect: "decode_bound",
+        input: 64,
+        output: 16,
+        level: 2,
+        ttft_ms: 500,
+        itl_ms: 12,
+    },
+    // A serial 25 ms (12.5 ms wall) frontend before the engine.
+    Scenario {
+        profile: "slow-frontend",
+        expect: "outside_gpu",
+        input: 64,
+        output: 16,
+        level: 16,
+        ttft_ms: 100,
+        itl_ms: 25,
+    },
+    Scenario {
+        profile: "balanced",
+        expect: "healthy",
+        input: 64,
+        output: 16,
+        level: 2,
+        ttft_ms: 100,
+        itl_ms: 25,
+    },
+];
+
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+enum Pattern {
+    Steady,
+    Ramp,
+    Bursts,
+}
+
+impl Pattern {
+    /// Concurrency levels the load cycles through, `PHASE` each.
+    fn levels(self, level: u32) -> Vec<u32> {
+        match self {
+            Pattern::Steady => vec![level],
+            Pattern::Ramp => vec![(level / 4).max(1), (level / 2).max(1), level],
+            Pattern::Bursts => vec![level, 0],
+        }
+    }
+}
+
+const PHASE: Duration = Duration::from_secs(3);
+
+/// One answer of one judge.
+#[derive(Debug, Clone)]
+struct Answer {
+    judge: String,
+    profile: &'static str,
+    expect: &'static str,
+    got: String,
+    confidence: String,
+    evidence: String,
+}
+
+impl Answer {
+    fn right(&self) -> bool {
+        self.got == self.expect
+    }
+}
+
+fn code_of(verdict: Verdict) -> &'static str {
+    LiveKind::Bottleneck(verdict).code()
+}
+
+async fn sim(profile: &str) -> (Sim, String, String) {
+    let (sim, engine, gpu) = start(&SimArgs::loopback(profile, MODEL, TIME_SCALE).with_gpu_page())
+        .await
+        .expect("simulator starts");
+    let gpu = gpu.expect("GPU page requested");
+    (
+        sim,
+        format!("http://{engine}"),
+        format!("http://{gpu}/metrics"),
+    )
+}
+
+fn objectives(sc: &Scenario) -> Objectives {
+    Objectives {
+        ttft_p95: Some(sc.ttft_ms as f64 / 1e3),
+        itl_p95: Some(sc.itl_ms as f64 / 1e3),
+        ..Objectives::default()
+    }
+}
+
+/// The sweep's answer for one scenario on `ladder`.
+async fn sweep_answer(sc: &Scenario, ladder: Vec<u32>, judge: &str) -> Answer {
+    let (_sim, url, gpu_url) = sim(sc.profile).await;
+    let mut s = SweepSettings::new(url);
+    s.gpu_url = Some(gpu_url);
+    s.model = Some(MODEL.to_string());
+    s.api = Api::Completions;
+    s.shape = Shape {
+        input_tokens: sc.input,
+        output_tokens: sc.output,
+    };
+    s.max_concurrency = ladder.iter().copied().max().unwrap_or(1).max(64);
+    s.ladder = Ladder::Concurrency(ladder);
+    s.requests_per_step = 8;
+    s.requests_per_slot = 2;
+    s.min_step_duration = Duration::from_millis(800);
+    s.scrape_interval = Duration::from_millis(100);
+    s.objectives = objectives(sc);
+    // The simulator shares this process and its cores with the client: its
+    // CPU and its scheduling jitter are not the client's.
+    s.self_check = SelfCheckLimits {
+        max_cpu_cores: 64.0,
+        max_scheduler_lag_p99_ms: 1000.0,
+        max_dispatch_lag_p99_ms: 1000.0,
+        ..SelfCheckLimits::default()
+    };
+    let report = run_sweep(s, None, |_| {}).await.expect("sweep runs");
+    let top = report
+        .verdict
+        .findings
+        .iter()
+        .find(|f| f.verdict != Verdict::ClientBound);
+    Answer {
+        judge: judge.to_string(),
+        profile: sc.profile,
+        expect: sc.expect,
+        got: top.map_or("healthy".to_string(), |f| code_of(f.verdict).to_string()),
+        confidence: top.map_or("-".to_string(), |f| f.confidence.word().to_string()),
+        evidence: top.map_or_else(|| report.summary.join(" "), |f| f.evidence.clone()),
+    }
+}
+
+/// Streams completions back to back while `worker < active`.
+async fn load_worker(
+    client: reqwest::Client,
+    url: String,
+    words: u32,
+    max_tokens: u32,
+    worker: usize,
+    active: Arc<AtomicUsize>,
+) {
+    let mut round = 0usize;
+    loop {
+        if worker >= active.load(Ordering::Relaxed) {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        }
+        round += 1;
+        // A unique first word keeps the prompts out of the prefix cache.
+        let prompt = format!(
+            "m-{worker}-{round} {}",
+            "word ".repeat((words as usize).saturating_sub(1))
+        );
+        let body = serde_json::json!({
+            "model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
+            "ignore_eos": true, "stream": true,
+        });
+        match client
+            .post(format!("{url}/v1/completions"))
+            .json(&body)
+            .send()
+            .await
+        {
+            Ok(response) => {
+                let mut stream = response.bytes_stream();
+                while let Some(Ok(_)) = stream.next().await {}
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+        }
+    }
+}
+
+async fn cycle(levels: Vec<u32>, active: Arc<AtomicUsize>) {
+    for level in levels.iter().cycle() {
+        active.store(*level as usize, Ordering::Relaxed);
+        tokio::time::sleep(PHASE).await;
+    }
+}
+
+/// The daemon's live answers for every scenario under one load pattern:
+/// all simulators at once, one daemon, the verdicts read once the window
+/// holds only loaded time.
+async fn live_answers(pattern: Pattern) -> Vec<Answer> {
+    let client = reqwest::Client::builder()
+        .timeout(Duration::from_secs(60))
+        .build()
+        .expect("HTTP client");
+    let window = Duration::from_secs(18);
+    let mut toml = format!(
+        "[server]\nlive_window = \"{}s\"\nlive_interval = \"1s\"\n",
+        window.as_secs()
+    );
+    let (mut sims, mut tasks) = (Vec::new(), Vec::new());
+    for sc in &SCENARIOS {
+        let (sim, url, gpu_url) = sim(sc.profile).await;
+        toml.push_str(&format!(
+            "[[targets]]\nname = \"{name}\"\nurl = \"{url}\"\nscrape_interval = \"500ms\"\n\
+             gpus = \"{name}-gpus\"\nslo_ttft_p95 = \"{}ms\"\nslo_itl_p95 = \"{}ms\"\n\
+             [targets.probe]\ninterval = \"1s\"\nshape = \"{}x{}\"\napi = \"completions\"\n\
+             [[gpus]]\nname = \"{name}-gpus\"\ndcgm_url = \"{gpu_url}\"\ninterval = \"1s\"\n",
+            sc.ttft_ms,
+            sc.itl_ms,
+            sc.input,
+            sc.output,
+            name = sc.profile,
+        ));
+        let active = Arc::new(AtomicUsize::new(0));
+        for worker in 0..sc.level as usize {
+            tasks.push(tokio::spawn(load_worker(
+                client.clone(),
+                url.clone(),
+                sc.input,
+                sc.output,
+                worker,
+                active.clone(),
+            )));
+        }
+        tasks.push(tokio::spawn(cycle(pattern.levels(sc.level), active)));
+        sims.push(sim);
+    }
+    let daemon = common::spawn_daemon(&toml).await;
+    let base = daemon.base_url();
+    // A full window of the pattern (and a cycle more), then one reading.
+    tokio::time::sleep(window + PHASE * 2).await;
+    let mut answers = Vec::new();
+    for sc in &SCENARIOS {
+        let live = common::wait_for(
+            &format!("{}'s live verdict", sc.profile),
+            Duration::from_secs(20),
+            || {
+                let (client, base) = (client.clone(), base.clone());
+                async move {
+                    let url = format!("{base}/api/v1/targets/{}", sc.profile);
+                    let body: Value = client.get(url).send().await.ok()?.json().await.ok()?;
+                    Some(body["live"].clone()).filter(|v| !v.is_null())
+                }
+            },
+        )
+        .await;
+        answers.push(Answer {
+            judge: format!("live {pattern:?}").to_lowercase(),
+            profile: sc.profile,
+            expect: sc.expect,
+            got: live["verdict"].as_str().unwrap_or("?").to_string(),
+            confidence: live["confidence"].as_str().unwrap_or("?").to_string(),
+            evidence: live["evidence"].as_str().unwrap_or("").to_string(),
+        });
+    }
+    for task in tasks {
+        task.abort();
+    }
+    daemon.daemon.shutdown().await;
+    drop(sims);
+    answers
+}
+
+fn print_matrix(answers: &[Answer]) {
+    let mut matrix: BTreeMap<(&str, String), usize> = BTreeMap::new();
+    for a in answers {
+        *matrix.entry((a.expect, a.got.clone())).or_default() += 1;
+    }
+    eprintln!("confusion matrix (expected → answered: count)");
+    for ((expect, got), n) in &matrix {
+        let mark = if expect == got { " " } else { "✗" };
+        eprintln!("{mark} {expect:>18} → {got:<20} {n}");
+    }
+    for a in answers {
+        eprintln!(
+            "{} {:<13} {:<18} {:<20} {:<6} {}",
+            if a.right() { " " } else { "✗" },
+            a.judge,
+            a.profile,
+            a.got,
+            a.confidence,
+            a.evidence
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_profile_is_named_right_by_the_sweep_and_the_live_verdict() {
+    let mut answers = Vec::new();
+    for sc in &SCENARIOS {
+        answers.push(sweep_answer(sc, vec![sc.level], "sweep steady").await);
+        let ramp: Vec<u32> = std::iter::successors(Some(1u32), |c| Some(c * 2))
+            .take_while(|c| *c <= sc.level)
+            .collect();
+        answers.push(sweep_answer(sc, ramp, "sweep ramp").await);
+    }
+    for pattern in [Pattern::Steady, Pattern::Ramp, Pattern::Bursts] {
+        answers.extend(live_answers(pattern).await);
+    }
+    print_matrix(&answers);
+    let right = answers.iter().filter(|a| a.right()).count();
+    let healthy_under_breach: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| a.got == "healthy" && a.expect != "healthy")
+        .collect();
+    let sure_and_wrong: Vec<&Answer> = answers
+        .iter()
+        .filter(|a| !a.right() && a.confidence == Confidence::High.word())
+        .collect();
+    assert!(
+        right * 100 >= answers.len() * 95,
+        "{right} of {} right",
+        answers.len()
+    );
+    assert!(healthy_under_breach.is_empty(), "{healthy_under_breach:#?}");
+    assert!(sure_and_wrong.is_empty(), "{sure_and_wrong:#?}");
+}

@@ -127,6 +127,7 @@ fn target_of(
         slo_ttft_p95: settings.slo_ttft_p95,
         slo_itl_p95: settings.slo_itl_p95,
         gpus: None,
+        max_num_seqs: None,
         labels: labels
             .iter()
             .filter(|(name, _)| !name.starts_with("__"))

@@ -329,6 +329,15 @@ timeout = "3s"
     }
 
     #[test]
+    fn a_target_may_name_its_running_cap() {
+        let base = "[[targets]]\nname = \"a\"\nurl = \"http://x\"\n";
+        let ok = parse(&format!("{base}max_num_seqs = 128\n")).unwrap();
+        assert_eq!(ok.targets[0].max_num_seqs, Some(128));
+        let err = error_of(&format!("{base}max_num_seqs = 0\n"));
+        assert!(err.contains("targets[0].max_num_seqs"), "{err}");
+    }
+
+    #[test]
     fn downsampling_defaults_and_limits() {
         let config = parse("").unwrap();
         assert_eq!(config.server.downsample_after, Duration::from_secs(172_800));

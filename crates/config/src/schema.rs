@@ -256,6 +256,11 @@ pub struct TargetConfig {
     /// show its GPU memory and utilisation beside the target's signals.
     #[serde(default)]
     pub gpus: Option<String>,
+    /// The server's cap on running sequences (vLLM `--max-num-seqs`), where
+    /// its page does not say it: the verdict then tells a running plateau
+    /// at this cap from one at the KV cache's limit by name.
+    #[serde(default)]
+    pub max_num_seqs: Option<u32>,
     /// Labels of the target (from service discovery, or set by hand): they
     /// label its series in the Prometheus API and remote_write.
     #[serde(default)]

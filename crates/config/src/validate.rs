@@ -96,6 +96,9 @@ fn validate_targets<'a>(config: &'a Config, names: &mut HashSet<&'a str>) -> Res
                 check_positive(d).map_err(|m| (field(name), m))?;
             }
         }
+        if target.max_num_seqs == Some(0) {
+            return Err((field("max_num_seqs"), "must be at least 1".to_string()));
+        }
         if !names.insert(target.name.as_str()) {
             return Err((
                 field("name"),

@@ -601,7 +601,9 @@ fn prefill_heavy_sweep_is_prefill_bound() {
     let findings = diagnose(&steps, &chat_slo(), &workload, &cfg());
     let f = find(&findings, Verdict::PrefillBound).expect("prefill finding");
     assert_eq!(f.step, Some(0));
-    assert_eq!(f.confidence, Confidence::High);
+    // Nothing queues at the floor, but without the engine's phase times the
+    // time outside the engine cannot be ruled out: medium.
+    assert_eq!(f.confidence, Confidence::Medium);
     for needle in [
         "p95 TTFT 1.6 s at concurrency 1 (objective 1.0 s)",
         "p95 ITL 20 ms is fine",

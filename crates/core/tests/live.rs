@@ -169,10 +169,11 @@ fn with_signals(
 
 #[test]
 fn flat_throughput_on_an_idle_gpu_is_outside_the_gpu() {
-    // Eight times the requests in flight, the same tokens/s, the GPU 20 %
-    // busy and the KV cache nearly empty: the limit is in front of the GPU.
+    // Eight times the requests in flight, the same tokens/s and TTFT up 5x,
+    // the GPU 20 % busy and the KV cache nearly empty: the limit is in
+    // front of the GPU.
     let samples = with_signals(
-        window([2.0, 0.0, 0.10, 0.10, 0.02], [16.0, 0.0, 0.12, 0.11, 0.021]),
+        window([2.0, 0.0, 0.10, 0.10, 0.02], [16.0, 0.0, 0.12, 0.50, 0.021]),
         |_| {
             vec![
                 (Signal::GenerationTokensRate, 400.0),
@@ -306,7 +307,8 @@ fn one_steady_level_is_judged_by_arithmetic() {
         LiveKind::Bottleneck(Verdict::KvCacheCapacity),
         "{v:?}"
     );
-    assert_eq!(v.confidence, Confidence::High, "{}", v.evidence);
+    // Tokens per sequence from a window's counters: medium.
+    assert_eq!(v.confidence, Confidence::Medium, "{}", v.evidence);
     assert!(
         v.evidence.contains(
             "40 blocks × 128 tokens / 640 tokens per sequence (5 blocks) = 8 = running plateau 8"
@@ -315,13 +317,27 @@ fn one_steady_level_is_judged_by_arithmetic() {
         v.evidence
     );
     assert!(!v.what_to_try.starts_with("raise max-num-seqs"));
-    // The same window with a cache that holds 100 such sequences: 8 running
-    // is a cap, not memory.
+    // The same window with a cache that holds 100 such sequences and the
+    // target's running cap set to 8 (`max_num_seqs`): the cap, not memory.
     let roomy = with(EngineCapacity {
         kv_blocks: Some(500),
+        max_num_seqs: Some(8),
         ..capacity
     });
     assert_eq!(roomy.kind.code(), "scheduler_limit", "{roomy:?}");
+    assert_eq!(roomy.confidence, Confidence::High);
+    assert!(
+        roomy.evidence.contains("= max-num-seqs 8"),
+        "{}",
+        roomy.evidence
+    );
+    // Without the cap named, one level whose token gap is over its
+    // objective at p50 reads as steps full of prompt work, not a cap.
+    let unnamed = with(EngineCapacity {
+        kv_blocks: Some(500),
+        ..capacity
+    });
+    assert_eq!(unnamed.kind.code(), "prefill_bound", "{unnamed:?}");
     // Without the cache's size, usage alone (mean 0.86) still says KV, less
     // sure; never healthy at six times the objective.
     let blind = with(EngineCapacity::default());

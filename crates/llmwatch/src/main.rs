@@ -43,27 +43,12 @@ enum Command {
         #[arg(long, default_value = "llmwatch.toml")]
         config: PathBuf,
     },
-    /// One simulated inference engine.
-    Sim {
-        #[arg(long, default_value_t = 8000)]
-        port: u16,
-        /// Address to bind (loopback by default).
-        #[arg(long, default_value = "127.0.0.1")]
-        host: std::net::IpAddr,
-        #[arg(long, default_value = "balanced")]
-        profile: String,
-        /// The server it imitates: vllm, nim or llamacpp.
-        #[arg(long, default_value = "vllm")]
-        flavor: String,
-        /// Also serve a dcgm-exporter page for N simulated GPUs on this port.
-        #[arg(long)]
-        gpu_port: Option<u16>,
-        /// Run the engine N× faster than its profile says.
-        #[arg(long, default_value_t = 1.0)]
-        time_scale: f64,
-        #[arg(long, default_value = "sim-llama-8b")]
-        model: String,
-    },
+    /// One simulated inference engine (vLLM flags via --vllm-args or after
+    /// `--`), or `--fit SWEEP --out FILE` to fit it to a real server.
+    Sim(Box<sim_cmd::SimCli>),
+    /// What a sweep would show after a change of vLLM flags, predicted by
+    /// the fitted simulator.
+    Predict(Box<llmwatch::cli::predict::PredictArgs>),
     /// What llmwatch understands of one metrics page (URL or file).
     Inspect {
         source: String,
@@ -118,25 +103,8 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
             println!("llmwatch listening on http://{}", daemon.listen_addr);
             daemon::run_until_stopped(daemon).await
         }
-        Command::Sim {
-            port,
-            host,
-            profile,
-            flavor,
-            gpu_port,
-            time_scale,
-            model,
-        } => {
-            sim_cmd::run(sim_cmd::SimArgs {
-                addr: SocketAddr::new(host, port),
-                profile,
-                flavor,
-                gpu_addr: gpu_port.map(|p| SocketAddr::new(host, p)),
-                time_scale,
-                model,
-            })
-            .await
-        }
+        Command::Sim(args) => sim_cmd::run_cli(*args).await,
+        Command::Predict(args) => llmwatch::cli::predict::run(*args).await,
         Command::Inspect { source, json } => {
             let inspection = inspect::inspect(&source, 64 * 1024 * 1024).await?;
             if json {

@@ -123,3 +123,143 @@ fn check_config_accepts_the_example_and_names_bad_fields() {
         "{stderr}"
     );
 }
+
+/// A `sweep --json` file whose steps are what the analytic model predicts
+/// for `truth` at 512x128: the fit must find `truth`'s costs again.
+fn synthetic_sweep_json(truth: &llmwatch_sim::Profile, ladder: &[f64]) -> serde_json::Value {
+    let steps: Vec<serde_json::Value> = ladder
+        .iter()
+        .map(|&c| {
+            let step = llmwatch_sim::FitStep {
+                concurrency: c,
+                input_tokens: 512.0,
+                output_tokens: 128.0,
+                ttft_p50_s: None,
+                itl_p50_s: None,
+                output_tps: None,
+                running_mean: None,
+            };
+            let p = llmwatch_sim::predict_step(&llmwatch_sim::CostParams::of(truth), truth, &step);
+            serde_json::json!({
+                "step": {
+                    "load": { "concurrency": c },
+                    "requests_ok": 100,
+                    "error_rate": 0.0,
+                    "ttft_s": { "p50": p.ttft_p50_s },
+                    "itl_s": { "p50": p.itl_p50_s },
+                    "output_token_throughput": p.output_tps,
+                    "server": { "requests_running_mean": p.running },
+                },
+                "run": { "successful": 100, "total_input_tokens": 51200, "total_output_tokens": 12800 },
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "settings": { "shape": "512x128" },
+        "card": { "num_gpu_blocks": "4096", "kv_block_size": "16", "prefix_caching": "true" },
+        "steps": steps,
+    })
+}
+
+#[test]
+fn sim_vllm_flags_then_fit_then_predict_a_change() {
+    // Flags are checked before anything is served; errors name the flag.
+    let (ok, _, stderr) = llmwatch(&[
+        "sim",
+        "--port",
+        "0",
+        "--vllm-args",
+        "--max-num-seqs 4 --port-ignored 1",
+    ]);
+    assert!(!ok);
+    assert!(stderr.contains("`--port-ignored`"), "{stderr}");
+    let (ok, _, stderr) = llmwatch(&["sim", "--port", "0", "--", "--max-num-seqs", "four"]);
+    assert!(!ok);
+    assert!(
+        stderr.contains("`--max-num-seqs`") && stderr.contains("four"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = llmwatch(&["sim", "--vllm-args=--tensor-parallel-size 2"]);
+    assert!(!ok);
+    assert!(stderr.contains("--interconnect"), "{stderr}");
+
+    // Fit: a sweep of known costs gives them back, with its error.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let truth = llmwatch_sim::Profile {
+        frontend_per_request_s: 0.002,
+        ..llmwatch_sim::Profile::named("balanced").expect("known")
+    };
+    let sweep = dir.path().join("sweep.json");
+    let sweep_json = synthetic_sweep_json(&truth, &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0]);
+    std::fs::write(&sweep, sweep_json.to_string()).expect("write sweep");
+    let profile = dir.path().join("fitted.json");
+    let (ok, stdout, stderr) = llmwatch(&[
+        "sim",
+        "--fit",
+        sweep.to_str().expect("utf-8"),
+        "--out",
+        profile.to_str().expect("utf-8"),
+    ]);
+    assert!(ok, "{stderr}");
+    assert!(stdout.contains("fit error on"), "{stdout}");
+    let fitted: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&profile).expect("profile written"))
+            .expect("JSON");
+    for (field, want) in [
+        ("step_base_s", truth.step_base_s),
+        ("decode_per_seq_s", truth.decode_per_seq_s),
+        ("prefill_per_token_s", truth.prefill_per_token_s),
+        ("frontend_per_request_s", truth.frontend_per_request_s),
+    ] {
+        let got = fitted[field].as_f64().expect(field);
+        assert!((got - want).abs() / want < 0.10, "{field}: {got} vs {want}");
+    }
+    assert!(fitted["fit"]["rms_rel_err"].as_f64().expect("fit error") < 0.01);
+
+    // Predict a change: the fitted twin with --max-num-seqs 2 runs the
+    // sweep's own runner; the running plateau is the new cap.
+    let json = dir.path().join("prediction.json");
+    let (ok, stdout, stderr) = llmwatch(&[
+        "predict",
+        "--profile-file",
+        profile.to_str().expect("utf-8"),
+        "--vllm-args",
+        "--max-num-seqs 2 --port 9000",
+        "--shape",
+        "64x16",
+        "--concurrency",
+        "1,2,4",
+        "--time-scale",
+        "4",
+        "--requests-per-step",
+        "6",
+        "--requests-per-slot",
+        "2",
+        "--min-step-duration",
+        "400ms",
+        "--json",
+        json.to_str().expect("utf-8"),
+    ]);
+    assert!(ok, "{stderr}\n{stdout}");
+    for expected in [
+        "changed: max_num_seqs 64 → 2",
+        "ignored vLLM flags (no effect on scheduling): --port 9000",
+        "TTFT p50",
+        "c=4",
+        "Sweep of http://127.0.0.1:",
+        "the fitted model on the sweep it was fitted to",
+        "fit error on",
+    ] {
+        assert!(stdout.contains(expected), "missing {expected:?}:\n{stdout}");
+    }
+    let predicted: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("json written")).expect("JSON");
+    assert_eq!(predicted["prediction"]["profile"]["max_num_seqs"], 2);
+    let steps = predicted["steps"].as_array().expect("steps");
+    assert_eq!(steps.len(), 3);
+    let server = &steps[2]["step"]["server"];
+    let running = server["requests_running_max"].as_f64().expect("scraped");
+    assert!(running <= 2.0, "running {running} above --max-num-seqs 2");
+    let waiting = server["requests_waiting_max"].as_f64().expect("scraped");
+    assert!(waiting >= 1.0, "4 clients, 2 slots: {server}");
+}

@@ -339,5 +339,5 @@ async fn prefill_decode_and_scheduler_profiles_get_their_verdicts() {
     let decode = verdicts[1]["evidence"].as_str().unwrap_or_default();
     assert!(decode.contains("p95 ITL"), "{decode}");
     let seqs = verdicts[2]["evidence"].as_str().unwrap_or_default();
-    assert!(seqs.contains("running requests stay at"), "{seqs}");
+    assert!(seqs.contains("running plateau 64"), "{seqs}");
 }

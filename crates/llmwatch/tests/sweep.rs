@@ -153,7 +153,7 @@ async fn balanced_saturates_where_its_parameters_predict() {
         .iter()
         .find(|f| f.verdict == Verdict::SchedulerLimit)
         .unwrap_or_else(|| panic!("no scheduler finding: {:#?}", report.verdict.findings));
-    let cap = format!("running requests stay at {}", profile.max_num_seqs);
+    let cap = format!("running plateau {}", profile.max_num_seqs);
     assert!(finding.evidence.contains(&cap), "{}", finding.evidence);
 }
 
@@ -394,7 +394,6 @@ async fn a_client_bound_run_gives_no_saturation_verdict_and_says_why() {
         max_scheduler_lag_p99_ms: 0.0,
         max_dispatch_lag_p99_ms: 0.0,
         max_effect: 0.0,
-        ..Default::default()
     };
     let report = run_sweep(s, None, |_| {}).await.expect("sweep runs");
     show("client-bound", &report, started);

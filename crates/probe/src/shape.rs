@@ -298,6 +298,14 @@ impl PromptGenerator {
         self
     }
 
+    /// Mixes `salt` into every nonce in place of the fresh OS salt, so the
+    /// prompts are a function of (kind, length, seed, salt): for tests that
+    /// must not depend on OS randomness. 0 is [`Self::reusing_prompts`].
+    pub fn with_salt(mut self, salt: u64) -> PromptGenerator {
+        self.salt = salt;
+        self
+    }
+
     /// True when the nonces are not salted (prompts repeat across runs).
     pub fn reuses_prompts(&self) -> bool {
         self.salt == 0
@@ -387,6 +395,9 @@ fn fresh_salt() -> u64 {
 #[derive(Debug, Default)]
 pub struct Calibrator {
     cache: Mutex<HashMap<(String, String, String, u32), Calibration>>,
+    /// The salt of every calibration prompt's nonce; `None` (the default):
+    /// a fresh OS salt per prompt generator.
+    salt: Option<u64>,
 }
 
 /// The outcome of a calibration.
@@ -436,6 +447,14 @@ impl Calibrator {
         Calibrator::default()
     }
 
+    /// Salts every calibration prompt's nonce with `salt` (see
+    /// [`PromptGenerator::with_salt`]), so the prompts sent to `/tokenize`,
+    /// and the calibration, are reproducible.
+    pub fn with_salt(mut self, salt: u64) -> Calibrator {
+        self.salt = Some(salt);
+        self
+    }
+
     /// The word count for `shape.input_tokens` of `kind` on the target
     /// behind `client`. Binary search on the word count (prompt tokens grow
     /// monotonically with words), ≈ log2(input) `/tokenize` calls, once per
@@ -466,6 +485,7 @@ impl Calibrator {
             api,
             model,
             kind,
+            salt: self.salt,
         };
         let result = counter.calibrate(input_tokens).await;
         if let Ok(mut m) = self.cache.lock() {
@@ -483,20 +503,28 @@ struct TokenCounter<'a> {
     api: Api,
     model: &'a str,
     kind: PromptKind,
+    salt: Option<u64>,
 }
 
 impl TokenCounter<'_> {
+    /// The calibration prompts of `words` words.
+    fn generator(self, words: u32) -> PromptGenerator {
+        let generator = PromptGenerator::new(self.kind, words, 1);
+        match self.salt {
+            Some(salt) => generator.with_salt(salt),
+            None => generator,
+        }
+    }
+
     /// Tokens of the first prompt of `words` words; `None`: no count.
     async fn count_words(self, words: u32) -> Option<u32> {
-        let text = PromptGenerator::new(self.kind, words, 1).prompt(0);
+        let text = self.generator(words).prompt(0);
         tokenize_count(self.client, self.api, self.model, &text).await
     }
 
     /// Tokens of prompt `i` of `words` words topped up with `padding`.
     async fn count_padded(self, words: u32, padding: Padding, i: u64) -> Option<u32> {
-        let text = PromptGenerator::new(self.kind, words, 1)
-            .with_padding(padding)
-            .prompt(i);
+        let text = self.generator(words).with_padding(padding).prompt(i);
         tokenize_count(self.client, self.api, self.model, &text).await
     }
 
@@ -745,6 +773,16 @@ mod tests {
         let (a, b) = (a.reusing_prompts(), b.reusing_prompts());
         assert!(a.reuses_prompts());
         assert!((0..100).all(|i| a.prompt(i) == b.prompt(i)));
+    }
+
+    #[test]
+    fn a_fixed_salt_gives_the_same_prompts() {
+        let a = PromptGenerator::new(PromptKind::Random, 50, 0).with_salt(39);
+        let b = PromptGenerator::new(PromptKind::Random, 50, 0).with_salt(39);
+        let c = PromptGenerator::new(PromptKind::Random, 50, 0).with_salt(40);
+        assert!(!a.reuses_prompts());
+        assert!((0..100).all(|i| a.prompt(i) == b.prompt(i) && a.prompt(i) != c.prompt(i)));
+        assert_ne!(a.prompt(0), a.prompt(1));
     }
 
     #[test]

@@ -367,6 +367,42 @@ impl Template {
     }
 }
 
+/// `page` with the given label values set on its `cache_config_info`
+/// sample (any prefix): the settings a vLLM started with other flags would
+/// show (see `vllm_args::vllm_router`). Keys the sample lacks are left out,
+/// so the label set stays the capture's; other lines are copied unchanged.
+pub(crate) fn relabel_cache_config(page: &str, labels: &[(&str, String)]) -> String {
+    let mut out = String::with_capacity(page.len() + 64);
+    for line in page.split_inclusive('\n') {
+        let relabelled = (|| {
+            if line.starts_with('#') {
+                return None;
+            }
+            let (name, rest) = line.split_once('{')?;
+            if !name.ends_with("cache_config_info") {
+                return None;
+            }
+            let (inner, tail) = rest.rsplit_once('}')?;
+            let mut text = format!("{name}{{");
+            for (i, (k, v)) in parse_labels(inner).into_iter().enumerate() {
+                if i > 0 {
+                    text.push(',');
+                }
+                let v = labels
+                    .iter()
+                    .find(|(key, _)| *key == k)
+                    .map_or(v, |(_, new)| new.clone());
+                let _ = write!(text, "{k}=\"{}\"", escape_label(&v));
+            }
+            text.push('}');
+            text.push_str(tail);
+            Some(text)
+        })();
+        out.push_str(relabelled.as_deref().unwrap_or(line));
+    }
+    out
+}
+
 /// `count / seconds`, 0 before anything was timed (as llama-server prints).
 fn per_second(count: u64, seconds: f64) -> f64 {
     if seconds > 0.0 {
@@ -418,6 +454,47 @@ mod tests {
         };
         assert_eq!(strip(&page), strip(VLLM_TEMPLATE));
         assert!(t.family_names().contains(&"vllm:kv_cache_usage_perc"));
+    }
+
+    #[test]
+    fn cache_config_labels_can_be_set_and_keep_their_order() {
+        let t = Template::vllm();
+        let stats = Stats::new(t.histogram_bounds());
+        let page = t.render(&stats, &cfg());
+        let labels = [
+            ("gpu_memory_utilization", "0.95".to_string()),
+            ("cache_dtype", "fp8".to_string()),
+            ("not_a_label", "x".to_string()),
+        ];
+        let out = relabel_cache_config(&page, &labels);
+        assert_eq!(out.lines().count(), page.lines().count());
+        let info = |p: &str| {
+            p.lines()
+                .find(|l| l.starts_with("vllm:cache_config_info{"))
+                .map(str::to_string)
+                .unwrap_or_default()
+        };
+        let (before, after) = (info(&page), info(&out));
+        assert!(before.contains("gpu_memory_utilization=\"0.92\""));
+        assert!(after.contains("gpu_memory_utilization=\"0.95\""), "{after}");
+        assert!(after.contains("cache_dtype=\"fp8\""));
+        assert!(after.contains("num_gpu_blocks=\"8192\""));
+        assert!(!after.contains("not_a_label"));
+        assert!(after.ends_with("} 1.0"));
+        let keys = |l: &str| -> Vec<String> {
+            parse_labels(&l[l.find('{').unwrap_or(0) + 1..l.rfind('}').unwrap_or(0)])
+                .into_iter()
+                .map(|(k, _)| k)
+                .collect()
+        };
+        assert_eq!(keys(&before), keys(&after));
+        let rest = |p: &str| -> Vec<String> {
+            p.lines()
+                .filter(|l| !l.contains("cache_config_info{"))
+                .map(str::to_string)
+                .collect()
+        };
+        assert_eq!(rest(&page), rest(&out));
     }
 
     #[test]

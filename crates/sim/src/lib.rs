@@ -35,10 +35,12 @@ mod api;
 mod blocks;
 mod engine;
 mod expo;
+mod fit;
 mod gpu;
 mod profile;
 mod stats;
 pub mod tokenizer;
+mod vllm_args;
 mod wire;
 
 use std::collections::HashMap;
@@ -50,10 +52,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+pub use fit::{
+    fit_cost_model, fit_report, predict_step, CostParams, Fit, FitError, FitReport, FitStep,
+    ProfileFile, RelErrors, StepFit, StepPrediction,
+};
 pub use profile::{Profile, Shape};
 #[cfg(feature = "hf-tokenizer")]
 pub use tokenizer::HfTokenizer;
 pub use tokenizer::{TextTokenizer, ToyTokenizer};
+pub use vllm_args::{
+    apply_vllm_args, parse_vllm_args, split_args, vllm_router, AppliedArgs, Interconnect,
+    KvCacheDtype, VllmArgsError, VllmSettings, DEFAULT_GPU_MEMORY_UTILIZATION,
+};
 
 /// Errors of the simulator's public API.
 #[derive(Debug, thiserror::Error)]
@@ -316,6 +326,9 @@ pub(crate) struct SimInner {
     pub(crate) start_unix: f64,
     pub(crate) request_counter: AtomicU64,
     pub(crate) gpu: gpu::GpuState,
+    /// The serial frontend stage ([`Profile::frontend_per_request_s`]):
+    /// one request holds it at a time.
+    pub(crate) frontend: tokio::sync::Mutex<()>,
 }
 
 /// A running simulated server. Cheap to clone; the engine task lives while
@@ -371,6 +384,7 @@ impl Sim {
                 start_unix,
                 request_counter: AtomicU64::new(0),
                 gpu,
+                frontend: tokio::sync::Mutex::new(()),
             }),
         })
     }

@@ -47,6 +47,12 @@ pub struct Profile {
     pub kv_bytes_per_block: u64,
     /// Framebuffer size of one GPU in bytes.
     pub gpu_memory_bytes: u64,
+    /// Time a serial frontend (one request at a time: tokenizer, proxy)
+    /// spends on each request before the engine sees it; the engine's own
+    /// clocks (arrival, queue, TTFT histograms) start after it, so it is
+    /// time outside the engine, as a slow API server or load balancer is.
+    #[serde(default)]
+    pub frontend_per_request_s: f64,
     /// Reported as the `modelName` label of the GPU page.
     pub gpu_model_name: String,
 }
@@ -71,7 +77,14 @@ const MIB: u64 = 1024 * 1024;
 
 impl Profile {
     /// Names accepted by [`Profile::named`].
-    pub const NAMES: [&'static str; 4] = ["balanced", "kv-starved", "prefill-heavy", "decode-slow"];
+    pub const NAMES: [&'static str; 6] = [
+        "balanced",
+        "kv-starved",
+        "prefill-heavy",
+        "decode-slow",
+        "scheduler-limited",
+        "slow-frontend",
+    ];
 
     /// A named preset. Costs are loosely modelled on an 8B model on one
     /// H100 so that the demo looks plausible at `time_scale = 1`.
@@ -103,6 +116,22 @@ impl Profile {
                 decode_per_seq_s: 0.002,
                 ..balanced
             },
+            // An ample cache (4096 blocks) behind a small running cap: at
+            // 512x128 eight sequences run and the rest wait with the cache
+            // mostly empty, as vLLM with a low `--max-num-seqs`.
+            "scheduler-limited" => Profile {
+                name: name.to_string(),
+                max_num_seqs: 8,
+                ..balanced
+            },
+            // A single-threaded frontend (tokenizer, proxy) that takes 25 ms
+            // a request before the engine sees it: at most 40 requests/s
+            // reach the GPU, which idles with an empty queue and cache.
+            "slow-frontend" => Profile {
+                name: name.to_string(),
+                frontend_per_request_s: 0.025,
+                ..balanced
+            },
             other => {
                 return Err(SimError::UnknownProfile {
                     name: other.to_string(),
@@ -131,6 +160,7 @@ impl Profile {
             kv_bytes_per_block: 2 * MIB,
             gpu_memory_bytes: 81_559 * MIB,
             gpu_model_name: "NVIDIA H100 80GB HBM3".to_string(),
+            frontend_per_request_s: 0.0,
         }
     }
 
@@ -190,6 +220,7 @@ impl Profile {
             ("step_base_s", self.step_base_s),
             ("decode_per_seq_s", self.decode_per_seq_s),
             ("prefill_per_token_s", self.prefill_per_token_s),
+            ("frontend_per_request_s", self.frontend_per_request_s),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return bad(field, format!("must be a finite number >= 0, found {v}"));

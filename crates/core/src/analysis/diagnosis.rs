@@ -71,7 +71,7 @@ impl Verdict {
     pub fn what_to_try(self) -> &'static str {
         match self {
             Verdict::PrefillBound => {
-                "shorter inputs, chunked prefill, prefix caching, fewer RAG documents"
+                "shorter inputs, prefix caching for shared prefixes, fewer RAG documents; a larger max-num-batched-tokens where the per-step token budget (not compute) binds; chunked prefill; more GPUs (tensor parallel) for prompt compute"
             }
             Verdict::DecodeBound => {
                 "faster-memory GPU, better quantization kernels, FP8/FP4, speculative decoding, shorter context"
@@ -239,12 +239,17 @@ impl<'a> Ctx<'a> {
         fin(self.floor?.1.itl.p95).map(|f| f * self.cfg.high_vs_floor)
     }
 
-    /// The p95 ITL is high but the typical gap (p50) is under half of what
-    /// it is judged against: the tail, not every token, is slow, as when
-    /// other requests' prefill chunks share the decode steps.
+    /// The p95 ITL is high but the typical gap (p50) is not: under half of
+    /// what it is judged against, or under it with the p95 three times the
+    /// p50. The tail, not every token, is slow, as when other requests'
+    /// prefill chunks share the decode steps.
     fn itl_tail_only(&self, i: usize, s: &StepResult) -> bool {
-        match (fin(s.itl.p50), self.itl_reference(i)) {
-            (Some(p50), Some(reference)) => p50 < 0.5 * reference,
+        match (fin(s.itl.p50), fin(s.itl.p95), self.itl_reference(i)) {
+            // Under half the reference at p50, or under it with a p95 three
+            // times the p50: spikes, not every step.
+            (Some(p50), p95, Some(reference)) => {
+                p50 < 0.5 * reference || (p50 < reference && p95.is_some_and(|p| p >= 3.0 * p50))
+            }
             _ => false,
         }
     }
@@ -420,8 +425,11 @@ fn weigh_latency_breakdown(finding: &mut Finding, steps: &[StepResult]) {
     };
     let load = steps.get(i).map(|s| s.load.to_string()).unwrap_or_default();
     let (word, confidence) = if agrees {
-        let up = match finding.confidence {
-            Confidence::Low => Confidence::Medium,
+        // A queue says capacity, not which: the cache or the cap is
+        // settled by the arithmetic alone, whose confidence stands.
+        let up = match (finding.verdict, finding.confidence) {
+            (Verdict::KvCacheCapacity | Verdict::SchedulerLimit, c) => c,
+            (_, Confidence::Low) => Confidence::Medium,
             _ => Confidence::High,
         };
         ("support it", up)
@@ -523,6 +531,12 @@ impl TtftSplit {
         self.queue >= self.prefill && self.queue >= self.outside.unwrap_or(0.0)
     }
 
+    /// Waiting is at least two thirds of TTFT: requests queue whatever a
+    /// waiting gauge sampled at scrapes happened to see.
+    fn queue_clearly_dominated(&self) -> bool {
+        self.queue >= 2.0 * (self.prefill + self.outside.unwrap_or(0.0))
+    }
+
     fn outside_dominated(&self) -> bool {
         self.outside
             .is_some_and(|o| o > self.queue && o > self.prefill)
@@ -616,6 +630,9 @@ fn fit_of(capacity: &EngineCapacity, input: f64, output: f64) -> Option<Fit> {
     }
 }
 
+/// Where tokens per sequence came from when the workload's shape gave them.
+const WORKLOAD: &str = "the workload";
+
 /// Tokens per sequence at one level: the workload's shape where the caller
 /// knows it, else the server's own token counters over its request rate.
 fn tokens_per_request(
@@ -623,7 +640,7 @@ fn tokens_per_request(
     workload: &WorkloadHints,
 ) -> Option<(f64, f64, &'static str)> {
     if let (Some(i), Some(o)) = (workload.input_tokens, workload.output_tokens) {
-        return Some((i as f64, o as f64, "the workload"));
+        return Some((i as f64, o as f64, WORKLOAD));
     }
     let rate = fin(Some(s.request_throughput)).filter(|r| *r > 0.0)?;
     let input = fin(s.server.prompt_tokens_rate)? / rate;
@@ -656,6 +673,42 @@ fn running_plateau(ctx: &Ctx<'_>, i: usize, s: &StepResult) -> Option<f64> {
     Some(above)
 }
 
+/// Why the running sequences' decode steps are slowed at this level: their
+/// typical token gap (p50 TPOT, else p50 ITL) two or three times the floor's,
+/// or, on one level alone, a p95 ITL over its reference at p50 too. A cap on
+/// running sequences keeps the batch, and so the gap, small; a per-step
+/// token budget full of other prompts' chunks stretches every step.
+fn decode_slowed(ctx: &Ctx<'_>, i: usize, s: &StepResult) -> Option<String> {
+    let typical = |t: &StepResult| fin(t.tpot.p50).or(fin(t.itl.p50));
+    if let Some((_, f)) = ctx.floor.filter(|(fi, _)| *fi != i) {
+        let (now, base) = (typical(s)?, typical(f)?);
+        // A bigger batch alone slows each step too (real vLLM, 7 running:
+        // 1.4–1.8x; the simulator, 64: 2.3x). Where one prompt alone already
+        // costs a quarter of the TTFT objective, prompt work is the suspect
+        // and twice the floor's gap suffices; otherwise it takes three times.
+        let prompt_costly = match (fin(f.server.phases.prefill_s), fin(ctx.obj.ttft_p95)) {
+            (Some(prefill), Some(objective)) => prefill >= 0.25 * objective,
+            _ => false,
+        };
+        let ratio = if prompt_costly { 2.0 } else { 3.0 };
+        return (base > 0.0 && now >= ratio * base).then(|| {
+            format!(
+                "the running sequences' p50 token gap {} is {} the floor's {}",
+                fmt::secs(now),
+                fmt::times(now / base),
+                fmt::secs(base)
+            )
+        });
+    }
+    let (high, why) = ctx.itl_state(i, s)?;
+    (high && !ctx.itl_tail_only(i, s)).then(|| {
+        format!(
+            "the running sequences' p95 ITL {} is over ({why}) at p50 too",
+            fmt::secs(fin(s.itl.p95).unwrap_or(0.0))
+        )
+    })
+}
+
 /// Whether the running count sat at its maximum through the level (a hard
 /// cap), rather than varying below it.
 fn pinned(s: &StepResult) -> Option<bool> {
@@ -672,132 +725,202 @@ fn classify_admission(
     s: &StepResult,
     workload: &WorkloadHints,
 ) -> Option<Admission> {
-    let plateau = running_plateau(ctx, i, s);
-    let preempted = s.server.preemptions.filter(|p| *p > 0);
-    let kv_mean = fin(s.server.kv_cache_usage_mean);
-    let kv_max = fin(s.server.kv_cache_usage_max).or(kv_mean);
-    let cap = &workload.capacity;
-    let seqs_cap = cap.max_num_seqs.map(|n| n as f64);
-    let usage = match (kv_mean, kv_max) {
-        (Some(m), Some(x)) => format!(
-            "KV-cache usage mean {}, max {}",
-            fmt::ratio(m),
-            fmt::ratio(x)
-        ),
-        (None, Some(x)) => format!("KV-cache usage max {}", fmt::ratio(x)),
-        _ => "KV-cache usage not reported".to_string(),
-    };
-    let preempt_words = preempted
-        .map(|p| format!(", {p} preemptions"))
-        .unwrap_or_default();
+    let level = LevelFacts::of(ctx, i, s, workload);
     let fit = tokens_per_request(s, workload)
-        .and_then(|(inp, out, from)| fit_of(cap, inp, out).map(|f| (f, from)));
-    if let (Some(p), Some((fit, from))) = (plateau, &fit) {
-        let slack = (0.1 * fit.at_peak).max(1.0);
-        let at_fit = p >= fit.at_peak - slack && p <= fit.at_admission + slack;
-        if at_fit || (p > fit.at_admission + slack && preempted.is_some()) {
-            return Some(Admission::Kv {
-                why: format!(
-                    "{} = running plateau {} (tokens per sequence from {from}); {usage}{preempt_words}",
-                    fit.words,
-                    fmt::num(p)
-                ),
-                confidence: Confidence::High,
-            });
-        }
-        if p < fit.at_peak - slack {
-            if let Some(n) = seqs_cap.filter(|n| (p - n).abs() <= 1.0) {
-                return Some(Admission::Scheduler {
-                    why: format!(
-                        "running plateau {} = max-num-seqs {}, below the {} sequences the KV cache holds ({})",
-                        fmt::num(p),
-                        fmt::num(n),
-                        fmt::num(fit.at_peak),
-                        fit.words
-                    ),
-                    confidence: Confidence::High,
-                });
-            }
-            if preempted.is_some() {
-                return Some(Admission::Kv {
-                    why: format!(
-                        "preemptions while running only {} of the {} sequences the arithmetic fits ({}): \
-                         requests longer than the workload's mean fill the cache; {usage}{preempt_words}",
-                        fmt::num(p),
-                        fmt::num(fit.at_peak),
-                        fit.words
-                    ),
-                    confidence: Confidence::Medium,
-                });
-            }
-            if pinned(s) == Some(false) && seqs_cap.is_none() {
-                return Some(Admission::Compute {
-                    why: format!(
-                        "running varies below its maximum {} with room for {} sequences in the KV cache ({}): \
-                         neither the cache nor a running cap admits no more; {usage}",
-                        fmt::num(p),
-                        fmt::num(fit.at_peak),
-                        fit.words
-                    ),
-                });
-            }
-            return Some(Admission::Scheduler {
-                why: format!(
-                    "running plateau {} below the {} sequences the KV cache holds ({}); {usage}",
-                    fmt::num(p),
-                    fmt::num(fit.at_peak),
-                    fit.words
-                ),
-                confidence: Confidence::Medium,
-            });
+        .and_then(|(inp, out, from)| fit_of(&workload.capacity, inp, out).map(|f| (f, from)));
+    if let (Some(p), Some((fit, from))) = (level.plateau, &fit) {
+        if let Some(admission) = by_arithmetic(ctx, i, s, &level, p, fit, from) {
+            return Some(admission);
         }
     }
-    // The cache's size is unknown: judge by its usage.
+    by_usage(ctx, i, s, &level)
+}
+
+/// What one level shows of the running count, the cache and its cap.
+struct LevelFacts {
+    plateau: Option<f64>,
+    preempted: Option<u64>,
+    kv_mean: Option<f64>,
+    kv_max: Option<f64>,
+    seqs_cap: Option<f64>,
+    /// The cache's usage and preemptions in words.
+    usage: String,
+}
+
+impl LevelFacts {
+    fn of(ctx: &Ctx<'_>, i: usize, s: &StepResult, workload: &WorkloadHints) -> LevelFacts {
+        let preempted = s.server.preemptions.filter(|p| *p > 0);
+        let kv_mean = fin(s.server.kv_cache_usage_mean);
+        let kv_max = fin(s.server.kv_cache_usage_max).or(kv_mean);
+        let mut usage = match (kv_mean, kv_max) {
+            (Some(m), Some(x)) => format!(
+                "KV-cache usage mean {}, max {}",
+                fmt::ratio(m),
+                fmt::ratio(x)
+            ),
+            (None, Some(x)) => format!("KV-cache usage max {}", fmt::ratio(x)),
+            _ => "KV-cache usage not reported".to_string(),
+        };
+        if let Some(p) = preempted {
+            usage.push_str(&format!(", {p} preemptions"));
+        }
+        LevelFacts {
+            plateau: running_plateau(ctx, i, s),
+            preempted,
+            kv_mean,
+            kv_max,
+            seqs_cap: workload.capacity.max_num_seqs.map(|n| n as f64),
+            usage,
+        }
+    }
+}
+
+/// Why the steps are full of prompt work rather than held by a running
+/// cap: no cap is known and the running sequences' gap grew (see
+/// [`decode_slowed`]) or their count varies below its maximum.
+fn prompt_work(ctx: &Ctx<'_>, i: usize, s: &StepResult, level: &LevelFacts) -> Option<String> {
+    if level.seqs_cap.is_some() {
+        return None;
+    }
+    decode_slowed(ctx, i, s).or_else(|| {
+        (pinned(s) == Some(false)).then(|| "the running count varies below its maximum".to_string())
+    })
+}
+
+/// KV cache, running cap or prompt work, from the sequences the cache fits
+/// against the running plateau `p`; `None` where the plateau is above what
+/// the arithmetic fits without preemptions (shared prefixes), for the usage
+/// to decide.
+fn by_arithmetic(
+    ctx: &Ctx<'_>,
+    i: usize,
+    s: &StepResult,
+    level: &LevelFacts,
+    p: f64,
+    fit: &Fit,
+    from: &str,
+) -> Option<Admission> {
+    let usage = &level.usage;
+    // Tokens per request from a window's counters are a mean over requests
+    // in flight (prompts counted when admitted, requests when done), off by
+    // up to a fifth in bursts: a wider margin, and less sure.
+    let (slack, confidence) = if from == WORKLOAD {
+        ((0.1 * fit.at_peak).max(1.0), Confidence::High)
+    } else {
+        ((0.2 * fit.at_peak).max(1.0), Confidence::Medium)
+    };
+    let at_fit = p >= fit.at_peak - slack && p <= fit.at_admission + slack;
+    if at_fit || (p > fit.at_admission + slack && level.preempted.is_some()) {
+        return Some(Admission::Kv {
+            why: format!(
+                "{} = running plateau {} (tokens per sequence from {from}); {usage}",
+                fit.words,
+                fmt::num(p)
+            ),
+            confidence,
+        });
+    }
+    if p >= fit.at_peak - slack {
+        return None;
+    }
+    if let Some(n) = level.seqs_cap.filter(|n| (p - n).abs() <= 1.0) {
+        return Some(Admission::Scheduler {
+            why: format!(
+                "running plateau {} = max-num-seqs {}, below the {} sequences the KV cache holds ({})",
+                fmt::num(p),
+                fmt::num(n),
+                fmt::num(fit.at_peak),
+                fit.words
+            ),
+            confidence: Confidence::High,
+        });
+    }
+    if level.preempted.is_some() {
+        return Some(Admission::Kv {
+            why: format!(
+                "preemptions while running only {} of the {} sequences the arithmetic fits ({}): \
+                 requests longer than the workload's mean fill the cache; {usage}",
+                fmt::num(p),
+                fmt::num(fit.at_peak),
+                fit.words
+            ),
+            confidence: Confidence::Medium,
+        });
+    }
+    if let Some(slowed) = prompt_work(ctx, i, s, level) {
+        return Some(Admission::Compute {
+            why: format!(
+                "running {} with room for {} sequences in the KV cache ({}), and {slowed}: the \
+                 steps are full of prompt work, so the per-step token budget \
+                 (max-num-batched-tokens) or prefill compute admits no more; {usage}",
+                fmt::num(p),
+                fmt::num(fit.at_peak),
+                fit.words
+            ),
+        });
+    }
+    Some(Admission::Scheduler {
+        why: format!(
+            "running plateau {} below the {} sequences the KV cache holds ({}); {usage}",
+            fmt::num(p),
+            fmt::num(fit.at_peak),
+            fit.words
+        ),
+        confidence: Confidence::Medium,
+    })
+}
+
+/// The cache's size is unknown (or the arithmetic left it open): judge by
+/// its usage and preemptions.
+fn by_usage(ctx: &Ctx<'_>, i: usize, s: &StepResult, level: &LevelFacts) -> Option<Admission> {
+    let usage = &level.usage;
     let unknown = "KV-cache size not reported, judged by usage";
-    let full = preempted.is_some()
-        || kv_mean.is_some_and(|m| m >= ctx.cfg.kv_usage_mean_full)
-        || kv_max.is_some_and(|m| m >= ctx.cfg.kv_usage_high);
-    let plateau_words = plateau
+    let full = level.preempted.is_some()
+        || level
+            .kv_mean
+            .is_some_and(|m| m >= ctx.cfg.kv_usage_mean_full)
+        || level.kv_max.is_some_and(|m| m >= ctx.cfg.kv_usage_high);
+    let plateau_words = level
+        .plateau
         .map(|p| format!("running plateau {}, ", fmt::num(p)))
         .unwrap_or_default();
     if full {
         return Some(Admission::Kv {
-            why: format!("{plateau_words}{usage}{preempt_words} ({unknown})"),
-            confidence: Confidence::Medium,
-        });
-    }
-    let room = kv_max.is_some_and(|m| m < ctx.cfg.kv_usage_room);
-    // Without the running count a cap cannot be seen.
-    let p = plateau?;
-    if let Some(n) = seqs_cap {
-        if (p - n).abs() <= 1.0 && room {
-            return Some(Admission::Scheduler {
-                why: format!(
-                    "running plateau {} = max-num-seqs {}; {usage}",
-                    fmt::num(p),
-                    fmt::num(n)
-                ),
-                confidence: Confidence::High,
-            });
-        }
-    }
-    if room {
-        if pinned(s) == Some(false) && seqs_cap.is_none() {
-            return Some(Admission::Compute {
-                why: format!(
-                    "{plateau_words}running varies below its maximum; {usage} ({unknown})"
-                ),
-            });
-        }
-        return Some(Admission::Scheduler {
             why: format!("{plateau_words}{usage} ({unknown})"),
             confidence: Confidence::Medium,
         });
     }
-    // Between room and full the cache neither binds nor clearly has room.
-    Some(Admission::Kv {
-        why: format!("{plateau_words}{usage} ({unknown}; the cache is between room and full)"),
-        confidence: Confidence::Low,
+    let room = level.kv_max.is_some_and(|m| m < ctx.cfg.kv_usage_room);
+    // Without the running count a cap cannot be seen.
+    let p = level.plateau?;
+    if let Some(n) = level.seqs_cap.filter(|n| (p - n).abs() <= 1.0 && room) {
+        return Some(Admission::Scheduler {
+            why: format!(
+                "running plateau {} = max-num-seqs {}; {usage}",
+                fmt::num(p),
+                fmt::num(n)
+            ),
+            confidence: Confidence::High,
+        });
+    }
+    if !room {
+        // Between room and full the cache neither binds nor clearly has room.
+        return Some(Admission::Kv {
+            why: format!("{plateau_words}{usage} ({unknown}; the cache is between room and full)"),
+            confidence: Confidence::Low,
+        });
+    }
+    if let Some(slowed) = prompt_work(ctx, i, s, level) {
+        return Some(Admission::Compute {
+            why: format!(
+                "{plateau_words}{slowed}: the steps are full of prompt work (token budget or \
+                 prefill compute); {usage} ({unknown})"
+            ),
+        });
+    }
+    Some(Admission::Scheduler {
+        why: format!("{plateau_words}{usage} ({unknown})"),
+        confidence: Confidence::Medium,
     })
 }
 
@@ -810,7 +933,10 @@ fn admission_limit(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
     ctx.sel.usable.iter().find_map(|&(i, s)| {
         let split = TtftSplit::of(s);
         let waits = match split {
-            Some(sp) => sp.queue_dominated() && (queues(s) || waiting_of(s).is_none()),
+            Some(sp) => {
+                sp.queue_clearly_dominated()
+                    || (sp.queue_dominated() && (queues(s) || waiting_of(s).is_none()))
+            }
             None => queues(s),
         };
         if !waits {
@@ -856,18 +982,24 @@ fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
     ctx.sel.usable.iter().find_map(|&(i, s)| {
         let near = ctx.split_near(i);
         let own = near.filter(|(_, own)| *own).map(|(sp, _)| sp);
-        let waits = match own {
-            Some(sp) => sp.queue_dominated(),
-            None => queues(s),
-        };
+        // Queue time with no one counted waiting is a step or two spent for
+        // the token budget: prompt work, this rule's. Queueing counted in
+        // the gauge is [`admission_limit`]'s.
+        let waits = own.is_some_and(|sp| sp.queue_clearly_dominated())
+            || match waiting_of(s) {
+                Some(_) => queues(s) && own.is_none_or(|sp| sp.queue_dominated()),
+                None => own.is_some_and(|sp| sp.queue_dominated()),
+            };
         if waits || near.is_some_and(|(sp, _)| sp.outside_dominated()) {
             return None;
         }
         let split = own;
-        let why = ctx.ttft_high(i, s)?;
+        let ttft_why = ctx.ttft_high(i, s);
         let (itl_high, itl_why) = ctx.itl_state(i, s)?;
         let tail = itl_high && ctx.itl_tail_only(i, s);
-        if itl_high && !tail {
+        // TTFT high with ITL fine (or over only in its tail), or TTFT fine
+        // and ITL over only in its tail: prompts' chunks stretch some steps.
+        if !tail && (itl_high || ttft_why.is_none()) {
             return None;
         }
         let ttft = fin(s.ttft.p95)?;
@@ -881,11 +1013,19 @@ fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
         } else {
             format!("p95 ITL {} is fine ({itl_why})", fmt::secs(itl))
         };
-        let mut ev = format!(
-            "p95 TTFT {} at {} ({why}) while {itl_words}",
-            fmt::secs(ttft),
-            s.load
-        );
+        let mut ev = match ttft_why {
+            Some(why) => format!(
+                "p95 TTFT {} at {} ({why}) while {itl_words}",
+                fmt::secs(ttft),
+                s.load
+            ),
+            None => format!(
+                "at {} {itl_words}, while p95 TTFT {} is within bounds; lower max-num-batched-tokens \
+                 for smaller chunks",
+                s.load,
+                fmt::secs(ttft)
+            ),
+        };
         if let Some(n) = workload.input_tokens {
             ev.push_str(&format!(", input {n} tokens"));
         }
@@ -994,8 +1134,9 @@ fn unexplained_breach(ctx: &Ctx<'_>, explained: &[Finding]) -> Option<Finding> {
     })
 }
 
-/// ITL high already at the floor: one sequence alone decodes slowly, which
-/// no batching or scheduling fixes.
+/// ITL high, at its p50 as well as its p95, already at a low-load floor (at
+/// most 4 requests in flight): one sequence alone decodes slowly, which no
+/// batching or scheduling fixes.
 fn decode_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
     let (i, s) = ctx.floor?;
     let (high, why) = ctx.itl_state(i, s)?;
@@ -1012,10 +1153,13 @@ fn decode_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
     }
     // "Already at low load" is what makes it decode: the further the floor
     // is from one request alone, the more of its ITL is batching.
+    // Above a few requests the gap is the batch's as much as the GPU's: an
+    // ITL miss there with no other cause is said as such, not as decode.
     let mut confidence = match s.load {
         Load::Concurrency(1) => Confidence::High,
         Load::Concurrency(c) if c <= 4 => Confidence::Medium,
-        _ => Confidence::Low,
+        Load::Concurrency(_) => return None,
+        Load::RequestRate(_) => Confidence::Low,
     };
     if let Some(bw) = fin(s.server.gpu_mem_bw_util_mean) {
         ev.push_str(&format!(
@@ -1048,6 +1192,16 @@ fn outside_gpu(ctx: &Ctx<'_>, steps: &[StepResult]) -> Option<Finding> {
         }
         let gain = gain_per_doubling(m.of(a), m.of(b), &a.load, &b.load)?;
         if gain >= ctx.cfg.saturation_gain_threshold {
+            return None;
+        }
+        // Flat throughput whose latency did not rise (by half, or to high)
+        // is load that never reached the server, or bursty traffic between
+        // a window's bands: not a limit.
+        let rose = match (fin(a.ttft.p95), fin(b.ttft.p95)) {
+            (Some(ta), Some(tb)) => ta > 0.0 && tb >= 1.5 * ta,
+            _ => false,
+        };
+        if !rose && ctx.ttft_rising(bi, b).is_none() {
             return None;
         }
         let util = fin(b.server.gpu_util_mean)?;

@@ -27,6 +27,7 @@ mod live;
 mod passive;
 mod saturation;
 
+pub use crate::catalog::EngineCapacity;
 pub use breakdown::{
     latency_breakdown, ClientMeans, DominantPart, E2eBreakdown, LatencyBreakdown, NoBreakdown,
     ServerPhases, TtftBreakdown,
@@ -358,22 +359,6 @@ impl Default for Objectives {
             max_error_rate: DEFAULT_MAX_ERROR_RATE,
         }
     }
-}
-
-/// What the engine says about its own capacity: the KV cache's size and
-/// the cap on running sequences, where known (vLLM `cache_config_info`
-/// `num_gpu_blocks` × `block_size`; SGLang `max_total_num_tokens`; a
-/// `[targets.engine]` hint). `None` is "not reported".
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct EngineCapacity {
-    pub kv_blocks: Option<u64>,
-    /// Tokens per KV block.
-    pub block_size: Option<u64>,
-    /// The cache's size in tokens, for engines that report tokens rather
-    /// than blocks.
-    pub kv_tokens: Option<u64>,
-    /// The most sequences the scheduler runs at once (vLLM max-num-seqs).
-    pub max_num_seqs: Option<u64>,
 }
 
 impl EngineCapacity {

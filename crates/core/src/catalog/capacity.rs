@@ -10,8 +10,23 @@
 //!   share one pool (the largest is taken), data-parallel ranks add up.
 //! * llama.cpp, TGI, TensorRT-LLM: no size on the page; unknown.
 
-use crate::analysis::EngineCapacity;
 use crate::exposition::Exposition;
+
+/// What the engine says about its own capacity: the KV cache's size and
+/// the cap on running sequences, where known (vLLM `cache_config_info`
+/// `num_gpu_blocks` × `block_size`; SGLang `max_total_num_tokens`; a
+/// `[targets.engine]` hint). `None` is "not reported".
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct EngineCapacity {
+    pub kv_blocks: Option<u64>,
+    /// Tokens per KV block.
+    pub block_size: Option<u64>,
+    /// The cache's size in tokens, for engines that report tokens rather
+    /// than blocks.
+    pub kv_tokens: Option<u64>,
+    /// The most sequences the scheduler runs at once (vLLM max-num-seqs).
+    pub max_num_seqs: Option<u64>,
+}
 
 /// The capacity `page` reports; every field `None` where it says nothing.
 pub fn engine_capacity(page: &Exposition<'_>) -> EngineCapacity {

@@ -22,7 +22,7 @@ mod capacity;
 mod normalize;
 mod rules;
 
-pub use capacity::engine_capacity;
+pub use capacity::{engine_capacity, EngineCapacity};
 pub use normalize::{engine_may_expose, normalize, source_names};
 
 /// The server software of a target (or `Dcgm` for a GPU exporter page).

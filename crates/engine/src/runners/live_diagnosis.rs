@@ -54,7 +54,10 @@ impl LiveJob {
                 ..Objectives::default()
             },
             metrics_url: target.metrics_url(),
-            capacity: EngineCapacity::default(),
+            capacity: EngineCapacity {
+                max_num_seqs: target.max_num_seqs.map(u64::from),
+                ..EngineCapacity::default()
+            },
         }
     }
 }
@@ -206,7 +209,11 @@ pub async fn run_live_diagnosis(
         if let (true, Some(http), Some((_, jobs))) = (due, &http, jobs_of.as_mut()) {
             for job in jobs.iter_mut() {
                 if let Some(capacity) = read_capacity(http, &job.metrics_url).await {
-                    job.capacity = capacity;
+                    // The configured cap stands where the page says none.
+                    job.capacity = EngineCapacity {
+                        max_num_seqs: capacity.max_num_seqs.or(job.capacity.max_num_seqs),
+                        ..capacity
+                    };
                 }
             }
             capacity_read = Some(tokio::time::Instant::now());

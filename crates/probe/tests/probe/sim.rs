@@ -85,8 +85,25 @@ async fn a_dropped_run_on_the_measuring_thread_closes_its_streams() {
     let run = thread.run(client, RunConfig::closed(4, 4), |i| {
         ProbeRequest::fixed(Api::Completions, "sim-llama", format!("long {i}"), 4_000)
     });
-    let cut = tokio::time::timeout(Duration::from_millis(800), run).await;
-    assert!(cut.is_err(), "the run should still be streaming");
+    // Cut it once all four stream (polled with a deadline: a fixed wait may
+    // end before a loaded machine has sent them all).
+    let mut run = Box::pin(run);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let streaming = async {
+        loop {
+            let s = sim.snapshot();
+            if s.running == 4 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "not all streaming: {s:?}");
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::select! {
+        _ = &mut run => panic!("the run ended; it should still be streaming"),
+        () = streaming => {}
+    }
+    drop(run);
     assert_eq!(sim.snapshot().finished_aborted, 0);
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {

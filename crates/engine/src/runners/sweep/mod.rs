@@ -24,6 +24,7 @@ pub mod card;
 mod error;
 pub mod evidence;
 mod persist;
+pub mod rejudge;
 mod report;
 pub mod schedule;
 mod settings;

@@ -144,10 +144,21 @@ fn code_of(verdict: Verdict) -> &'static str {
     LiveKind::Bottleneck(verdict).code()
 }
 
+/// The simulator for a scenario: the limits that are settings of a real
+/// vLLM are given as its flags on the `balanced` cost model, as a user
+/// would induce them; the rest are named profiles (costs, a frontend).
 async fn sim(profile: &str) -> (Sim, String, String) {
-    let (sim, engine, gpu) = start(&SimArgs::loopback(profile, MODEL, TIME_SCALE).with_gpu_page())
-        .await
-        .expect("simulator starts");
+    let (base, flags) = match profile {
+        "kv-starved" => (
+            "balanced",
+            "--num-gpu-blocks-override 256 --max-model-len 2048",
+        ),
+        "scheduler-limited" => ("balanced", "--max-num-seqs 8"),
+        other => (other, ""),
+    };
+    let mut args = SimArgs::loopback(base, MODEL, TIME_SCALE).with_gpu_page();
+    args.vllm_args = flags.split_whitespace().map(str::to_string).collect();
+    let (sim, engine, gpu) = start(&args).await.expect("simulator starts");
     let gpu = gpu.expect("GPU page requested");
     (
         sim,

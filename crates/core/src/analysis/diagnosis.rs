@@ -673,49 +673,36 @@ fn running_plateau(ctx: &Ctx<'_>, i: usize, s: &StepResult) -> Option<f64> {
     Some(above)
 }
 
-/// Why the running sequences' decode steps are slowed at this level: their
-/// typical token gap (p50 TPOT, else p50 ITL) two or three times the floor's,
-/// or, on one level alone, a p95 ITL over its reference at p50 too. A cap on
-/// running sequences keeps the batch, and so the gap, small; a per-step
-/// token budget full of other prompts' chunks stretches every step.
-fn decode_slowed(ctx: &Ctx<'_>, i: usize, s: &StepResult) -> Option<String> {
-    let typical = |t: &StepResult| fin(t.tpot.p50).or(fin(t.itl.p50));
-    if let Some((_, f)) = ctx.floor.filter(|(fi, _)| *fi != i) {
-        let (now, base) = (typical(s)?, typical(f)?);
-        // A bigger batch alone slows each step too (real vLLM, 7 running:
-        // 1.4–1.8x; the simulator, 64: 2.3x). Where one prompt alone already
-        // costs a quarter of the TTFT objective, prompt work is the suspect
-        // and twice the floor's gap suffices; otherwise it takes three times.
-        let prompt_costly = match (fin(f.server.phases.prefill_s), fin(ctx.obj.ttft_p95)) {
-            (Some(prefill), Some(objective)) => prefill >= 0.25 * objective,
-            _ => false,
-        };
-        let ratio = if prompt_costly { 2.0 } else { 3.0 };
-        return (base > 0.0 && now >= ratio * base).then(|| {
-            format!(
-                "the running sequences' p50 token gap {} is {} the floor's {}",
-                fmt::secs(now),
-                fmt::times(now / base),
-                fmt::secs(base)
-            )
-        });
-    }
-    let (high, why) = ctx.itl_state(i, s)?;
-    (high && !ctx.itl_tail_only(i, s)).then(|| {
+/// Why this level's engine steps are full of prompt work: each step (one
+/// token gap, p50) carried at least [`PROMPT_TOKENS_PER_DECODE`] prompt
+/// tokens for every sequence it decoded. A cap on running sequences or a
+/// full cache leaves steps mostly decoding (real vLLM 0.32, 512x128: 2–3
+/// prompt tokens a decoding sequence; the simulator at 64 running: 3); a
+/// per-step token budget filled with prompt chunks does not (1 536-token
+/// prompts, a 256-token budget: 27).
+fn prompt_heavy_steps(s: &StepResult, workload: &WorkloadHints) -> Option<String> {
+    let gap = fin(s.tpot.p50).or(fin(s.itl.p50)).filter(|g| *g > 0.0)?;
+    let prompt_rate = fin(s.server.prompt_tokens_rate).or_else(|| {
+        let input = workload.input_tokens? as f64;
+        fin(Some(s.request_throughput)).map(|r| r * input)
+    })?;
+    let decoding = fin(s.server.requests_running_mean)
+        .or(fin(s.server.requests_running_max))
+        .filter(|r| *r >= 1.0)?;
+    let per_decode = prompt_rate * gap / decoding;
+    (per_decode >= PROMPT_TOKENS_PER_DECODE).then(|| {
         format!(
-            "the running sequences' p95 ITL {} is over ({why}) at p50 too",
-            fmt::secs(fin(s.itl.p95).unwrap_or(0.0))
+            "each engine step ({} token gap) carried {} prompt tokens for each of its {} decoding \
+             sequences",
+            fmt::secs(gap),
+            fmt::num(per_decode.round()),
+            fmt::num(decoding)
         )
     })
 }
 
-/// Whether the running count sat at its maximum through the level (a hard
-/// cap), rather than varying below it.
-fn pinned(s: &StepResult) -> Option<bool> {
-    let mean = fin(s.server.requests_running_mean)?;
-    let max = fin(s.server.requests_running_max)?;
-    Some(max > 0.0 && mean >= 0.85 * max - 0.5)
-}
+/// See [`prompt_heavy_steps`].
+const PROMPT_TOKENS_PER_DECODE: f64 = 8.0;
 
 /// KV capacity or a scheduler cap, by arithmetic where the engine reports
 /// its cache, else by what the cache usage and preemptions show.
@@ -729,11 +716,11 @@ fn classify_admission(
     let fit = tokens_per_request(s, workload)
         .and_then(|(inp, out, from)| fit_of(&workload.capacity, inp, out).map(|f| (f, from)));
     if let (Some(p), Some((fit, from))) = (level.plateau, &fit) {
-        if let Some(admission) = by_arithmetic(ctx, i, s, &level, p, fit, from) {
+        if let Some(admission) = by_arithmetic(&level, p, fit, from) {
             return Some(admission);
         }
     }
-    by_usage(ctx, i, s, &level)
+    by_usage(ctx, &level)
 }
 
 /// What one level shows of the running count, the cache and its cap.
@@ -745,6 +732,9 @@ struct LevelFacts {
     seqs_cap: Option<f64>,
     /// The cache's usage and preemptions in words.
     usage: String,
+    /// Why the steps are full of prompt work (see [`prompt_heavy_steps`]),
+    /// where no running cap is known.
+    prompt_work: Option<String>,
 }
 
 impl LevelFacts {
@@ -771,35 +761,21 @@ impl LevelFacts {
             kv_max,
             seqs_cap: workload.capacity.max_num_seqs.map(|n| n as f64),
             usage,
+            prompt_work: workload
+                .capacity
+                .max_num_seqs
+                .is_none()
+                .then(|| prompt_heavy_steps(s, workload))
+                .flatten(),
         }
     }
-}
-
-/// Why the steps are full of prompt work rather than held by a running
-/// cap: no cap is known and the running sequences' gap grew (see
-/// [`decode_slowed`]) or their count varies below its maximum.
-fn prompt_work(ctx: &Ctx<'_>, i: usize, s: &StepResult, level: &LevelFacts) -> Option<String> {
-    if level.seqs_cap.is_some() {
-        return None;
-    }
-    decode_slowed(ctx, i, s).or_else(|| {
-        (pinned(s) == Some(false)).then(|| "the running count varies below its maximum".to_string())
-    })
 }
 
 /// KV cache, running cap or prompt work, from the sequences the cache fits
 /// against the running plateau `p`; `None` where the plateau is above what
 /// the arithmetic fits without preemptions (shared prefixes), for the usage
 /// to decide.
-fn by_arithmetic(
-    ctx: &Ctx<'_>,
-    i: usize,
-    s: &StepResult,
-    level: &LevelFacts,
-    p: f64,
-    fit: &Fit,
-    from: &str,
-) -> Option<Admission> {
+fn by_arithmetic(level: &LevelFacts, p: f64, fit: &Fit, from: &str) -> Option<Admission> {
     let usage = &level.usage;
     // Tokens per request from a window's counters are a mean over requests
     // in flight (prompts counted when admitted, requests when done), off by
@@ -847,7 +823,7 @@ fn by_arithmetic(
             confidence: Confidence::Medium,
         });
     }
-    if let Some(slowed) = prompt_work(ctx, i, s, level) {
+    if let Some(slowed) = &level.prompt_work {
         return Some(Admission::Compute {
             why: format!(
                 "running {} with room for {} sequences in the KV cache ({}), and {slowed}: the \
@@ -872,7 +848,7 @@ fn by_arithmetic(
 
 /// The cache's size is unknown (or the arithmetic left it open): judge by
 /// its usage and preemptions.
-fn by_usage(ctx: &Ctx<'_>, i: usize, s: &StepResult, level: &LevelFacts) -> Option<Admission> {
+fn by_usage(ctx: &Ctx<'_>, level: &LevelFacts) -> Option<Admission> {
     let usage = &level.usage;
     let unknown = "KV-cache size not reported, judged by usage";
     let full = level.preempted.is_some()
@@ -910,7 +886,7 @@ fn by_usage(ctx: &Ctx<'_>, i: usize, s: &StepResult, level: &LevelFacts) -> Opti
             confidence: Confidence::Low,
         });
     }
-    if let Some(slowed) = prompt_work(ctx, i, s, level) {
+    if let Some(slowed) = &level.prompt_work {
         return Some(Admission::Compute {
             why: format!(
                 "{plateau_words}{slowed}: the steps are full of prompt work (token budget or \

@@ -576,6 +576,20 @@ fn queues(s: &StepResult) -> bool {
     }
 }
 
+/// Whether the engine held requests back at this level: a request or more
+/// waiting on average (else, with no waiting gauge, fewer running than were
+/// offered). Less than that is a step or two spent for the token budget
+/// while everything offered runs, not a cap.
+fn held_back(s: &StepResult) -> bool {
+    match (fin(s.server.requests_waiting_mean), s.load) {
+        (Some(w), _) => w >= 1.0,
+        (None, Load::Concurrency(c)) => {
+            fin(s.server.requests_running_max).is_none_or(|r| r + 1.0 < f64::from(c))
+        }
+        (None, Load::RequestRate(_)) => true,
+    }
+}
+
 /// How sequences of the workload's length fit in the engine's KV cache.
 struct Fit {
     /// Sequences that fit when every one holds its whole length (prompt +
@@ -911,9 +925,11 @@ fn admission_limit(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
         let waits = match split {
             Some(sp) => {
                 sp.queue_clearly_dominated()
-                    || (sp.queue_dominated() && (queues(s) || waiting_of(s).is_none()))
+                    || (sp.queue_dominated()
+                        && held_back(s)
+                        && (queues(s) || waiting_of(s).is_none()))
             }
-            None => queues(s),
+            None => queues(s) && held_back(s),
         };
         if !waits {
             return None;
@@ -962,10 +978,11 @@ fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
         // the token budget: prompt work, this rule's. Queueing counted in
         // the gauge is [`admission_limit`]'s.
         let waits = own.is_some_and(|sp| sp.queue_clearly_dominated())
-            || match waiting_of(s) {
-                Some(_) => queues(s) && own.is_none_or(|sp| sp.queue_dominated()),
-                None => own.is_some_and(|sp| sp.queue_dominated()),
-            };
+            || (held_back(s)
+                && match waiting_of(s) {
+                    Some(_) => queues(s) && own.is_none_or(|sp| sp.queue_dominated()),
+                    None => own.is_some_and(|sp| sp.queue_dominated()),
+                });
         if waits || near.is_some_and(|(sp, _)| sp.outside_dominated()) {
             return None;
         }
@@ -975,12 +992,18 @@ fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
         let tail = itl_high && ctx.itl_tail_only(i, s);
         // TTFT high with ITL fine (or over only in its tail), or TTFT fine
         // and ITL over only in its tail: prompts' chunks stretch some steps.
-        if !tail && (itl_high || ttft_why.is_none()) {
+        // With TTFT high and every step full of prompt work, a high ITL is
+        // that same work, not decode.
+        let heavy = itl_high && !tail && ttft_why.is_some();
+        let heavy = heavy.then(|| prompt_heavy_steps(s, workload)).flatten();
+        if !tail && heavy.is_none() && (itl_high || ttft_why.is_none()) {
             return None;
         }
         let ttft = fin(s.ttft.p95)?;
         let itl = fin(s.itl.p95)?;
-        let itl_words = if tail {
+        let itl_words = if let Some(heavy) = heavy {
+            format!("p95 ITL {} is over ({itl_why}) as {heavy}", fmt::secs(itl))
+        } else if tail {
             format!(
                 "p95 ITL {} is over ({itl_why}) only in its tail (p50 {}): prompts' chunks share the decode steps",
                 fmt::secs(itl),

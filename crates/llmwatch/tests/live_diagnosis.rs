@@ -341,3 +341,75 @@ async fn prefill_decode_and_scheduler_profiles_get_their_verdicts() {
     let seqs = verdicts[2]["evidence"].as_str().unwrap_or_default();
     assert!(seqs.contains("running plateau 64"), "{seqs}");
 }
+
+/// One story per target: the live verdict carries its last finished sweep's
+/// verdict beside it, agreeing, or saying why the two may differ.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_live_verdict_stands_beside_the_last_sweep() {
+    use llmwatch_store::{LiveVerdictRow, Store, SweepEnd, SweepStatus};
+    let _serial = SERIAL.lock().await;
+    // A target nobody serves, judged once at start and then not for an hour.
+    let daemon = common::spawn_daemon(
+        "[server]\nlive_interval = \"1h\"\n[[targets]]\nname = \"t\"\nurl = \"http://127.0.0.1:9\"\n",
+    )
+    .await;
+    let base = daemon.base_url();
+    let client = reqwest::Client::new();
+    common::wait_for("the first live verdict", Duration::from_secs(20), || {
+        let (client, base) = (client.clone(), base.clone());
+        async move { live_of(&client, &base, "t").await }
+    })
+    .await;
+    let store = Store::open(&daemon.database()).await.expect("store opens");
+    let target = store
+        .target_by_name("t")
+        .await
+        .expect("read")
+        .expect("target row");
+    let now = llmwatch_engine::sources::scrape::now_ms();
+    let sweep = common::insert_running_sweep(&store, "t", now - 60_000).await;
+    let verdict = serde_json::json!({ "findings": [
+        { "verdict": "client-bound steps" },
+        { "verdict": "KV-cache capacity" },
+    ]});
+    store
+        .finish_sweep(
+            sweep,
+            &SweepEnd {
+                ended_ms: now - 30_000,
+                verdict_json: Some(verdict.to_string()),
+                stop_reason: None,
+                status: SweepStatus::Completed,
+            },
+        )
+        .await
+        .expect("sweep finished");
+    let judge = |code: &str| LiveVerdictRow {
+        ts_ms: llmwatch_engine::sources::scrape::now_ms(),
+        verdict: code.to_string(),
+        confidence: "medium".into(),
+        evidence: "test".into(),
+        what_to_try: String::new(),
+        samples: 10,
+    };
+    store
+        .record_live_verdict(target.id, &judge("kv_cache_capacity"))
+        .await
+        .expect("verdict");
+    let live = live_of(&client, &base, "t").await.expect("live verdict");
+    assert_eq!(live["sweep"]["id"], sweep, "{live}");
+    assert_eq!(live["sweep"]["verdict"], "KV-cache capacity", "{live}");
+    assert_eq!(live["sweep"]["agrees"], true, "{live}");
+    store
+        .record_live_verdict(target.id, &judge("healthy"))
+        .await
+        .expect("verdict");
+    let live = live_of(&client, &base, "t").await.expect("live verdict");
+    assert_eq!(live["sweep"]["agrees"], false, "{live}");
+    let note = live["sweep"]["note"].as_str().unwrap_or_default();
+    assert!(
+        note.contains("a limit the traffic has not reached"),
+        "{note}"
+    );
+    daemon.daemon.shutdown().await;
+}

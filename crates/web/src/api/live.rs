@@ -4,7 +4,8 @@
 use axum::extract::{Path, State};
 use axum::routing::{get, MethodRouter};
 use axum::Json;
-use llmwatch_store::{LiveVerdictRow, Store, TargetRow};
+use llmwatch_core::analysis::{LiveKind, Verdict};
+use llmwatch_store::{LiveVerdictRow, Store, SweepRow, TargetRow};
 use serde_json::{json, Value};
 
 use super::{
@@ -31,9 +32,69 @@ fn verdict_json(row: Option<&LiveVerdictRow>) -> Value {
     Value::Object(out)
 }
 
-/// The target's current live verdict, for `/api/v1/targets/{name}`.
+/// The target's current live verdict, for `/api/v1/targets/{name}`, with
+/// its last finished sweep's verdict beside it (`sweep`): one story, or
+/// why the two differ.
 pub(super) async fn live_json(store: &Store, target: &TargetRow) -> Result<Value, ApiError> {
-    Ok(verdict_json(store.live_verdict(target.id).await?.as_ref()))
+    let live = store.live_verdict(target.id).await?;
+    let mut out = verdict_json(live.as_ref());
+    if let (Some(row), Some(map)) = (live.as_ref(), out.as_object_mut()) {
+        let sweep = store.last_finished_sweep_of(&target.name).await?;
+        map.insert("sweep".into(), sweep_beside(row, sweep.as_ref()));
+    }
+    Ok(out)
+}
+
+/// The sweep's leading verdict (its first finding that is not about the
+/// client) beside the live one: `null` without a finished sweep.
+fn sweep_beside(live: &LiveVerdictRow, sweep: Option<&SweepRow>) -> Value {
+    let Some(sweep) = sweep else {
+        return Value::Null;
+    };
+    let verdict: Option<String> = sweep
+        .verdict_json
+        .as_deref()
+        .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        .and_then(|v| {
+            v.get("findings")?
+                .as_array()?
+                .iter()
+                .filter_map(|f| f.get("verdict")?.as_str())
+                .find(|name| *name != Verdict::ClientBound.name())
+                .map(str::to_string)
+        });
+    let live_name = LiveKind::from_code(&live.verdict).map(LiveKind::name);
+    let agrees = match (&verdict, live_name) {
+        (Some(sweep), Some(live)) => sweep == live,
+        (None, Some(live)) => live == LiveKind::Healthy.name(),
+        _ => false,
+    };
+    let sweep_words = verdict
+        .clone()
+        .unwrap_or_else(|| "no bottleneck".to_string());
+    let note = if agrees {
+        format!(
+            "the last sweep (#{}) found the same: {sweep_words}",
+            sweep.id
+        )
+    } else {
+        let live_words = live_name.unwrap_or(live.verdict.as_str());
+        format!(
+            "the last sweep (#{}) found {sweep_words}, the live window says {live_words}: the \
+             sweep read a controlled ramp to its highest load, the live window reads the traffic \
+             of its last minutes, so a limit the traffic has not reached shows only in the sweep, \
+             and a change of the server's settings since the sweep (compare its card with the \
+             server's) shows only live",
+            sweep.id
+        )
+    };
+    let mut out = serde_json::Map::new();
+    out.insert("id".into(), json!(sweep.id));
+    out.insert("verdict".into(), json!(verdict));
+    out.insert("agrees".into(), json!(agrees));
+    out.insert("note".into(), json!(note));
+    time_fields(&mut out, "ended", sweep.ended_ms);
+    Value::Object(out)
 }
 
 async fn live_timeline(

@@ -105,9 +105,9 @@ const SWEEP_STATUSES: &[&str] = &[
     "interrupted",
 ];
 
-/// A live verdict, `null` before the first evaluation.
-fn live_verdict() -> Value {
-    let verdict = with_times(
+/// A live verdict's fields.
+fn live_fields() -> Value {
+    with_times(
         json!({
             "verdict": string(),
             "confidence": string(),
@@ -116,7 +116,33 @@ fn live_verdict() -> Value {
             "samples": integer(),
         }),
         &[("evaluated", false)],
+    )
+}
+
+/// A live verdict, `null` before the first evaluation.
+fn live_verdict() -> Value {
+    json!({ "anyOf": [live_fields(), { "type": "null" }] })
+}
+
+/// The live verdict inside a target's answer: with its last finished
+/// sweep's verdict beside it (`null` without one).
+fn live_verdict_with_sweep() -> Value {
+    let sweep = with_times(
+        json!({
+            "id": integer(),
+            "verdict": nullable("string"),
+            "agrees": { "type": "boolean" },
+            "note": string(),
+        }),
+        &[("ended", true)],
     );
+    let mut verdict = live_fields();
+    if let Some(props) = verdict.get_mut("properties").and_then(Value::as_object_mut) {
+        props.insert(
+            "sweep".into(),
+            json!({ "anyOf": [sweep, { "type": "null" }] }),
+        );
+    }
     json!({ "anyOf": [verdict, { "type": "null" }] })
 }
 
@@ -153,7 +179,7 @@ pub fn target() -> Value {
         },
         "probe_window_s": integer(),
         "firing_alerts": array(string()),
-        "live": live_verdict(),
+        "live": live_verdict_with_sweep(),
         // Engine targets: the breakdown over the probe window, or why none.
         "latency_breakdown": {
             "type": ["object", "null"],

@@ -5,11 +5,10 @@
 
 mod common;
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use llmwatch::cli::sim::{start, SimArgs};
 use llmwatch_sim::Sim;
 use serde_json::Value;
@@ -31,51 +30,6 @@ struct Case {
     extra: &'static str,
 }
 
-/// Streams completions back to back while `worker < active`.
-async fn load_worker(
-    client: reqwest::Client,
-    url: String,
-    case_words: usize,
-    max_tokens: u32,
-    worker: usize,
-    active: Arc<AtomicUsize>,
-) {
-    let mut round = 0usize;
-    loop {
-        if worker >= active.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        }
-        round += 1;
-        // A unique first word keeps the prompts out of the prefix cache.
-        let prompt = format!("live-{worker}-{round} {}", "word ".repeat(case_words));
-        let body = serde_json::json!({
-            "model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
-            "ignore_eos": true, "stream": true,
-        });
-        match client
-            .post(format!("{url}/v1/completions"))
-            .json(&body)
-            .send()
-            .await
-        {
-            Ok(response) => {
-                let mut stream = response.bytes_stream();
-                while let Some(Ok(_)) = stream.next().await {}
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
-
-/// Cycles `active` through `levels`, `phase` each.
-async fn cycle(levels: &'static [usize], active: Arc<AtomicUsize>, phase: Duration) {
-    for level in levels.iter().cycle() {
-        active.store(*level, Ordering::Relaxed);
-        tokio::time::sleep(phase).await;
-    }
-}
-
 struct Started {
     _sims: Vec<Sim>,
     toml: String,
@@ -89,8 +43,11 @@ struct Started {
 impl Started {
     fn start_cycles(&mut self) {
         for (levels, active) in self.gates.drain(..) {
-            self.load
-                .push(tokio::spawn(cycle(levels, active, Duration::from_secs(3))));
+            self.load.push(tokio::spawn(common::load::cycle(
+                levels.to_vec(),
+                active,
+                Duration::from_secs(3),
+            )));
         }
     }
 }
@@ -118,11 +75,14 @@ async fn start_cases(cases: &[Case], time_scale: f64) -> Started {
         let active = Arc::new(AtomicUsize::new(0));
         let most = case.levels.iter().copied().max().unwrap_or(1);
         for worker in 0..most {
-            load.push(tokio::spawn(load_worker(
-                client.clone(),
-                url.clone(),
-                case.prompt_words,
-                case.max_tokens,
+            load.push(tokio::spawn(common::load::worker(
+                common::load::Completions {
+                    client: client.clone(),
+                    url: url.clone(),
+                    model: MODEL,
+                    words: case.prompt_words + 1,
+                    max_tokens: case.max_tokens,
+                },
                 worker,
                 active.clone(),
             )));

@@ -11,11 +11,10 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use llmwatch::cli::sim::{start, SimArgs};
 use llmwatch_core::analysis::{Confidence, LiveKind, Objectives, Verdict};
 use llmwatch_engine::runners::sweep::{run_sweep, Ladder, SweepSettings};
@@ -217,53 +216,6 @@ async fn sweep_answer(sc: &Scenario, ladder: Vec<u32>, judge: &str) -> Answer {
     }
 }
 
-/// Streams completions back to back while `worker < active`.
-async fn load_worker(
-    client: reqwest::Client,
-    url: String,
-    words: u32,
-    max_tokens: u32,
-    worker: usize,
-    active: Arc<AtomicUsize>,
-) {
-    let mut round = 0usize;
-    loop {
-        if worker >= active.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        }
-        round += 1;
-        // A unique first word keeps the prompts out of the prefix cache.
-        let prompt = format!(
-            "m-{worker}-{round} {}",
-            "word ".repeat((words as usize).saturating_sub(1))
-        );
-        let body = serde_json::json!({
-            "model": MODEL, "prompt": prompt, "max_tokens": max_tokens,
-            "ignore_eos": true, "stream": true,
-        });
-        match client
-            .post(format!("{url}/v1/completions"))
-            .json(&body)
-            .send()
-            .await
-        {
-            Ok(response) => {
-                let mut stream = response.bytes_stream();
-                while let Some(Ok(_)) = stream.next().await {}
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
-
-async fn cycle(levels: Vec<u32>, active: Arc<AtomicUsize>) {
-    for level in levels.iter().cycle() {
-        active.store(*level as usize, Ordering::Relaxed);
-        tokio::time::sleep(PHASE).await;
-    }
-}
-
 /// The daemon's live answers for every scenario under one load pattern:
 /// all simulators at once, one daemon, the verdicts read once the window
 /// holds only loaded time.
@@ -293,16 +245,24 @@ async fn live_answers(pattern: Pattern) -> Vec<Answer> {
         ));
         let active = Arc::new(AtomicUsize::new(0));
         for worker in 0..sc.level as usize {
-            tasks.push(tokio::spawn(load_worker(
-                client.clone(),
-                url.clone(),
-                sc.input,
-                sc.output,
+            tasks.push(tokio::spawn(common::load::worker(
+                common::load::Completions {
+                    client: client.clone(),
+                    url: url.clone(),
+                    model: MODEL,
+                    words: sc.input as usize,
+                    max_tokens: sc.output,
+                },
                 worker,
                 active.clone(),
             )));
         }
-        tasks.push(tokio::spawn(cycle(pattern.levels(sc.level), active)));
+        let levels = pattern
+            .levels(sc.level)
+            .into_iter()
+            .map(|l| l as usize)
+            .collect();
+        tasks.push(tokio::spawn(common::load::cycle(levels, active, PHASE)));
         sims.push(sim);
     }
     let daemon = common::spawn_daemon(&toml).await;

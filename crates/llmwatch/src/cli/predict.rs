@@ -13,13 +13,13 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::Parser;
 use llmwatch_core::analysis::{
-    analyze_sweep, latency_breakdown, summary_lines, ClientMeans, EngineCapacity, Quantiles,
-    WorkloadHints,
+    analyze_sweep, latency_breakdown, summary_lines, ClientMeans, EngineCapacity, ExperimentCard,
+    Quantiles, WorkloadHints,
 };
 use llmwatch_engine::runners::sweep::{
-    run_sweep, StepReport, SweepReport, SweepSettings, DEFAULT_MAX_CONCURRENCY,
+    run_sweep, workload_hints, StepReport, SweepReport, SweepSettings, DEFAULT_MAX_CONCURRENCY,
 };
-use llmwatch_probe::{PromptKind, Summary};
+use llmwatch_probe::Summary;
 use llmwatch_sim::Profile;
 
 use super::sim::{
@@ -124,16 +124,8 @@ pub async fn run(args: PredictArgs) -> anyhow::Result<()> {
     let real_objectives = settings.objectives;
     let analysis = settings.analysis;
     scale_clocks(&mut settings, ts);
-    let hints = WorkloadHints {
-        shared_prefix: matches!(settings.prompt, PromptKind::SharedPrefix { .. }),
-        expected_prefix_hit_rate: match settings.prompt {
-            PromptKind::SharedPrefix { hit_ratio } => Some(hit_ratio),
-            _ => None,
-        },
-        input_tokens: Some(u64::from(settings.shape.input_tokens)),
-        output_tokens: Some(u64::from(settings.shape.output_tokens)),
-        ..WorkloadHints::default()
-    };
+    // The capacity comes from the predicted sweep's card (see `rejudge`).
+    let hints = workload_hints(&settings, &ExperimentCard::default());
 
     println!();
     println!("{}", table_header());

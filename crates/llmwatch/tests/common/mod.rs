@@ -4,6 +4,8 @@
 // Each test binary uses only some of these helpers.
 #![allow(dead_code)]
 
+pub mod load;
+
 use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

@@ -410,8 +410,9 @@ fn judge(
     (verdict, summary)
 }
 
-/// What the analysis should know about the prompts the sweep sent.
-fn workload_hints(settings: &SweepSettings, card: &ExperimentCard) -> WorkloadHints {
+/// What the analysis should know about the prompts the sweep sent and the
+/// server's capacity its card recorded.
+pub fn workload_hints(settings: &SweepSettings, card: &ExperimentCard) -> WorkloadHints {
     WorkloadHints {
         capacity: EngineCapacity::from_card(card),
         shared_prefix: matches!(settings.prompt, PromptKind::SharedPrefix { .. }),

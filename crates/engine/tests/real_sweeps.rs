@@ -179,3 +179,29 @@ fn the_twin_fitted_on_the_default_sweep_holds_each_limit() {
         );
     }
 }
+
+/// A shared-prefix workload (75 % of 512 tokens): with vLLM's prefix cache
+/// on, 2 of every 4 prompt blocks hit at every load and the caching verdict
+/// stays silent; with it off the server reports no hit rate, and the
+/// verdict says caching cannot be confirmed.
+#[test]
+fn prefix_caching_is_read_from_the_servers_counters() {
+    let on = recorded("prefix-caching-shared-0.75.json");
+    assert!(on
+        .steps
+        .iter()
+        .all(|s| s.server.prefix_cache_hit_rate == Some(0.5)));
+    assert!(on
+        .verdict
+        .findings
+        .iter()
+        .all(|f| f.verdict != Verdict::PrefixCachingIneffective));
+    let off = recorded("no-prefix-caching-shared-0.75.json");
+    let f = off
+        .verdict
+        .findings
+        .iter()
+        .find(|f| f.verdict == Verdict::PrefixCachingIneffective)
+        .unwrap_or_else(|| panic!("{:#?}", off.summary));
+    assert!(f.evidence.contains("cannot be confirmed"), "{}", f.evidence);
+}

@@ -1,9 +1,9 @@
 //! The verdicts' scenario suite: each simulator profile, whose bottleneck
 //! is known by construction, under steady load (one level, no variation), a
-//! slow ramp and bursts, judged by the sweep (one level and a ladder) and by
-//! the daemon's live verdict. Prints the confusion matrix, then requires at
-//! least 95 % right, no "healthy" where an objective is missed, and no
-//! high-confidence wrong answer.
+//! slow ramp and bursts, judged by the sweep (one level, a ladder, bursty
+//! open-loop arrivals) and by the daemon's live verdict. Prints the
+//! confusion matrix, then requires at least 95 % right, no "healthy" where
+//! an objective is missed, and no high-confidence wrong answer.
 //!
 //! Times: the simulators run at `TIME_SCALE`, so engine seconds are halved;
 //! the objectives below are in wall-clock time.
@@ -174,10 +174,27 @@ fn objectives(sc: &Scenario) -> Objectives {
     }
 }
 
-/// The sweep's answer for one scenario on `ladder`.
-async fn sweep_answer(sc: &Scenario, ladder: Vec<u32>, judge: &str) -> Answer {
-    let (_sim, url, gpu_url) = sim(sc.profile).await;
+/// The load a sweep applies: a closed-loop ladder, or bursts — open-loop
+/// arrivals at the rate the profile serves at its steady level, gamma
+/// shape 0.25 (a burst, then a lull).
+enum SweepLoad {
+    Ladder(Vec<u32>),
+    Bursts,
+}
+
+/// The sweep's answer for one scenario under `load`.
+async fn sweep_answer(sc: &Scenario, load: SweepLoad, judge: &str) -> Answer {
+    let (sim, url, gpu_url) = sim(sc.profile).await;
+    let ladder = match load {
+        SweepLoad::Ladder(ladder) => Ladder::Concurrency(ladder),
+        SweepLoad::Bursts => {
+            let shape = llmwatch_sim::Shape::new(sc.input as usize, sc.output as usize);
+            let tokens_per_s = sim.config().predicted_throughput(shape, sc.level as usize);
+            Ladder::Rate(vec![tokens_per_s / f64::from(sc.output)])
+        }
+    };
     let mut s = SweepSettings::new(url);
+    s.burstiness = 0.25;
     s.gpu_url = Some(gpu_url);
     s.model = Some(MODEL.to_string());
     s.api = Api::Completions;
@@ -185,8 +202,11 @@ async fn sweep_answer(sc: &Scenario, ladder: Vec<u32>, judge: &str) -> Answer {
         input_tokens: sc.input,
         output_tokens: sc.output,
     };
-    s.max_concurrency = ladder.iter().copied().max().unwrap_or(1).max(64);
-    s.ladder = Ladder::Concurrency(ladder);
+    s.max_concurrency = match &ladder {
+        Ladder::Concurrency(l) => l.iter().copied().max().unwrap_or(1).max(64),
+        Ladder::Rate(_) => 4 * sc.level.max(16),
+    };
+    s.ladder = ladder;
     s.requests_per_step = 8;
     s.requests_per_slot = 2;
     s.min_step_duration = Duration::from_millis(800);
@@ -328,11 +348,12 @@ fn print_matrix(answers: &[Answer]) {
 async fn every_profile_is_named_right_by_the_sweep_and_the_live_verdict() {
     let mut answers = Vec::new();
     for sc in &SCENARIOS {
-        answers.push(sweep_answer(sc, vec![sc.level], "sweep steady").await);
+        answers.push(sweep_answer(sc, SweepLoad::Ladder(vec![sc.level]), "sweep steady").await);
         let ramp: Vec<u32> = std::iter::successors(Some(1u32), |c| Some(c * 2))
             .take_while(|c| *c <= sc.level)
             .collect();
-        answers.push(sweep_answer(sc, ramp, "sweep ramp").await);
+        answers.push(sweep_answer(sc, SweepLoad::Ladder(ramp), "sweep ramp").await);
+        answers.push(sweep_answer(sc, SweepLoad::Bursts, "sweep bursts").await);
     }
     for pattern in [Pattern::Steady, Pattern::Ramp, Pattern::Bursts] {
         answers.extend(live_answers(pattern).await);

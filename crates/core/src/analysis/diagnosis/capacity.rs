@@ -206,12 +206,7 @@ impl LevelFacts {
 /// against the running plateau `p`; `None` where the plateau is above what
 /// the arithmetic fits without preemptions (shared prefixes), for the usage
 /// to decide.
-fn by_arithmetic(
-    level: &LevelFacts,
-    p: f64,
-    fit: &Fit,
-    from: &str,
-) -> Option<Admission> {
+fn by_arithmetic(level: &LevelFacts, p: f64, fit: &Fit, from: &str) -> Option<Admission> {
     let usage = &level.usage;
     // Tokens per request from a window's counters are a mean over requests
     // in flight (prompts counted when admitted, requests when done), off by

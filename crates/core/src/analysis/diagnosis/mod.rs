@@ -1,5 +1,10 @@
 //! Diagnosis: DESIGN.md's rule table, each verdict naming its evidence in
-//! numbers.
+//! numbers. The rules read one load level at a time (a sweep step or a live
+//! band; `level.rs` splits its TTFT), so a steady load is judged as well as
+//! a ramp; change across levels adds evidence. Which capacity binds where
+//! requests wait — the KV cache, a running cap, prompt work — is settled by
+//! arithmetic in `capacity.rs`. An objective missed that no rule explains
+//! is said as such ([`Verdict::ObjectiveBreached`]).
 //!
 //! "High" latency is defined once, here:
 //! * with an objective, a p95 above the objective;
@@ -24,7 +29,9 @@ use super::{fin, fmt, AnalysisConfig, DominantPart, Load, Objectives, StepResult
 /// What a finding says is the bottleneck.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Verdict {
-    /// TTFT high while ITL is fine: prompt processing (compute) limits.
+    /// TTFT high while ITL is fine (or over only in its tail), or steps full
+    /// of prompt work: prompt processing (compute, or the per-step token
+    /// budget) limits.
     PrefillBound,
     /// ITL high already at the lowest load: token generation (memory
     /// bandwidth) limits.
@@ -392,12 +399,11 @@ fn rank(v: Verdict) -> u8 {
 /// Adds the TTFT breakdown of the finding's step (else of the highest-load
 /// usable step that has one) to a latency verdict's evidence. When the
 /// engine's own phase times point where the verdict does, its confidence
-/// goes up one level; when they point elsewhere, that is cited but does not
-/// lower it: the breakdown is of means and the verdicts read p95s, and at the
-/// onset of queueing a tail of waiting requests lifts the p95 while the mean
-/// is still mostly prefill (seen on the simulator's kv-starved profile:
-/// waiting 0.6, queue 1.6 ms of a 30 ms mean). Which verdict fires is never
-/// changed here.
+/// goes up one level (not for KV cache vs running cap: a queue says
+/// capacity, not which); when they point elsewhere, that is cited but does
+/// not lower it: the breakdown is of means and the verdicts read p95s. The
+/// rules themselves read the split (`level.rs`); which verdict fires is
+/// never changed here.
 fn weigh_latency_breakdown(finding: &mut Finding, steps: &[StepResult]) {
     let agrees = |dominant: DominantPart| match finding.verdict {
         Verdict::PrefillBound => Some(dominant == DominantPart::Prefill),

@@ -11,6 +11,7 @@ use llmwatch_core::analysis::{
     WorkloadHints, LIVE_ENGINE_SIGNALS, LIVE_GPU_SIGNALS,
 };
 use llmwatch_core::catalog::engine_capacity;
+use llmwatch_core::redact::{redact_url, redact_urls_in};
 use llmwatch_core::exposition::{detect_format, parse_lenient};
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{LiveVerdictRow, Point, Range, Store, StoreError};
@@ -86,7 +87,12 @@ pub async fn read_capacity(http: &reqwest::Client, metrics_url: &str) -> Option<
             Some(engine_capacity(&parsed))
         }
         Err(err) => {
-            tracing::debug!(error = %err, "live diagnosis: reading the engine's capacity failed");
+            // reqwest's errors carry the URL, credentials and all.
+            tracing::debug!(
+                url = %redact_url(metrics_url),
+                error = %redact_urls_in(&err.to_string()),
+                "live diagnosis: reading the engine's capacity failed"
+            );
             None
         }
     }

@@ -11,8 +11,8 @@ use llmwatch_core::analysis::{
     WorkloadHints, LIVE_ENGINE_SIGNALS, LIVE_GPU_SIGNALS,
 };
 use llmwatch_core::catalog::engine_capacity;
-use llmwatch_core::redact::{redact_url, redact_urls_in};
 use llmwatch_core::exposition::{detect_format, parse_lenient};
+use llmwatch_core::redact::{redact_url, redact_urls_in};
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{LiveVerdictRow, Point, Range, Store, StoreError};
 use tokio::sync::watch;

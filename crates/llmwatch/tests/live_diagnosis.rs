@@ -82,6 +82,7 @@ async fn start_cases(cases: &[Case], time_scale: f64) -> Started {
                     model: MODEL,
                     words: case.prompt_words + 1,
                     max_tokens: case.max_tokens,
+                    idle_poll: Duration::from_millis(50),
                 },
                 worker,
                 active.clone(),

@@ -12,7 +12,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use futures_util::StreamExt;
 use llmwatch::cli::sim::{start, SimArgs};
 use llmwatch_core::analysis::{Load, Objectives, MIN_WINDOWS_PER_POINT};
 use llmwatch_engine::runners::sweep::{run_sweep, Ladder, SweepSettings};
@@ -30,46 +29,6 @@ const OUTPUT_TOKENS: u32 = 16;
 const LEVELS: [usize; 5] = [1, 2, 4, 8, 16];
 /// The passive windows the test asks for (the scrape interval is 250 ms).
 const WINDOW: &str = "2s";
-
-/// Streams completions of the test's shape back to back while
-/// `worker < active`.
-async fn load_worker(
-    client: reqwest::Client,
-    url: String,
-    worker: usize,
-    active: Arc<AtomicUsize>,
-) {
-    let mut round = 0usize;
-    loop {
-        if worker >= active.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-            continue;
-        }
-        round += 1;
-        // One unique first word + 495 words = 496 prompt tokens, out of the
-        // prefix cache.
-        let prompt = format!(
-            "passive-{worker}-{round} {}",
-            "word ".repeat(INPUT_TOKENS as usize - 1)
-        );
-        let body = serde_json::json!({
-            "model": MODEL, "prompt": prompt, "max_tokens": OUTPUT_TOKENS,
-            "ignore_eos": true, "stream": true,
-        });
-        match client
-            .post(format!("{url}/v1/completions"))
-            .json(&body)
-            .send()
-            .await
-        {
-            Ok(response) => {
-                let mut stream = response.bytes_stream();
-                while let Some(Ok(_)) = stream.next().await {}
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
-        }
-    }
-}
 
 async fn get_json(client: &reqwest::Client, url: &str) -> Option<Value> {
     let response = client.get(url).send().await.ok()?;
@@ -154,7 +113,19 @@ async fn passive_knee_lies_within_one_doubling_of_the_sweeps() {
     let active = Arc::new(AtomicUsize::new(0));
     let most = LEVELS.iter().copied().max().unwrap_or(1);
     let workers: Vec<_> = (0..most)
-        .map(|w| tokio::spawn(load_worker(client.clone(), url.clone(), w, active.clone())))
+        .map(|w| {
+            // One unique first word + 495 words = 496 prompt tokens, out of
+            // the prefix cache.
+            let load = common::load::Completions {
+                client: client.clone(),
+                url: url.clone(),
+                model: MODEL,
+                words: INPUT_TOKENS as usize,
+                max_tokens: OUTPUT_TOKENS,
+                idle_poll: Duration::from_millis(20),
+            };
+            tokio::spawn(common::load::worker(load, w, active.clone()))
+        })
         .collect();
     let ramp_from = now_ms() / 1000;
     let passive_url = format!("{base}/api/v1/targets/kv/passive?from={ramp_from}&window={WINDOW}");

@@ -272,6 +272,7 @@ async fn live_answers(pattern: Pattern) -> Vec<Answer> {
                     model: MODEL,
                     words: sc.input as usize,
                     max_tokens: sc.output,
+                    idle_poll: Duration::from_millis(50),
                 },
                 worker,
                 active.clone(),

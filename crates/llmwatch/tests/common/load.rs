@@ -17,6 +17,8 @@ pub struct Completions {
     pub model: &'static str,
     pub words: usize,
     pub max_tokens: u32,
+    /// How often an idle worker looks whether it may start.
+    pub idle_poll: Duration,
 }
 
 /// Streams completions back to back while `worker < active`.
@@ -24,7 +26,7 @@ pub async fn worker(load: Completions, worker: usize, active: Arc<AtomicUsize>) 
     let mut round = 0usize;
     loop {
         if worker >= active.load(Ordering::Relaxed) {
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(load.idle_poll).await;
             continue;
         }
         round += 1;

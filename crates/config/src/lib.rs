@@ -8,6 +8,7 @@
 use std::path::{Path, PathBuf};
 
 pub mod discovery;
+pub mod experiment;
 mod fields;
 mod remote_write;
 mod schema;

@@ -57,7 +57,9 @@ enum Command {
     },
     /// Validate a config file; errors name the field.
     CheckConfig { file: PathBuf },
-    /// One run against one target, printed like `vllm bench serve`.
+    /// One run against one target, printed like `vllm bench serve`, or
+    /// `bench merge PARTS…` (the parts of a shared schedule as one run).
+    #[command(args_conflicts_with_subcommands = true, subcommand_negates_reqs = true)]
     Bench(Box<bench_cmd::BenchArgs>),
     /// One sweep at rising load with verdicts and diagnosis, or `--compare A B`.
     Sweep(Box<llmwatch::cli::sweep::SweepArgs>),

@@ -500,3 +500,190 @@ async fn a_shape_past_llama_servers_slot_context_is_refused_before_any_request()
     );
     assert_eq!(sim.snapshot().prompt_tokens, 0);
 }
+
+/// Issue 38, part 4: three processes of the real binary each send their
+/// part (`--part I/3`) of one open-loop schedule anchored at the same
+/// `--start-at`; `bench merge` makes one result of them. It holds the very
+/// requests one run of the schedule sends — same numbers, prompts and
+/// scheduled instants (to the nanosecond), counts exact — and its
+/// statistics are those of one accumulator fed every part's records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_parts_merge_into_the_single_runs_schedule() {
+    // Two servers: the single run and the parts send the same prompts at
+    // the same instants, and must not warm each other's prefix cache.
+    let ((_sim_parts, parts_url), (_sim_one, one_url)) =
+        tokio::join!(sim("parts-model"), sim("parts-model"));
+    let dir = tempfile::tempdir().unwrap();
+    // Ahead enough for four processes to start and calibrate on a loaded
+    // 2-core machine (they refuse a start time that has passed).
+    let start_at = std::time::SystemTime::now() + std::time::Duration::from_secs(5);
+    let start_at = humantime::format_rfc3339_nanos(start_at).to_string();
+    let run = |url: &str, part: Option<u32>| {
+        let json = dir.path().join(match part {
+            Some(i) => format!("part{i}.json"),
+            None => "single.json".to_string(),
+        });
+        let mut args: Vec<String> = [
+            "bench",
+            "--url",
+            url,
+            "--api",
+            "completions",
+            "--shape",
+            "64x8",
+            "--rate",
+            "60",
+            "--concurrency",
+            "6",
+            "--requests",
+            "30",
+            "--warmup",
+            "3",
+            "--seed",
+            "38",
+            "--workers",
+            "1",
+            "--start-at",
+            &start_at,
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend(["--json".to_string(), json.display().to_string()]);
+        if let Some(i) = part {
+            args.extend(["--part".to_string(), format!("{i}/3")]);
+        }
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let (ok, stdout, stderr) = llmwatch(&args).await;
+            assert!(ok, "{stdout}\n{stderr}");
+            json
+        }
+    };
+    let (single, p0, p1, p2) = tokio::join!(
+        run(&one_url, None),
+        run(&parts_url, Some(0)),
+        run(&parts_url, Some(1)),
+        run(&parts_url, Some(2)),
+    );
+    let read = |path: &std::path::Path| -> llmwatch_probe::RunResult {
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
+    let single = read(&single);
+    let parts: Vec<_> = [&p0, &p1, &p2].iter().map(|p| read(p)).collect();
+    for (i, part) in parts.iter().enumerate() {
+        assert_eq!(part.part_of.map(|o| o.part.index), Some(i as u32));
+        assert!(
+            part.records.iter().all(|r| r.seq.unwrap() % 3 == i as u64),
+            "part {i} sent another part's request"
+        );
+        // Each part keeps its share of the in-flight cap (6 / 3).
+        assert!(matches!(
+            part.load,
+            llmwatch_probe::Load::Rate {
+                max_concurrency: Some(2),
+                ..
+            }
+        ));
+    }
+
+    let merged_path = dir.path().join("merged.json");
+    let mut args = vec!["bench".to_string(), "merge".to_string()];
+    args.extend([&p2, &p0, &p1].iter().map(|p| p.display().to_string()));
+    args.extend(["--json".to_string(), merged_path.display().to_string()]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (ok, stdout, stderr) = llmwatch(&args).await;
+    assert!(ok, "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("Successful requests:                     30"),
+        "{stdout}"
+    );
+    let merged = read(&merged_path);
+
+    // The same schedule: request numbers, scheduled instants, prompts.
+    let schedule =
+        |r: &llmwatch_probe::RunResult| -> Vec<(Option<u64>, Option<u64>, usize, Option<u64>)> {
+            r.records
+                .iter()
+                .map(|x| {
+                    let input = x.usage.as_ref().and_then(|u| u.prompt_tokens);
+                    (x.seq, x.scheduled_ns, x.request.prompt_chars, input)
+                })
+                .collect()
+        };
+    assert_eq!(merged.records.len(), 30);
+    // (A streamed run writes its records in the order they ended.)
+    let mut single_schedule = schedule(&single);
+    single_schedule.sort_by_key(|r| r.0);
+    assert_eq!(schedule(&merged), single_schedule);
+    assert_eq!(merged.records[0].seq, Some(3), "warm-ups stay out");
+    assert!(merged.records.iter().all(|r| r.scheduled_ns.is_some()));
+    // Counts exact.
+    assert_eq!(merged.requests, single.requests);
+    assert_eq!(merged.successful, single.successful);
+    assert_eq!(merged.warmup_requests, 3);
+    assert_eq!(merged.total_input_tokens, single.total_input_tokens);
+    assert_eq!(merged.total_output_tokens, single.total_output_tokens);
+    assert_eq!(
+        merged.load,
+        llmwatch_probe::Load::Rate {
+            per_second: 60.0,
+            burstiness: 1.0,
+            max_concurrency: Some(6)
+        }
+    );
+    // The merged statistics are one accumulator's over every record
+    // (exact below 2^19 samples per metric).
+    let all: Vec<_> = parts.iter().flat_map(|p| p.records.clone()).collect();
+    let config = llmwatch_probe::RunConfig {
+        load: merged.load,
+        ..llmwatch_probe::RunConfig::closed(6, 30)
+    };
+    let one = llmwatch_probe::RunResult::from_records(
+        &config,
+        3,
+        all,
+        std::time::Duration::from_secs_f64(merged.duration_s),
+        &llmwatch_probe::Monitored::default(),
+    );
+    for (name, a, b) in [
+        ("ttft", &merged.ttft_ms, &one.ttft_ms),
+        ("itl", &merged.itl_ms, &one.itl_ms),
+        ("e2e", &merged.e2e_ms, &one.e2e_ms),
+        (
+            "ttft from scheduled",
+            &merged.ttft_from_scheduled_ms,
+            &one.ttft_from_scheduled_ms,
+        ),
+    ] {
+        assert!(
+            a.exact && a.n == b.n && a.missing == b.missing,
+            "{name}: {a:?} {b:?}"
+        );
+        // Equal but for the last bit serde_json's float parsing may lose.
+        let close = |x: Option<f64>, y: Option<f64>| match (x, y) {
+            (Some(x), Some(y)) => (x - y).abs() <= 1e-12 * x.abs().max(1.0),
+            (x, y) => x == y,
+        };
+        for (x, y) in [
+            (a.mean, b.mean),
+            (a.p50, b.p50),
+            (a.p95, b.p95),
+            (a.p99, b.p99),
+            (a.max, b.max),
+        ] {
+            assert!(close(x, y), "{name}: {a:?} {b:?}");
+        }
+    }
+
+    // A missing part is refused, naming it.
+    let (ok, _, stderr) = llmwatch(&[
+        "bench",
+        "merge",
+        &p0.display().to_string(),
+        &p2.display().to_string(),
+    ])
+    .await;
+    assert!(!ok);
+    assert!(stderr.contains("parts [1] of 3 are missing"), "{stderr}");
+}

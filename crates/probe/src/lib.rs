@@ -20,6 +20,7 @@ pub mod chunk;
 pub mod client;
 pub mod load;
 pub mod measure;
+pub mod parts;
 pub mod record;
 pub mod report;
 pub mod result;
@@ -35,6 +36,7 @@ pub use canary::{Canary, CanaryBusy};
 pub use client::{ClientConfig, ClientError, ProbeClient, ProbeRequest, Secret};
 pub use load::{run, Bound, Load, RecordSink, Records, RunConfig, RunError, RunOptions, Workload};
 pub use measure::{default_workers, MeasuringPool, MeasuringThread, Spin, SpinMode};
+pub use parts::{merge_parts, MergeError, PartOf};
 pub use record::{
     Api, ErrorKind, OutputEvent, ProbeError, ProbeRecord, RequestInfo, TimeoutPhase, Usage,
 };
@@ -43,6 +45,8 @@ pub use result::{Objectives, RunResult, RunStats};
 pub use selfcheck::{
     CpuMeasure, MeasuredScale, Monitored, SelfCheck, SelfCheckLimits, DEFAULT_MAX_EFFECT,
 };
+pub use settings::JudgedOn;
+pub use settings::{Part, SharedSchedule};
 pub use shape::{Calibration, Calibrator, Padding, PromptGenerator, PromptKind, Shape, ShapeError};
 pub use sink::{write_result_json, RecordFileError, RecordWriter};
 pub use stats::{percentile, Distribution, Summary, EXACT_SAMPLES};

@@ -21,7 +21,7 @@ use crate::client::{ProbeClient, ProbeRequest};
 use crate::record::{Api, ProbeError, ProbeRecord};
 use crate::result::{RunResult, RunStats};
 use crate::selfcheck::{CpuSource, Monitor, Monitored};
-pub use crate::settings::{Bound, Load, RunConfig};
+pub use crate::settings::{Bound, Load, Part, RunConfig, SharedSchedule};
 use crate::shape::{
     approx_words, Calibration, Calibrator, Padding, PromptGenerator, PromptKind, Shape,
 };
@@ -118,6 +118,13 @@ impl Workload {
         (!self.reuses_prompts()).then(|| self.generator.kind().intended_hit_ratio())
     }
 
+    /// Salts the prompts' nonces with `salt` (not 0) in place of fresh OS
+    /// randomness: every part of a shared schedule, salted alike, sends
+    /// request `k` with the same prompt one run of the schedule would.
+    pub fn salt_prompts(&mut self, salt: u64) {
+        self.generator = self.generator.clone().with_salt(salt.max(1));
+    }
+
     /// True when prompts repeat across runs (see [`Workload::reuse_prompts`]).
     pub fn reuses_prompts(&self) -> bool {
         self.generator.reuses_prompts()
@@ -210,9 +217,15 @@ impl Default for RunOptions {
 }
 
 /// One load schedule shared by every worker of a run: request numbers,
-/// the arrival process, the bound and the measured start.
+/// the arrival process, the bound and the measured start. A part of a
+/// shared schedule ([`SharedSchedule`]) draws every number and arrival as
+/// the whole would, and hands out only its own.
 pub(crate) struct Schedule {
     state: std::sync::Mutex<ScheduleState>,
+    /// The schedule's start: open-loop arrivals count from it, records'
+    /// `scheduled_ns` are measured from it.
+    origin: Instant,
+    part: Option<Part>,
 }
 
 struct ScheduleState {
@@ -220,6 +233,9 @@ struct ScheduleState {
     next_arrival: Instant,
     gaps: Option<(Gamma<f64>, StdRng)>,
     measured_start: Option<Instant>,
+    /// The whole schedule's first measured arrival (open loop), whichever
+    /// part sends it: every part's duration bound counts from it.
+    first_measured_arrival: Option<Instant>,
     /// A duration-bounded run has passed its end.
     over: bool,
 }
@@ -231,8 +247,9 @@ struct Slot {
 }
 
 impl Schedule {
-    pub(crate) fn new(config: &RunConfig) -> Result<Schedule, RunError> {
+    pub(crate) fn shared(config: &RunConfig, shared: SharedSchedule) -> Result<Schedule, RunError> {
         validate(config)?;
+        let origin = shared.start_at.unwrap_or_else(Instant::now);
         let gaps = match config.load {
             Load::Rate {
                 per_second,
@@ -246,12 +263,20 @@ impl Schedule {
         Ok(Schedule {
             state: std::sync::Mutex::new(ScheduleState {
                 next: 0,
-                next_arrival: Instant::now(),
+                next_arrival: origin,
                 gaps,
                 measured_start: None,
+                first_measured_arrival: None,
                 over: false,
             }),
+            origin,
+            part: shared.part,
         })
+    }
+
+    /// When the schedule starts (workers wait for it).
+    pub(crate) fn origin(&self) -> Instant {
+        self.origin
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, ScheduleState> {
@@ -260,36 +285,46 @@ impl Schedule {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The next request to send; `None` once the bound is reached.
+    /// The next request of this part to send; `None` once the bound is
+    /// reached. Numbers of other parts are drawn (their arrival gaps
+    /// too) and passed over, so every part sees the whole's arrivals.
     fn take(&self, config: &RunConfig) -> Option<Slot> {
         let mut st = self.lock();
-        if st.over {
-            return None;
-        }
-        if let Bound::Requests(n) = config.bound {
-            if st.next >= config.warmup_requests + n {
+        loop {
+            if st.over {
                 return None;
             }
-        }
-        let i = st.next;
-        st.next += 1;
-        let arrival = match &mut st.gaps {
-            Some((gamma, rng)) => {
-                let gap = gamma.sample(rng);
-                let at = st.next_arrival;
-                st.next_arrival = at + Duration::from_secs_f64(gap.clamp(0.0, 86_400.0));
-                Some(at)
+            if let Bound::Requests(n) = config.bound {
+                if st.next >= config.warmup_requests + n {
+                    return None;
+                }
             }
-            None => None,
-        };
-        Some(Slot { i, arrival })
+            let i = st.next;
+            st.next += 1;
+            let arrival = match &mut st.gaps {
+                Some((gamma, rng)) => {
+                    let gap = gamma.sample(rng);
+                    let at = st.next_arrival;
+                    st.next_arrival = at + Duration::from_secs_f64(gap.clamp(0.0, 86_400.0));
+                    Some(at)
+                }
+                None => None,
+            };
+            if i == config.warmup_requests {
+                st.first_measured_arrival = arrival;
+            }
+            if self.part.is_none_or(|part| part.owns(i)) {
+                return Some(Slot { i, arrival });
+            }
+        }
     }
 
     /// Marks a measured request scheduled at `at`; false when a
     /// duration-bounded run has ended by then (the request is not sent).
     fn admit(&self, config: &RunConfig, at: Instant) -> bool {
         let mut st = self.lock();
-        let start = *st.measured_start.get_or_insert(at);
+        let start = st.first_measured_arrival.unwrap_or(at);
+        let start = *st.measured_start.get_or_insert(start);
         if let Bound::Duration(d) = config.bound {
             if at.saturating_duration_since(start) >= d {
                 st.over = true;
@@ -348,7 +383,7 @@ pub(crate) async fn run_measured<F>(
 where
     F: FnMut(u64) -> ProbeRequest,
 {
-    let schedule = Schedule::new(config)?;
+    let schedule = Schedule::shared(config, SharedSchedule::default())?;
     let slots = match config.load {
         Load::Concurrency { concurrency } => Some(concurrency),
         Load::Rate {
@@ -402,6 +437,8 @@ where
         monitored: Monitored::default(),
         last_end: None,
     };
+    // An anchored schedule (`--start-at`) starts for every part at once.
+    tokio::time::sleep_until(schedule.origin().into()).await;
     while let Some(slot) = schedule.take(config) {
         let i = slot.i;
         let warm = i < config.warmup_requests;
@@ -423,6 +460,7 @@ where
         }
         let c = client.clone();
         let info = req.info();
+        let origin = schedule.origin();
         tasks.spawn(async move {
             // `probe` does not panic; if it ever did, the request must still
             // be counted, as a failure, not vanish from the statistics.
@@ -435,6 +473,7 @@ where
                 r
             });
             rec.seq = Some(i);
+            rec.scheduled_ns = Some(duration_ns(scheduled.saturating_duration_since(origin)));
             drop(permit);
             (warm, rec, Instant::now())
         });
@@ -455,6 +494,10 @@ where
     }
     out.monitored = monitor.finish().await;
     out
+}
+
+fn duration_ns(d: Duration) -> u64 {
+    u64::try_from(d.as_nanos()).unwrap_or(u64::MAX)
 }
 
 /// Counts one finished request and sends its record where it belongs.

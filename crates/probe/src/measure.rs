@@ -28,7 +28,7 @@ use crate::client::{ClientConfig, ClientError, ProbeClient, ProbeRequest};
 use crate::load::{run_measured, run_worker, RunError, RunOptions, Schedule, WorkerOutcome};
 use crate::result::RunResult;
 use crate::selfcheck::{CpuSource, Monitored, SelfCheck};
-use crate::settings::{Load, RunConfig};
+use crate::settings::{Load, RunConfig, SharedSchedule};
 use crate::spin::SpinMeter;
 pub use crate::spin::ADAPTIVE_IDLE;
 
@@ -271,7 +271,23 @@ impl MeasuringPool {
     where
         F: Fn(u64) -> ProbeRequest + Send + Sync + 'static,
     {
-        let schedule = Arc::new(Schedule::new(&config)?);
+        self.run_shared(config, options, SharedSchedule::default(), make_request)
+            .await
+    }
+
+    /// [`MeasuringPool::run`] of one part of a shared schedule, starting
+    /// when it says (see [`SharedSchedule`]).
+    pub async fn run_shared<F>(
+        &self,
+        config: RunConfig,
+        options: RunOptions,
+        shared: SharedSchedule,
+        make_request: F,
+    ) -> Result<RunResult, RunError>
+    where
+        F: Fn(u64) -> ProbeRequest + Send + Sync + 'static,
+    {
+        let schedule = Arc::new(Schedule::shared(&config, shared)?);
         let make_request = Arc::new(make_request);
         let config = Arc::new(config);
         let shares = split_slots(&config.load, self.workers.len());
@@ -386,7 +402,7 @@ fn worker_check(config: &RunConfig, o: &WorkerOutcome) -> SelfCheck {
 }
 
 /// The worse of two workers' monitors, figure by figure.
-fn worse(a: Monitored, b: Monitored) -> Monitored {
+pub(crate) fn worse(a: Monitored, b: Monitored) -> Monitored {
     let max = |x: Option<f64>, y: Option<f64>| match (x, y) {
         (Some(x), Some(y)) => Some(x.max(y)),
         (x, y) => x.or(y),

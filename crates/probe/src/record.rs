@@ -49,6 +49,10 @@ pub struct Usage {
     /// `usage.prompt_tokens_details.cached_tokens`: prefix-cache hits, the
     /// evidence for cache hygiene.
     pub cached_tokens: Option<u64>,
+    /// `usage.completion_tokens_details.reasoning_tokens` (vLLM with a
+    /// reasoning parser; OpenAI).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_tokens: Option<u64>,
 }
 
 /// One streamed event that carried generated output.
@@ -61,6 +65,10 @@ pub struct OutputEvent {
     /// 1 (an assumption, flagged by `ProbeRecord::output_tokens_estimated`
     /// only when the server never sends usage at all).
     pub tokens: u32,
+    /// The event carried reasoning (`reasoning_content` / `reasoning`) and
+    /// nothing the user sees: a reasoning model thinking before it answers.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub reasoning: bool,
 }
 
 /// What was asked, kept with the timings (temperature and the fixed-length
@@ -196,12 +204,22 @@ pub struct ProbeRecord {
     pub sent_at: Option<Instant>,
     /// sent − scheduled.
     pub dispatch_lag_ns: u64,
+    /// The scheduled instant, ns after the run's schedule started: equal,
+    /// request for request, in every part of a shared schedule and in one
+    /// run of it (open loop). `None` outside a load run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub scheduled_ns: Option<u64>,
     /// Response headers received.
     pub ttfb_ns: Option<u64>,
     /// First event with generated output.
     pub ttft_ns: Option<u64>,
-    /// First event with visible output (differs from TTFT for reasoning).
+    /// First event with visible output: the first *answer* token (differs
+    /// from TTFT for reasoning).
     pub ttfo_ns: Option<u64>,
+    /// First event that carried only reasoning: the first *reasoning*
+    /// token; `None` when the model did not reason in the stream.
+    #[serde(default)]
+    pub ttfr_ns: Option<u64>,
     /// Until `[DONE]`, the close of a finished stream, or the failure.
     pub e2e_ns: u64,
     /// Every output event, in order.
@@ -229,9 +247,11 @@ impl ProbeRecord {
             wall_sent_unix_ms: 0,
             sent_at: None,
             dispatch_lag_ns: 0,
+            scheduled_ns: None,
             ttfb_ns: None,
             ttft_ns: None,
             ttfo_ns: None,
+            ttfr_ns: None,
             e2e_ns: 0,
             events: Vec::new(),
             total_events: 0,
@@ -275,19 +295,7 @@ impl ProbeRecord {
     /// values of `gap / t`. A gap closing an event the server says carried
     /// no new token is carried into the next gap, so time is never lost.
     pub fn per_token_itl_ns(&self) -> Vec<f64> {
-        let mut out = Vec::with_capacity(self.events.len());
-        let mut carry = 0u64;
-        for (gap, tokens) in self.gaps() {
-            let gap = gap + carry;
-            if tokens == 0 {
-                carry = gap;
-                continue;
-            }
-            carry = 0;
-            let per = gap as f64 / f64::from(tokens);
-            out.extend(std::iter::repeat_n(per, tokens as usize));
-        }
-        out
+        per_token_itl_of(&self.events)
     }
 
     /// TPOT = (e2e − TTFT) / (output_tokens − tokens_in_first_event), ns.
@@ -314,6 +322,47 @@ impl ProbeRecord {
         self.e2e_ns + self.dispatch_lag_ns
     }
 
+    /// Reasoning tokens: the server's count where its usage has one, else
+    /// the tokens of the reasoning events (exact where the server streams
+    /// continuous usage, else one per event).
+    pub fn reasoning_tokens(&self) -> u64 {
+        if let Some(n) = self.usage.as_ref().and_then(|u| u.reasoning_tokens) {
+            return n;
+        }
+        self.events
+            .iter()
+            .filter(|e| e.reasoning)
+            .map(|e| u64::from(e.tokens))
+            .sum()
+    }
+
+    /// Output tokens of the answer: all output but the reasoning.
+    pub fn answer_tokens(&self) -> u64 {
+        self.output_tokens.saturating_sub(self.reasoning_tokens())
+    }
+
+    /// Per-token ITL of the answer alone (gaps between answer events; the
+    /// wait from the last reasoning event to the first answer event is the
+    /// answer's first-token time, not an ITL). Equals
+    /// [`per_token_itl_ns`](Self::per_token_itl_ns) for a stream without
+    /// reasoning.
+    pub fn answer_itl_ns(&self) -> Vec<f64> {
+        if !self.events.iter().any(|e| e.reasoning) {
+            return self.per_token_itl_ns();
+        }
+        let answer: Vec<OutputEvent> = self
+            .events
+            .iter()
+            .filter(|e| !e.reasoning)
+            .copied()
+            .collect();
+        per_token_itl_of(&answer)
+    }
+
+    pub fn ttfo_from_scheduled_ns(&self) -> Option<u64> {
+        self.ttfo_ns.map(|t| t + self.dispatch_lag_ns)
+    }
+
     /// Tokens per output event (server-reported where streamed).
     pub fn tokens_per_event(&self) -> Option<f64> {
         if self.events.is_empty() {
@@ -322,6 +371,26 @@ impl ProbeRecord {
         let t: u64 = self.events.iter().map(|e| u64::from(e.tokens)).sum();
         Some(t as f64 / self.events.len() as f64)
     }
+}
+
+/// Per-token ITL over successive `events`: a gap closing an event of `t`
+/// tokens gives `t` values of `gap / t`; a gap closing an event of no new
+/// token is carried into the next gap, so time is never lost.
+fn per_token_itl_of(events: &[OutputEvent]) -> Vec<f64> {
+    let mut out = Vec::with_capacity(events.len());
+    let mut carry = 0u64;
+    for w in events.windows(2) {
+        let (gap, tokens) = (w[1].at_ns.saturating_sub(w[0].at_ns), w[1].tokens);
+        let gap = gap + carry;
+        if tokens == 0 {
+            carry = gap;
+            continue;
+        }
+        carry = 0;
+        let per = gap as f64 / f64::from(tokens);
+        out.extend(std::iter::repeat_n(per, tokens as usize));
+    }
+    out
 }
 
 #[cfg(test)]
@@ -340,7 +409,11 @@ mod tests {
         });
         r.events = events
             .iter()
-            .map(|&(at_ns, tokens)| OutputEvent { at_ns, tokens })
+            .map(|&(at_ns, tokens)| OutputEvent {
+                at_ns,
+                tokens,
+                reasoning: false,
+            })
             .collect();
         r.ttft_ns = r.events.first().map(|e| e.at_ns);
         r.output_tokens = output;
@@ -355,6 +428,21 @@ mod tests {
         assert_eq!(r.itl_ns(), vec![30, 30]);
         assert_eq!(r.per_token_itl_ns(), vec![10.0, 10.0, 10.0, 30.0]);
         assert_eq!(rec(&[(100, 1)], 1, 120).tpot_ns(), None);
+    }
+
+    #[test]
+    fn reasoning_events_split_tokens_and_answer_itl() {
+        // Two reasoning events, then three answer events.
+        let mut r = rec(&[(100, 1), (110, 2), (200, 1), (230, 3), (260, 1)], 8, 300);
+        r.events[0].reasoning = true;
+        r.events[1].reasoning = true;
+        assert_eq!(r.reasoning_tokens(), 3);
+        assert_eq!(r.answer_tokens(), 5);
+        // The 90 ns wait for the first answer event is not an answer ITL.
+        assert_eq!(r.answer_itl_ns(), vec![10.0, 10.0, 10.0, 30.0]);
+        let plain = rec(&[(100, 2), (130, 3)], 5, 200);
+        assert_eq!(plain.answer_itl_ns(), plain.per_token_itl_ns());
+        assert_eq!((plain.reasoning_tokens(), plain.answer_tokens()), (0, 5));
     }
 
     #[test]

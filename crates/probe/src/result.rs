@@ -74,7 +74,22 @@ pub struct RunResult {
     /// From sent.
     pub ttfb_ms: Summary,
     pub ttft_ms: Summary,
+    /// Time to the first answer token (first visible output).
     pub ttfo_ms: Summary,
+    /// Time to the first reasoning token; requests that did not reason
+    /// count as missing.
+    #[serde(default)]
+    pub ttfr_ms: Summary,
+    /// Requests whose stream carried reasoning before (or instead of) the
+    /// answer.
+    #[serde(default)]
+    pub reasoning_requests: u64,
+    /// Reasoning and answer tokens of successful requests (together
+    /// `total_output_tokens`).
+    #[serde(default)]
+    pub total_reasoning_tokens: u64,
+    #[serde(default)]
+    pub total_answer_tokens: u64,
     /// Per output token (see `ProbeRecord::tpot_ns`).
     pub tpot_ms: Summary,
     /// Per token: a multi-token event's gap is split over its tokens.
@@ -88,6 +103,9 @@ pub struct RunResult {
     /// sent − scheduled.
     pub dispatch_lag_ms: Summary,
     pub self_check: SelfCheck,
+    /// The shared schedule this run is a part of (`bench --part`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub part_of: Option<crate::parts::PartOf>,
     /// The measured probes themselves, in send order — when the run kept
     /// them (see [`crate::Records`]); a run that streamed them elsewhere
     /// leaves this empty and its memory flat.
@@ -113,6 +131,9 @@ pub struct RunStats {
     total_cached_tokens: u64,
     cached_tokens_unreported: u64,
     good_requests: u64,
+    reasoning_requests: u64,
+    total_reasoning_tokens: u64,
+    total_answer_tokens: u64,
     output_events: u64,
     event_tokens: u64,
     errors: BTreeMap<String, u64>,
@@ -122,6 +143,7 @@ pub struct RunStats {
     ttfb: Distribution,
     ttft: Distribution,
     ttfo: Distribution,
+    ttfr: Distribution,
     tpot: Distribution,
     itl: Distribution,
     itl_event: Distribution,
@@ -148,6 +170,9 @@ impl RunStats {
             total_cached_tokens: 0,
             cached_tokens_unreported: 0,
             good_requests: 0,
+            reasoning_requests: 0,
+            total_reasoning_tokens: 0,
+            total_answer_tokens: 0,
             output_events: 0,
             event_tokens: 0,
             errors: BTreeMap::new(),
@@ -155,6 +180,7 @@ impl RunStats {
             ttfb: d(),
             ttft: d(),
             ttfo: d(),
+            ttfr: d(),
             tpot: d(),
             itl: d(),
             itl_event: d(),
@@ -189,7 +215,10 @@ impl RunStats {
             self.successful += 1;
             self.total_output_tokens += r.output_tokens;
             self.output_tokens_estimated += u64::from(r.output_tokens_estimated);
+            self.total_reasoning_tokens += r.reasoning_tokens();
+            self.total_answer_tokens += r.answer_tokens();
         }
+        self.reasoning_requests += u64::from(r.ttfr_ns.is_some());
         if let Some(e) = &r.error {
             let k = e.kind().as_str().to_string();
             *self.errors.entry(k.clone()).or_insert(0) += 1;
@@ -214,6 +243,7 @@ impl RunStats {
         opt(&mut self.ttfb, r.ttfb_ns.map(|v| v as f64));
         opt(&mut self.ttft, r.ttft_ns.map(|v| v as f64));
         opt(&mut self.ttfo, r.ttfo_ns.map(|v| v as f64));
+        opt(&mut self.ttfr, r.ttfr_ns.map(|v| v as f64));
         opt(&mut self.tpot, r.tpot_ns());
         opt(&mut self.e2e, ok.then_some(r.e2e_ns as f64));
         let ttft_s = r.ttft_from_scheduled_ns().map(|v| v as f64);
@@ -243,6 +273,9 @@ impl RunStats {
         self.total_cached_tokens += o.total_cached_tokens;
         self.cached_tokens_unreported += o.cached_tokens_unreported;
         self.good_requests += o.good_requests;
+        self.reasoning_requests += o.reasoning_requests;
+        self.total_reasoning_tokens += o.total_reasoning_tokens;
+        self.total_answer_tokens += o.total_answer_tokens;
         self.output_events += o.output_events;
         self.event_tokens += o.event_tokens;
         for (k, n) in &o.errors {
@@ -259,6 +292,7 @@ impl RunStats {
             (&mut self.ttfb, &o.ttfb),
             (&mut self.ttft, &o.ttft),
             (&mut self.ttfo, &o.ttfo),
+            (&mut self.ttfr, &o.ttfr),
             (&mut self.tpot, &o.tpot),
             (&mut self.itl, &o.itl),
             (&mut self.itl_event, &o.itl_event),
@@ -345,6 +379,10 @@ impl RunStats {
             ttfb_ms: self.ttfb.summary_ms(),
             ttft_ms: self.ttft.summary_ms(),
             ttfo_ms: self.ttfo.summary_ms(),
+            ttfr_ms: self.ttfr.summary_ms(),
+            reasoning_requests: self.reasoning_requests,
+            total_reasoning_tokens: self.total_reasoning_tokens,
+            total_answer_tokens: self.total_answer_tokens,
             tpot_ms: self.tpot.summary_ms(),
             itl_ms: self.itl.summary_ms(),
             itl_event_ms: self.itl_event.summary_ms(),
@@ -353,6 +391,7 @@ impl RunStats {
             e2e_from_scheduled_ms: self.e2e_from_scheduled.summary_ms(),
             dispatch_lag_ms,
             self_check,
+            part_of: None,
             records,
         }
     }

@@ -3,14 +3,15 @@
 //! client self-check) and optionally written as JSON.
 
 use std::path::PathBuf;
-use std::time::Duration;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
-use clap::Args;
+use clap::{Args, Subcommand};
 use llmwatch_probe::record::Api;
 use llmwatch_probe::{
-    Bound, Calibrator, ClientConfig, Load, MeasuringPool, Objectives, ProbeClient, PromptKind,
-    Records, RunConfig, RunOptions, RunResult, Secret, Shape, Spin, Workload,
+    Bound, Calibrator, ClientConfig, Load, MeasuringPool, Objectives, Part, PartOf, ProbeClient,
+    PromptKind, Records, RunConfig, RunOptions, RunResult, Secret, Shape, SharedSchedule, Spin,
+    Workload,
 };
 
 use llmwatch_config::parse_duration;
@@ -93,8 +94,13 @@ impl WorkloadArgs {
 
 #[derive(Debug, Clone, Args)]
 pub struct BenchArgs {
+    #[command(subcommand)]
+    pub command: Option<BenchCommand>,
     /// Base URL of the OpenAI-compatible server, e.g. http://127.0.0.1:8000
-    #[arg(long)]
+    // Required unless `merge` is given; the empty default only lets the
+    // derive build the struct then (clap checks `required` on what the
+    // user gave).
+    #[arg(long, required = true, default_value = "", hide_default_value = true)]
     pub url: String,
     #[command(flatten)]
     pub workload: WorkloadArgs,
@@ -137,6 +143,86 @@ pub struct BenchArgs {
     /// can spare, all but one).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Send part I of N of the schedule (parts count from 0): request k goes
+    /// to part k mod N; --concurrency is the whole's, shared out. Needs
+    /// --start-at and --json; merge the parts with `llmwatch bench merge`.
+    #[arg(long, value_parser = Part::parse)]
+    pub part: Option<Part>,
+    /// When the schedule starts, the same for every part: Unix seconds or
+    /// RFC 3339 (2026-12-07T08:00:00Z). Prompts are salted from it and the
+    /// seed, so every part sends what one run of the schedule would.
+    #[arg(long)]
+    pub start_at: Option<String>,
+}
+
+/// `llmwatch bench merge`.
+#[derive(Debug, Clone, Subcommand)]
+pub enum BenchCommand {
+    /// Merge the result files of a shared schedule's parts (`bench --part
+    /// I/N --json FILE` each) into one result.
+    Merge(MergeArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct MergeArgs {
+    /// Every part's result file.
+    #[arg(required = true)]
+    pub parts: Vec<PathBuf>,
+    /// Write the merged result (every part's records) as JSON.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+/// `--start-at`: Unix seconds or RFC 3339, as a wall-clock time.
+fn parse_start_at(text: &str) -> anyhow::Result<SystemTime> {
+    let text = text.trim();
+    if let Ok(seconds) = text.parse::<f64>() {
+        if seconds.is_finite() && seconds >= 0.0 {
+            return Ok(UNIX_EPOCH + Duration::from_secs_f64(seconds));
+        }
+    }
+    humantime::parse_rfc3339_weak(text).map_err(|err| {
+        anyhow::anyhow!("--start-at: expected Unix seconds or RFC 3339, got {text:?}: {err}")
+    })
+}
+
+/// The monotonic instant of wall-clock `at`; an error once it has passed.
+fn instant_of(at: SystemTime) -> anyhow::Result<Instant> {
+    match at.duration_since(SystemTime::now()) {
+        Ok(ahead) => Ok(Instant::now() + ahead),
+        Err(passed) => bail!(
+            "--start-at: that time passed {:.1}s ago (after calibrating); give every part a \
+             start time still ahead of it",
+            passed.duration().as_secs_f64()
+        ),
+    }
+}
+
+/// The shared schedule `--part`/`--start-at` describe (checked), with the
+/// start as Unix ms for the result.
+fn shared_schedule(args: &BenchArgs) -> anyhow::Result<Option<(Option<Part>, SystemTime)>> {
+    let start = args.start_at.as_deref().map(parse_start_at).transpose()?;
+    match (args.part, start) {
+        (Some(_), None) => {
+            bail!("--part needs --start-at: every part must start the schedule at the same time")
+        }
+        (Some(_), _) if args.json.is_none() => {
+            bail!("--part needs --json: `bench merge` merges the parts' result files")
+        }
+        (Some(part), _) if part.share(args.concurrency) == 0 => bail!(
+            "--part {part}: --concurrency {} is the whole schedule's and must be at least the \
+             number of parts, {}",
+            args.concurrency,
+            part.count
+        ),
+        (part, Some(start)) => Ok(Some((part, start))),
+        (None, None) => Ok(None),
+    }
+}
+
+fn unix_ms(at: SystemTime) -> u64 {
+    at.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn optional_duration(flag: &str, value: &Option<String>) -> anyhow::Result<Option<Duration>> {
@@ -176,15 +262,24 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
     if args.workload.reuse_prompts {
         workload.reuse_prompts();
     }
+    let shared = shared_schedule(args)?;
+    if let Some((_, start)) = shared {
+        if !args.workload.reuse_prompts {
+            workload.salt_prompts(args.workload.seed ^ unix_ms(start).rotate_left(32));
+        }
+    }
+    // A part keeps its share of the whole schedule's requests in flight.
+    let concurrency = match shared.and_then(|(part, _)| part) {
+        Some(part) => part.share(args.concurrency),
+        None => args.concurrency,
+    };
     let load = match args.rate {
         Some(rate) => Load::Rate {
             per_second: rate,
             burstiness: args.burstiness,
-            max_concurrency: Some(args.concurrency),
+            max_concurrency: Some(concurrency),
         },
-        None => Load::Concurrency {
-            concurrency: args.concurrency,
-        },
+        None => Load::Concurrency { concurrency },
     };
     let bound = match optional_duration("duration", &args.duration)? {
         Some(duration) => Bound::Duration(duration),
@@ -201,6 +296,7 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
             ttft_p95: optional_duration("slo-ttft-p95", &args.slo_ttft_p95)?,
             itl_p95: optional_duration("slo-itl-p95", &args.slo_itl_p95)?,
             e2e_p95: optional_duration("slo-e2e-p95", &args.slo_e2e_p95)?,
+            ..Objectives::default()
         },
         seed: args.workload.seed,
         ..RunConfig::closed(args.concurrency, args.requests)
@@ -270,12 +366,25 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<(RunResult, Option<PathBu
         Duration::from_secs(5),
     )
     .await;
+    let shared = shared_schedule(args)?;
+    let schedule = SharedSchedule {
+        part: shared.and_then(|(part, _)| part),
+        start_at: shared.map(|(_, at)| instant_of(at)).transpose()?,
+    };
+    let seed = config.seed;
     let run_started_ms = llmwatch_engine::now_ms();
     let run = pool
-        .run(config, options, move |i| workload.request(i))
+        .run_shared(config, options, schedule, move |i| workload.request(i))
         .await;
     let scraped = scraper.finish().await;
     let mut result = run?;
+    result.part_of = shared.and_then(|(part, start)| {
+        Some(PartOf {
+            part: part?,
+            seed,
+            start_at_unix_ms: unix_ms(start),
+        })
+    });
     let run_ended_ms = llmwatch_engine::now_ms();
     result.server_prefix_cache_hit_ratio =
         evidence_for_window(&scraped, run_started_ms, run_ended_ms, run_ended_ms)
@@ -299,7 +408,34 @@ pub async fn bench(args: &BenchArgs) -> anyhow::Result<(RunResult, Option<PathBu
     Ok((result, records_path))
 }
 
+/// `llmwatch bench merge`: reads the parts, merges, prints, writes.
+fn merge_cli(args: &MergeArgs) -> anyhow::Result<()> {
+    let mut parts = Vec::with_capacity(args.parts.len());
+    for path in &args.parts {
+        let file =
+            std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+        let part: RunResult = serde_json::from_reader(std::io::BufReader::new(file))
+            .with_context(|| format!("{}: not a `bench --json` result", path.display()))?;
+        parts.push(part);
+    }
+    let merged = llmwatch_probe::merge_parts(parts)?;
+    print!(
+        "{}",
+        llmwatch_core::redact::redact_urls_in(&llmwatch_probe::render_table(&merged))
+    );
+    if let Some(path) = &args.json {
+        let json = serde_json::to_string(&merged)?;
+        std::fs::write(path, llmwatch_core::redact::redact_urls_in(&json))
+            .with_context(|| format!("writing {}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    Ok(())
+}
+
 pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
+    if let Some(BenchCommand::Merge(merge)) = &args.command {
+        return merge_cli(merge);
+    }
     let (result, records_path) = bench(&args).await?;
     print!(
         "{}",

@@ -43,6 +43,58 @@ pub enum Signal {
     GenerationTokensRate,
     /// Finished requests per second.
     RequestRate,
+    /// Prompt tokens per second served from a cache (local or external).
+    PromptCachedTokensRate,
+    /// Prompt tokens per second the engine computed itself.
+    PromptComputedTokensRate,
+    /// Cached prompt tokens per second computed again.
+    PromptRecomputedTokensRate,
+    /// Prompt tokens per second whose KV arrived from a prefill instance.
+    PromptTransferredTokensRate,
+    /// Δhits/Δqueries of the external (connector) prefix cache, 0..1.
+    ExternalPrefixCacheHitRate,
+    /// Mean preemptions per finished request.
+    PreemptionsPerRequestMean,
+    /// Mean prompt tokens a finished request's prefill computed.
+    PrefillComputedTokensMean,
+    /// KV cache loaded from the offload tier into the GPU, bytes/s.
+    KvOffloadLoadBytesRate,
+    /// KV cache stored from the GPU to the offload tier, bytes/s.
+    KvOffloadStoreBytesRate,
+    /// Seconds spent in offload loads and stores per second of wall time
+    /// (above 1 when transfers overlap).
+    KvOffloadTimeRatio,
+    /// Mean P/D KV-transfer time (histogram mean, else SGLang's last-transfer
+    /// gauge).
+    KvTransferTimeMean,
+    /// p95 P/D KV-transfer time from the transfer histogram.
+    KvTransferTimeP95,
+    /// Bytes moved by P/D KV transfers per second of wall time.
+    KvTransferBytesRate,
+    /// Bytes per second while transferring: Δbytes/Δtransfer time (vLLM
+    /// NIXL), else SGLang's speed gauge summed over ranks.
+    KvTransferSpeed,
+    /// Failed P/D KV transfers per second.
+    KvTransferFailuresRate,
+    /// Requests in the P/D hand-off queues.
+    KvTransferQueueRequests,
+    /// Accepted ÷ proposed draft tokens, 0..1 (else the engine's gauge).
+    SpecDecodeAcceptanceRate,
+    /// Tokens per draft step: 1 + accepted ÷ drafts (else the engine's gauge).
+    SpecDecodeAcceptLength,
+    /// The share of drafts whose first token was accepted, 0..1.
+    SpecDecodeFirstAcceptance,
+    /// Achieved TFLOP/s per GPU from the engine's FLOP counter.
+    AchievedTflops,
+    /// Achieved GPU-memory GB/s (read + write) per GPU from the engine's byte
+    /// counters.
+    AchievedMemBandwidth,
+    /// Share of the target's engines asleep (vLLM sleep mode), 0..1.
+    EngineSleeping,
+    /// Tokens of retracted requests per second (SGLang), work to redo.
+    RetractedTokensRate,
+    /// Mean KV hit rate the router predicted per request (Dynamo), 0..1.
+    RouterKvHitRateMean,
     /// Mean GPU utilisation over GPUs, 0..1.
     GpuUtil,
     /// Σ used / Σ total memory over GPUs.
@@ -82,7 +134,7 @@ pub enum Signal {
 }
 
 impl Signal {
-    const ALL: [Signal; 40] = [
+    const ALL: [Signal; 64] = [
         Signal::KvCacheUsage,
         Signal::RequestsRunning,
         Signal::RequestsWaiting,
@@ -104,6 +156,30 @@ impl Signal {
         Signal::PromptTokensRate,
         Signal::GenerationTokensRate,
         Signal::RequestRate,
+        Signal::PromptCachedTokensRate,
+        Signal::PromptComputedTokensRate,
+        Signal::PromptRecomputedTokensRate,
+        Signal::PromptTransferredTokensRate,
+        Signal::ExternalPrefixCacheHitRate,
+        Signal::PreemptionsPerRequestMean,
+        Signal::PrefillComputedTokensMean,
+        Signal::KvOffloadLoadBytesRate,
+        Signal::KvOffloadStoreBytesRate,
+        Signal::KvOffloadTimeRatio,
+        Signal::KvTransferTimeMean,
+        Signal::KvTransferTimeP95,
+        Signal::KvTransferBytesRate,
+        Signal::KvTransferSpeed,
+        Signal::KvTransferFailuresRate,
+        Signal::KvTransferQueueRequests,
+        Signal::SpecDecodeAcceptanceRate,
+        Signal::SpecDecodeAcceptLength,
+        Signal::SpecDecodeFirstAcceptance,
+        Signal::AchievedTflops,
+        Signal::AchievedMemBandwidth,
+        Signal::EngineSleeping,
+        Signal::RetractedTokensRate,
+        Signal::RouterKvHitRateMean,
         Signal::GpuUtil,
         Signal::GpuMemUsedRatio,
         Signal::GpuMemUsedRatioMax,
@@ -153,6 +229,30 @@ impl Signal {
             Signal::PromptTokensRate => "prompt_tokens_rate",
             Signal::GenerationTokensRate => "generation_tokens_rate",
             Signal::RequestRate => "request_rate",
+            Signal::PromptCachedTokensRate => "prompt_cached_tokens_rate",
+            Signal::PromptComputedTokensRate => "prompt_computed_tokens_rate",
+            Signal::PromptRecomputedTokensRate => "prompt_recomputed_tokens_rate",
+            Signal::PromptTransferredTokensRate => "prompt_transferred_tokens_rate",
+            Signal::ExternalPrefixCacheHitRate => "external_prefix_cache_hit_rate",
+            Signal::PreemptionsPerRequestMean => "preemptions_per_request_mean",
+            Signal::PrefillComputedTokensMean => "prefill_computed_tokens_mean",
+            Signal::KvOffloadLoadBytesRate => "kv_offload_load_bytes_rate",
+            Signal::KvOffloadStoreBytesRate => "kv_offload_store_bytes_rate",
+            Signal::KvOffloadTimeRatio => "kv_offload_time_ratio",
+            Signal::KvTransferTimeMean => "kv_transfer_time_mean",
+            Signal::KvTransferTimeP95 => "kv_transfer_time_p95",
+            Signal::KvTransferBytesRate => "kv_transfer_bytes_rate",
+            Signal::KvTransferSpeed => "kv_transfer_speed",
+            Signal::KvTransferFailuresRate => "kv_transfer_failures_rate",
+            Signal::KvTransferQueueRequests => "kv_transfer_queue_requests",
+            Signal::SpecDecodeAcceptanceRate => "spec_decode_acceptance_rate",
+            Signal::SpecDecodeAcceptLength => "spec_decode_accept_length",
+            Signal::SpecDecodeFirstAcceptance => "spec_decode_first_acceptance",
+            Signal::AchievedTflops => "achieved_tflops",
+            Signal::AchievedMemBandwidth => "achieved_mem_bandwidth",
+            Signal::EngineSleeping => "engine_sleeping",
+            Signal::RetractedTokensRate => "retracted_tokens_rate",
+            Signal::RouterKvHitRateMean => "router_kv_hit_rate_mean",
             Signal::GpuUtil => "gpu_util",
             Signal::GpuMemUsedRatio => "gpu_mem_used_ratio",
             Signal::GpuMemUsedRatioMax => "gpu_mem_used_ratio_max",
@@ -176,8 +276,8 @@ impl Signal {
     }
 
     /// Unit of the value: `ratio` (0..1), `requests`, `1/s` (tokens,
-    /// requests or preemptions per second), `s`, `W`, `bytes`, `count`,
-    /// `celsius`.
+    /// requests or preemptions per second), `s`, `W`, `bytes`, `bytes/s`,
+    /// `count`, `tokens`, `TFLOP/s`, `GB/s`, `celsius`.
     pub fn unit(&self) -> &'static str {
         match self {
             Signal::KvCacheUsage
@@ -219,6 +319,30 @@ impl Signal {
             Signal::GpuPowerW => "W",
             Signal::GpuCount => "count",
             Signal::GpuTempMax => "celsius",
+            Signal::PromptCachedTokensRate => "1/s",
+            Signal::PromptComputedTokensRate => "1/s",
+            Signal::PromptRecomputedTokensRate => "1/s",
+            Signal::PromptTransferredTokensRate => "1/s",
+            Signal::ExternalPrefixCacheHitRate => "ratio",
+            Signal::PreemptionsPerRequestMean => "count",
+            Signal::PrefillComputedTokensMean => "tokens",
+            Signal::KvOffloadLoadBytesRate => "bytes/s",
+            Signal::KvOffloadStoreBytesRate => "bytes/s",
+            Signal::KvOffloadTimeRatio => "ratio",
+            Signal::KvTransferTimeMean => "s",
+            Signal::KvTransferTimeP95 => "s",
+            Signal::KvTransferBytesRate => "bytes/s",
+            Signal::KvTransferSpeed => "bytes/s",
+            Signal::KvTransferFailuresRate => "1/s",
+            Signal::KvTransferQueueRequests => "requests",
+            Signal::SpecDecodeAcceptanceRate => "ratio",
+            Signal::SpecDecodeAcceptLength => "tokens",
+            Signal::SpecDecodeFirstAcceptance => "ratio",
+            Signal::AchievedTflops => "TFLOP/s",
+            Signal::AchievedMemBandwidth => "GB/s",
+            Signal::EngineSleeping => "ratio",
+            Signal::RetractedTokensRate => "1/s",
+            Signal::RouterKvHitRateMean => "ratio",
         }
     }
 }
@@ -260,6 +384,52 @@ impl Signal {
             Signal::PromptTokensRate => &[M::PromptTokensTotal],
             Signal::GenerationTokensRate => &[M::GenerationTokensTotal],
             Signal::RequestRate => &[M::RequestsSuccessTotal],
+            Signal::PromptCachedTokensRate => &[M::PromptTokensCachedTotal],
+            Signal::PromptComputedTokensRate => &[M::PromptTokensComputedTotal],
+            Signal::PromptRecomputedTokensRate => &[M::PromptTokensRecomputedTotal],
+            Signal::PromptTransferredTokensRate => &[M::PromptTokensTransferredTotal],
+            Signal::ExternalPrefixCacheHitRate => &[
+                M::ExternalPrefixCacheHitsTotal,
+                M::ExternalPrefixCacheQueriesTotal,
+            ],
+            Signal::PreemptionsPerRequestMean => &[M::RequestPreemptions],
+            Signal::PrefillComputedTokensMean => &[M::PrefillComputedTokens],
+            Signal::KvOffloadLoadBytesRate => &[M::KvOffloadLoadBytesTotal],
+            Signal::KvOffloadStoreBytesRate => &[M::KvOffloadStoreBytesTotal],
+            Signal::KvOffloadTimeRatio => {
+                &[M::KvOffloadLoadSecondsTotal, M::KvOffloadStoreSecondsTotal]
+            }
+            Signal::KvTransferTimeMean => &[M::KvTransferTimeSeconds, M::KvTransferLatencySeconds],
+            Signal::KvTransferTimeP95 => &[M::KvTransferTimeSeconds],
+            Signal::KvTransferBytesRate => &[M::KvTransferBytesTotal],
+            Signal::KvTransferSpeed => &[
+                M::KvTransferBytesTotal,
+                M::KvTransferTimeSeconds,
+                M::KvTransferSpeedBytesPerSecond,
+            ],
+            Signal::KvTransferFailuresRate => &[M::KvTransferFailuresTotal],
+            Signal::KvTransferQueueRequests => &[M::KvTransferQueueRequests],
+            Signal::SpecDecodeAcceptanceRate => &[
+                M::SpecDecodeAcceptedTokensTotal,
+                M::SpecDecodeDraftTokensTotal,
+                M::SpecDecodeAcceptRate,
+            ],
+            Signal::SpecDecodeAcceptLength => &[
+                M::SpecDecodeAcceptedTokensTotal,
+                M::SpecDecodeDraftsTotal,
+                M::SpecDecodeAcceptLength,
+            ],
+            Signal::SpecDecodeFirstAcceptance => {
+                &[M::SpecDecodeAcceptedFirstTotal, M::SpecDecodeDraftsTotal]
+            }
+            Signal::AchievedTflops => &[M::EstimatedFlopsTotal],
+            Signal::AchievedMemBandwidth => {
+                &[M::EstimatedReadBytesTotal, M::EstimatedWriteBytesTotal]
+            }
+            Signal::EngineSleeping => &[M::EngineAwake],
+            Signal::RetractedTokensRate => &[M::RetractedTokensTotal],
+            Signal::RouterKvHitRateMean => &[M::RouterKvHitRate],
+
             Signal::GpuUtil
             | Signal::GpuMemUsedRatio
             | Signal::GpuMemUsedRatioMax
@@ -408,6 +578,8 @@ pub fn signals_between_digests(prev: Option<&Digest>, cur: &Digest) -> Vec<(Sign
     put(Signal::PromptTokensRate, rate(M::PromptTokensTotal));
     put(Signal::GenerationTokensRate, rate(M::GenerationTokensTotal));
     put(Signal::RequestRate, rate(M::RequestsSuccessTotal));
+    cache_offload_and_transfer_signals(prev, cur, dt, &mut put);
+    speculation_and_efficiency_signals(prev, cur, dt, &mut put);
 
     let gpus = &cur.gpus;
     put(Signal::GpuUtil, gpus.mean(M::GpuUtil));
@@ -428,6 +600,183 @@ pub fn signals_between_digests(prev: Option<&Digest>, cur: &Digest) -> Vec<(Sign
     put(Signal::GpuTempMax, gpus.fold(M::GpuTempCelsius, f64::max));
     put(Signal::GpuTensorActive, gpus.mean(M::GpuTensorActive));
     out
+}
+
+/// Counter growth over the window (reset-aware), or the lifetime value
+/// without `prev`: the numerator or denominator of a ratio.
+fn growth(prev: Option<&Digest>, cur: &Digest, metric: CatalogMetric) -> Option<f64> {
+    let after = cur.sum(metric)?;
+    match prev {
+        None => Some(after),
+        Some(prev) => Some(counter_delta(prev.sum(metric)?, after)),
+    }
+}
+
+/// Counter growth per second; needs a window.
+fn per_second(
+    prev: Option<&Digest>,
+    cur: &Digest,
+    dt: Option<f64>,
+    metric: CatalogMetric,
+) -> Option<f64> {
+    let dt = dt?;
+    Some(counter_delta(prev?.sum(metric)?, cur.sum(metric)?) / dt)
+}
+
+/// `num / den` over the window, omitted when nothing was counted.
+fn window_ratio(
+    prev: Option<&Digest>,
+    cur: &Digest,
+    num: CatalogMetric,
+    den: CatalogMetric,
+) -> Option<f64> {
+    let den = growth(prev, cur, den)?;
+    (den > 0.0).then_some(growth(prev, cur, num)? / den)
+}
+
+/// The 2026 families of prompt-token sources, KV offloading and P/D
+/// transfer (issue 38), in [`Signal::all`] order.
+fn cache_offload_and_transfer_signals(
+    prev: Option<&Digest>,
+    cur: &Digest,
+    dt: Option<f64>,
+    put: &mut impl FnMut(Signal, Option<f64>),
+) {
+    use CatalogMetric as M;
+    let rate = |metric| per_second(prev, cur, dt, metric);
+    put(
+        Signal::PromptCachedTokensRate,
+        rate(M::PromptTokensCachedTotal),
+    );
+    put(
+        Signal::PromptComputedTokensRate,
+        rate(M::PromptTokensComputedTotal),
+    );
+    put(
+        Signal::PromptRecomputedTokensRate,
+        rate(M::PromptTokensRecomputedTotal),
+    );
+    put(
+        Signal::PromptTransferredTokensRate,
+        rate(M::PromptTokensTransferredTotal),
+    );
+    put(
+        Signal::ExternalPrefixCacheHitRate,
+        window_ratio(
+            prev,
+            cur,
+            M::ExternalPrefixCacheHitsTotal,
+            M::ExternalPrefixCacheQueriesTotal,
+        ),
+    );
+    put(
+        Signal::PreemptionsPerRequestMean,
+        Hist::window(prev, cur, M::RequestPreemptions).mean(),
+    );
+    put(
+        Signal::PrefillComputedTokensMean,
+        Hist::window(prev, cur, M::PrefillComputedTokens).mean(),
+    );
+    put(
+        Signal::KvOffloadLoadBytesRate,
+        rate(M::KvOffloadLoadBytesTotal),
+    );
+    put(
+        Signal::KvOffloadStoreBytesRate,
+        rate(M::KvOffloadStoreBytesTotal),
+    );
+    let offload_time = match (
+        rate(M::KvOffloadLoadSecondsTotal),
+        rate(M::KvOffloadStoreSecondsTotal),
+    ) {
+        (None, None) => None,
+        (load, store) => Some(load.unwrap_or(0.0) + store.unwrap_or(0.0)),
+    };
+    put(Signal::KvOffloadTimeRatio, offload_time);
+    let transfer = Hist::window(prev, cur, M::KvTransferTimeSeconds);
+    put(
+        Signal::KvTransferTimeMean,
+        transfer
+            .mean()
+            .or_else(|| cur.max(M::KvTransferLatencySeconds)),
+    );
+    put(Signal::KvTransferTimeP95, transfer.quantile(0.95));
+    put(Signal::KvTransferBytesRate, rate(M::KvTransferBytesTotal));
+    let busy_seconds = transfer.as_ref().and_then(|hist| hist.sum);
+    let speed = match (growth(prev, cur, M::KvTransferBytesTotal), busy_seconds) {
+        (Some(bytes), Some(seconds)) if seconds > 0.0 => Some(bytes / seconds),
+        _ => cur.sum(M::KvTransferSpeedBytesPerSecond),
+    };
+    put(Signal::KvTransferSpeed, speed);
+    put(
+        Signal::KvTransferFailuresRate,
+        rate(M::KvTransferFailuresTotal),
+    );
+    put(
+        Signal::KvTransferQueueRequests,
+        cur.sum(M::KvTransferQueueRequests),
+    );
+}
+
+/// Speculative decoding, achieved FLOP/s and bandwidth, sleep, retractions
+/// and the router's predicted hit rate, in [`Signal::all`] order.
+fn speculation_and_efficiency_signals(
+    prev: Option<&Digest>,
+    cur: &Digest,
+    dt: Option<f64>,
+    put: &mut impl FnMut(Signal, Option<f64>),
+) {
+    use CatalogMetric as M;
+    let rate = |metric| per_second(prev, cur, dt, metric);
+    // The engines' own gauges read 0 with speculation off (a length is at
+    // least 1 with it on): no signal then.
+    let gauge_length = cur.mean(M::SpecDecodeAcceptLength).filter(|l| *l > 0.0);
+    put(
+        Signal::SpecDecodeAcceptanceRate,
+        window_ratio(
+            prev,
+            cur,
+            M::SpecDecodeAcceptedTokensTotal,
+            M::SpecDecodeDraftTokensTotal,
+        )
+        .or_else(|| gauge_length.and(cur.mean(M::SpecDecodeAcceptRate))),
+    );
+    put(
+        Signal::SpecDecodeAcceptLength,
+        window_ratio(
+            prev,
+            cur,
+            M::SpecDecodeAcceptedTokensTotal,
+            M::SpecDecodeDraftsTotal,
+        )
+        .map(|accepted_per_draft| 1.0 + accepted_per_draft)
+        .or(gauge_length),
+    );
+    put(
+        Signal::SpecDecodeFirstAcceptance,
+        window_ratio(
+            prev,
+            cur,
+            M::SpecDecodeAcceptedFirstTotal,
+            M::SpecDecodeDraftsTotal,
+        ),
+    );
+    put(
+        Signal::AchievedTflops,
+        rate(M::EstimatedFlopsTotal).map(|flops| flops / 1e12),
+    );
+    let bandwidth = rate(M::EstimatedReadBytesTotal)
+        .map(|read| read + rate(M::EstimatedWriteBytesTotal).unwrap_or(0.0));
+    put(Signal::AchievedMemBandwidth, bandwidth.map(|b| b / 1e9));
+    put(
+        Signal::EngineSleeping,
+        cur.mean(M::EngineAwake).map(|awake| 1.0 - awake),
+    );
+    put(Signal::RetractedTokensRate, rate(M::RetractedTokensTotal));
+    put(
+        Signal::RouterKvHitRateMean,
+        Hist::window(prev, cur, M::RouterKvHitRate).mean(),
+    );
 }
 
 const METRICS: usize = CatalogMetric::ALL.len();

@@ -51,6 +51,10 @@ const CASES: &[Case] = &[
             (ServerQueueTimeMean, 1.883227378129959e-05 / 2.0),
             (ServerPrefillTimeMean, 0.41180944442749023 / 2.0),
             (ServerInferenceTimeMean, 3.5716648939996958 / 2.0),
+            // 2026 families: 66 tokens looked up in the connector's cache,
+            // none found; the engine awake.
+            (ExternalPrefixCacheHitRate, 0.0),
+            (EngineSleeping, 0.0),
         ],
     },
     Case {
@@ -81,6 +85,9 @@ const CASES: &[Case] = &[
             (ServerPrefillTimeMean, 0.2140041133388877 / 6.0),
             (ServerDecodeTimeMean, 0.6237391703762114 / 6.0),
             (ServerInferenceTimeMean, 0.8377432837150991 / 6.0),
+            // 53 prompt tokens computed over 6 prefills.
+            (PrefillComputedTokensMean, 53.0 / 6.0),
+            (EngineSleeping, 0.0),
         ],
     },
     Case {
@@ -118,6 +125,7 @@ const CASES: &[Case] = &[
             (KvCacheUsage, 0.0),
             (RequestsRunning, 0.0),
             (RequestsWaiting, 0.0),
+            (EngineSleeping, 0.0),
         ],
     },
     Case {
@@ -191,6 +199,7 @@ const CASES: &[Case] = &[
             // queue p95 rank 2.85 in (4, 5] holding 2→3 → 4 + 0.85.
             (ServerQueueTimeP95, 4.85),
             (ServerQueueTimeMean, 4.57 / 3.0),
+            // spec_accept_length 0: speculation off, no acceptance signal.
         ],
     },
     Case {
@@ -435,5 +444,596 @@ fn dcgm_gpu_labels_are_kept_and_hostname_normalised() {
         assert!(gpu0
             .labels
             .contains(&("hostname".to_owned(), "gpu-node-07".to_owned())));
+    }
+}
+
+/// Issue 38: the engine families of 2026. Every family of each new page
+/// feeds a catalog metric, and that metric a signal; the pages are read as
+/// a window against the same server 10 s earlier with every counter at zero
+/// (just started), so counters give rates.
+mod families_2026 {
+    use super::*;
+    use llmwatch_core::catalog::{source_names, CatalogMetric, NormalizedSample};
+    use llmwatch_core::exposition::Exposition;
+    use std::collections::BTreeSet;
+
+    const WINDOW_S: f64 = 10.0;
+
+    struct FamilyCase {
+        file: &'static str,
+        engine: Engine,
+        /// Whether the table must name every family of the page (pages
+        /// written for this issue) or only the new ones (live captures).
+        every_family: bool,
+        /// (family as on the page, a signal it feeds).
+        families: &'static [(&'static str, Signal)],
+        /// Signals of the whole page over the window, read off the page by hand.
+        values: &'static [(Signal, f64)],
+    }
+
+    const VLLM_PD: FamilyCase = FamilyCase {
+        file: "vllm/metrics_reconstructed_0.32_pd_offload_spec.txt",
+        engine: Engine::Vllm,
+        every_family: true,
+        families: &[
+            (
+                "vllm:prompt_tokens_by_source_total",
+                PromptComputedTokensRate,
+            ),
+            (
+                "vllm:prompt_tokens_by_source_total",
+                PromptTransferredTokensRate,
+            ),
+            ("vllm:prompt_tokens_cached_total", PromptCachedTokensRate),
+            (
+                "vllm:prompt_tokens_cached_by_source_total",
+                PromptCachedTokensRate,
+            ),
+            (
+                "vllm:prompt_tokens_recomputed_total",
+                PromptRecomputedTokensRate,
+            ),
+            (
+                "vllm:external_prefix_cache_queries_total",
+                ExternalPrefixCacheHitRate,
+            ),
+            (
+                "vllm:external_prefix_cache_hits_total",
+                ExternalPrefixCacheHitRate,
+            ),
+            (
+                "vllm:request_prefill_kv_computed_tokens",
+                PrefillComputedTokensMean,
+            ),
+            ("vllm:request_num_preemptions", PreemptionsPerRequestMean),
+            ("vllm:kv_offload_load_bytes_total", KvOffloadLoadBytesRate),
+            ("vllm:kv_offload_load_time_total", KvOffloadTimeRatio),
+            ("vllm:kv_offload_load_size", KvOffloadLoadBytesRate),
+            ("vllm:kv_offload_store_bytes_total", KvOffloadStoreBytesRate),
+            ("vllm:kv_offload_store_time_total", KvOffloadTimeRatio),
+            ("vllm:kv_offload_store_size", KvOffloadStoreBytesRate),
+            ("vllm:kv_offload_total_bytes_total", KvOffloadLoadBytesRate),
+            ("vllm:kv_offload_total_bytes_total", KvOffloadStoreBytesRate),
+            ("vllm:kv_offload_total_time_total", KvOffloadTimeRatio),
+            ("vllm:kv_offload_size", KvOffloadLoadBytesRate),
+            ("vllm:kv_offload_size", KvOffloadStoreBytesRate),
+            ("vllm:nixl_xfer_time_seconds", KvTransferTimeMean),
+            ("vllm:nixl_xfer_time_seconds", KvTransferTimeP95),
+            ("vllm:nixl_bytes_transferred", KvTransferBytesRate),
+            ("vllm:nixl_bytes_transferred", KvTransferSpeed),
+            (
+                "vllm:nixl_num_failed_transfers_total",
+                KvTransferFailuresRate,
+            ),
+            ("vllm:spec_decode_num_drafts_total", SpecDecodeAcceptLength),
+            (
+                "vllm:spec_decode_num_draft_tokens_total",
+                SpecDecodeAcceptanceRate,
+            ),
+            (
+                "vllm:spec_decode_num_accepted_tokens_total",
+                SpecDecodeAcceptanceRate,
+            ),
+            (
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                SpecDecodeFirstAcceptance,
+            ),
+            ("vllm:estimated_flops_per_gpu_total", AchievedTflops),
+            (
+                "vllm:estimated_read_bytes_per_gpu_total",
+                AchievedMemBandwidth,
+            ),
+            (
+                "vllm:estimated_write_bytes_per_gpu_total",
+                AchievedMemBandwidth,
+            ),
+            ("vllm:engine_sleep_state", EngineSleeping),
+        ],
+        values: &[
+            // Engines 0 and 1 summed, over 10 s.
+            (PromptCachedTokensRate, (5000.0 + 3000.0) / WINDOW_S),
+            (PromptComputedTokensRate, (12000.0 + 8000.0) / WINDOW_S),
+            (PromptRecomputedTokensRate, (120.0 + 80.0) / WINDOW_S),
+            (PromptTransferredTokensRate, (40000.0 + 36000.0) / WINDOW_S),
+            (ExternalPrefixCacheHitRate, 4000.0 / 36000.0),
+            (PreemptionsPerRequestMean, 9.0 / 70.0),
+            (PrefillComputedTokensMean, 20000.0 / 70.0),
+            (KvOffloadLoadBytesRate, 12e9 / WINDOW_S),
+            (KvOffloadStoreBytesRate, 28e9 / WINDOW_S),
+            (KvOffloadTimeRatio, (1.2 + 3.5) / WINDOW_S),
+            (KvTransferTimeMean, 5.9 / 70.0),
+            // 70 transfers: p95 rank 66.5 in (0.1, 0.2] holding 58 → 66
+            // (engine 0: 10+20+6 ≤ 0.1, engine 1: 5+15+6) … 70 ≤ 0.2.
+            (KvTransferTimeP95, 0.1 + 0.1 * (66.5 - 62.0) / 8.0),
+            (KvTransferBytesRate, 7.6e10 / WINDOW_S),
+            (KvTransferSpeed, 7.6e10 / 5.9),
+            (KvTransferFailuresRate, 1.0 / WINDOW_S),
+            (SpecDecodeAcceptanceRate, 2100.0 / 5400.0),
+            (SpecDecodeAcceptLength, 1.0 + 2100.0 / 1800.0),
+            (SpecDecodeFirstAcceptance, 1050.0 / 1800.0),
+            // Per-GPU counters: the mean of the two engines' GPUs.
+            (AchievedTflops, 3.5e15 / WINDOW_S / 1e12),
+            (AchievedMemBandwidth, (1.8e13 + 0.9e12) / WINDOW_S / 1e9),
+            (EngineSleeping, 0.0),
+        ],
+    };
+
+    const SGLANG_PD: FamilyCase = FamilyCase {
+        file: "sglang/metrics_reconstructed_v0.5.9_pd_decode.txt",
+        engine: Engine::Sglang,
+        every_family: true,
+        families: &[
+            ("sglang:prompt_tokens_total", PromptTokensRate),
+            ("sglang:generation_tokens_total", GenerationTokensRate),
+            ("sglang:cached_tokens_total", PromptCachedTokensRate),
+            ("sglang:realtime_tokens_total", PromptCachedTokensRate),
+            ("sglang:realtime_tokens_total", PromptComputedTokensRate),
+            ("sglang:realtime_tokens_total", GenerationTokensRate),
+            (
+                "sglang:num_prefill_prealloc_queue_reqs",
+                KvTransferQueueRequests,
+            ),
+            (
+                "sglang:num_prefill_inflight_queue_reqs",
+                KvTransferQueueRequests,
+            ),
+            (
+                "sglang:num_decode_prealloc_queue_reqs",
+                KvTransferQueueRequests,
+            ),
+            (
+                "sglang:num_decode_transfer_queue_reqs",
+                KvTransferQueueRequests,
+            ),
+            ("sglang:kv_transfer_speed_gb_s", KvTransferSpeed),
+            ("sglang:kv_transfer_latency_ms", KvTransferTimeMean),
+            (
+                "sglang:num_transfer_failed_reqs_total",
+                KvTransferFailuresRate,
+            ),
+            ("sglang:num_retracted_requests_total", PreemptionsRate),
+            (
+                "sglang:num_retracted_input_tokens_total",
+                RetractedTokensRate,
+            ),
+            (
+                "sglang:num_retracted_output_tokens_total",
+                RetractedTokensRate,
+            ),
+            ("sglang:spec_accept_length", SpecDecodeAcceptLength),
+            ("sglang:spec_accept_rate", SpecDecodeAcceptanceRate),
+        ],
+        values: &[
+            // TP ranks 0 and 1 report one scheduler: counted once.
+            (PreemptionsRate, 7.0 / WINDOW_S),
+            (PromptTokensRate, 2000.0 / WINDOW_S),
+            (GenerationTokensRate, 90000.0 / WINDOW_S),
+            (PromptCachedTokensRate, 1500.0 / WINDOW_S),
+            (PromptComputedTokensRate, 500.0 / WINDOW_S),
+            // The slowest rank's shard.
+            (KvTransferTimeMean, 0.045),
+            // Each rank moves its own shard at once: 12.5 + 11.5 GB/s.
+            (KvTransferSpeed, 24e9),
+            (KvTransferFailuresRate, 2.0 / WINDOW_S),
+            (KvTransferQueueRequests, 8.0),
+            (SpecDecodeAcceptanceRate, 0.53),
+            (SpecDecodeAcceptLength, 2.6),
+            (RetractedTokensRate, 3000.0 / WINDOW_S),
+        ],
+    };
+
+    const TRTLLM_SERVE: FamilyCase = FamilyCase {
+        file: "trtllm-serve/metrics_reconstructed_1.3.txt",
+        engine: Engine::Trtllm,
+        every_family: true,
+        families: &[
+            ("trtllm_request_success_total", RequestRate),
+            ("trtllm_e2e_request_latency_seconds", ServerE2eMean),
+            ("trtllm_time_to_first_token_seconds", ServerTtftP95),
+            ("trtllm_time_per_output_token_seconds", ServerItlMean),
+            ("trtllm_request_queue_time_seconds", ServerQueueTimeMean),
+            ("trtllm_request_prefill_time_seconds", ServerPrefillTimeMean),
+            ("trtllm_request_decode_time_seconds", ServerDecodeTimeMean),
+            (
+                "trtllm_request_inference_time_seconds",
+                ServerInferenceTimeMean,
+            ),
+            ("trtllm_prompt_tokens_total", PromptTokensRate),
+            ("trtllm_generation_tokens_total", GenerationTokensRate),
+            ("trtllm_prompt_cached_tokens_total", PromptCachedTokensRate),
+            (
+                "trtllm_prompt_cache_hit_tokens_total",
+                PromptCachedTokensRate,
+            ),
+            ("trtllm_kv_cache_hit_rate", PrefixCacheHitRate),
+            ("trtllm_kv_cache_utilization", KvCacheUsage),
+            ("trtllm_num_requests_running", RequestsRunning),
+            ("trtllm_num_requests_waiting", RequestsWaiting),
+            (
+                "trtllm_kv_cache_onboard_bytes_total",
+                KvOffloadLoadBytesRate,
+            ),
+            (
+                "trtllm_kv_cache_offload_bytes_total",
+                KvOffloadStoreBytesRate,
+            ),
+            (
+                "trtllm_spec_decode_num_draft_tokens_total",
+                SpecDecodeAcceptanceRate,
+            ),
+            (
+                "trtllm_spec_decode_num_accepted_tokens_total",
+                SpecDecodeAcceptanceRate,
+            ),
+            (
+                "trtllm_spec_decode_acceptance_length",
+                SpecDecodeAcceptLength,
+            ),
+            (
+                "trtllm_spec_decode_drafted_tokens_total",
+                SpecDecodeAcceptLength,
+            ),
+            (
+                "trtllm_spec_decode_accepted_tokens_total",
+                SpecDecodeFirstAcceptance,
+            ),
+        ],
+        values: &[
+            (KvCacheUsage, 0.62),
+            (RequestsRunning, 12.0),
+            (RequestsWaiting, 3.0),
+            (PrefixCacheHitRate, 0.4),
+            (ServerTtftMean, 12.0 / 100.0),
+            (ServerQueueTimeMean, 3.0 / 100.0),
+            (ServerPrefillTimeMean, 8.0 / 100.0),
+            (ServerDecodeTimeMean, 145.0 / 100.0),
+            (PromptTokensRate, 51200.0 / WINDOW_S),
+            (GenerationTokensRate, 25600.0 / WINDOW_S),
+            (RequestRate, 100.0 / WINDOW_S),
+            (PromptCachedTokensRate, 20480.0 / WINDOW_S),
+            (KvOffloadLoadBytesRate, 2e9 / WINDOW_S),
+            (KvOffloadStoreBytesRate, 5e9 / WINDOW_S),
+            (SpecDecodeAcceptanceRate, 5400.0 / 9000.0),
+            // Drafts = tokens drafted at position 0.
+            (SpecDecodeAcceptLength, 1.0 + 5400.0 / 3000.0),
+            (SpecDecodeFirstAcceptance, 2400.0 / 3000.0),
+        ],
+    };
+
+    const DYNAMO_ROUTER: FamilyCase = FamilyCase {
+        file: "dynamo/metrics_reconstructed_1.x_frontend_router.txt",
+        engine: Engine::Dynamo,
+        every_family: true,
+        families: &[
+            ("dynamo_frontend_inflight_requests", RequestsRunning),
+            ("dynamo_frontend_queued_requests", RequestsWaiting),
+            ("dynamo_frontend_worker_waiting_requests", RequestsWaiting),
+            ("dynamo_frontend_requests_total", RequestRate),
+            ("dynamo_frontend_time_to_first_token_seconds", ServerTtftP95),
+            ("dynamo_frontend_inter_token_latency_seconds", ServerItlP95),
+            ("dynamo_frontend_output_tokens_total", GenerationTokensRate),
+            ("dynamo_component_router_requests_total", RequestRate),
+            (
+                "dynamo_component_router_time_to_first_token_seconds",
+                ServerTtftP95,
+            ),
+            (
+                "dynamo_component_router_inter_token_latency_seconds",
+                ServerItlP95,
+            ),
+            (
+                "dynamo_component_router_input_sequence_tokens",
+                PromptTokensRate,
+            ),
+            (
+                "dynamo_component_router_output_sequence_tokens",
+                GenerationTokensRate,
+            ),
+            ("dynamo_component_router_kv_hit_rate", RouterKvHitRateMean),
+            (
+                "dynamo_component_router_kv_transfer_estimated_latency_seconds",
+                KvTransferTimeMean,
+            ),
+        ],
+        values: &[
+            (RequestsRunning, 6.0),
+            (RequestsWaiting, 2.0),
+            (ServerTtftMean, 30.0 / 200.0),
+            (PromptTokensRate, 400000.0 / WINDOW_S),
+            (GenerationTokensRate, 60000.0 / WINDOW_S),
+            (RequestRate, 200.0 / WINDOW_S),
+            (KvTransferTimeMean, 9.0 / 200.0),
+            (RouterKvHitRateMean, (80.0 * 0.4 + 120.0 * 0.6) / 200.0),
+        ],
+    };
+
+    /// A real vLLM 0.32 (CPU) with ngram speculative decoding, the MFU
+    /// counters and `--custom-histogram-buckets`, before and after 12
+    /// requests (`fixtures/vllm-live/SOURCE.md`).
+    const VLLM_LIVE_SPEC: FamilyCase = FamilyCase {
+        file: "vllm-live/metrics_vllm_spec_buckets_after.txt",
+        engine: Engine::Vllm,
+        every_family: false,
+        families: &[
+            (
+                "vllm:prompt_tokens_by_source_total",
+                PromptComputedTokensRate,
+            ),
+            ("vllm:prompt_tokens_cached_total", PromptCachedTokensRate),
+            (
+                "vllm:prompt_tokens_cached_by_source_total",
+                PromptCachedTokensRate,
+            ),
+            (
+                "vllm:request_prefill_kv_computed_tokens",
+                PrefillComputedTokensMean,
+            ),
+            ("vllm:request_num_preemptions", PreemptionsPerRequestMean),
+            ("vllm:spec_decode_num_drafts_total", SpecDecodeAcceptLength),
+            (
+                "vllm:spec_decode_num_draft_tokens_total",
+                SpecDecodeAcceptanceRate,
+            ),
+            (
+                "vllm:spec_decode_num_accepted_tokens_total",
+                SpecDecodeAcceptanceRate,
+            ),
+            (
+                "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+                SpecDecodeFirstAcceptance,
+            ),
+            ("vllm:estimated_flops_per_gpu_total", AchievedTflops),
+            (
+                "vllm:estimated_read_bytes_per_gpu_total",
+                AchievedMemBandwidth,
+            ),
+            (
+                "vllm:estimated_write_bytes_per_gpu_total",
+                AchievedMemBandwidth,
+            ),
+            ("vllm:engine_sleep_state", EngineSleeping),
+        ],
+        values: &[
+            // 12 requests of 392 prompt tokens, none cached.
+            (PromptCachedTokensRate, 0.0),
+            (PromptComputedTokensRate, 4704.0 / WINDOW_S),
+            (PreemptionsPerRequestMean, 0.0),
+            (PrefillComputedTokensMean, 4704.0 / 12.0),
+            // Every draft token accepted (greedy, repetitive text).
+            (SpecDecodeAcceptanceRate, 252.0 / 252.0),
+            (SpecDecodeAcceptLength, 1.0 + 252.0 / 96.0),
+            (SpecDecodeFirstAcceptance, 96.0 / 96.0),
+            (AchievedTflops, 1.6340877312e10 / WINDOW_S / 1e12),
+            (
+                AchievedMemBandwidth,
+                (7.48480512e8 + 5.8257408e7) / WINDOW_S / 1e9,
+            ),
+            (EngineSleeping, 0.0),
+        ],
+    };
+
+    fn read(file: &str) -> Vec<u8> {
+        let path = format!("{FIXTURES}/{file}");
+        std::fs::read(&path).unwrap_or_else(|err| panic!("{path}: {err}"))
+    }
+
+    /// `page` against the same page with every value at zero `WINDOW_S`
+    /// earlier.
+    fn over_window(samples: &[NormalizedSample]) -> Vec<(Signal, f64)> {
+        let zero: Vec<NormalizedSample> = samples
+            .iter()
+            .map(|s| NormalizedSample {
+                value: 0.0,
+                ..s.clone()
+            })
+            .collect();
+        signals_between(
+            Some(Snapshot {
+                ts: 0.0,
+                samples: &zero,
+            }),
+            Snapshot {
+                ts: WINDOW_S,
+                samples,
+            },
+        )
+    }
+
+    fn sample_names(page: &Exposition, family: usize) -> BTreeSet<String> {
+        page.families[family]
+            .samples
+            .iter()
+            .map(|s| s.name.to_string())
+            .collect()
+    }
+
+    /// The catalog metrics whose rules read any of `names`.
+    fn metrics_reading(names: &BTreeSet<String>) -> Vec<CatalogMetric> {
+        CatalogMetric::all()
+            .iter()
+            .copied()
+            .filter(|m| source_names(*m).iter().any(|n| names.contains(n)))
+            .collect()
+    }
+
+    /// The page without the families that compete with `family` for the
+    /// catalog metrics it feeds (an earlier or later name of METRIC_MAP's
+    /// resolution order), so `family` is the one read.
+    fn alone<'a>(page: &Exposition<'a>, family: usize) -> Exposition<'a> {
+        let fed: BTreeSet<String> = metrics_reading(&sample_names(page, family))
+            .into_iter()
+            .flat_map(source_names)
+            .collect();
+        let keep = (0..page.families.len())
+            .filter(|&i| i == family || sample_names(page, i).is_disjoint(&fed))
+            .map(|i| page.families[i].clone())
+            .collect();
+        Exposition {
+            format: page.format,
+            families: keep,
+        }
+    }
+
+    fn check_families(case: &FamilyCase, failures: &mut Vec<String>) {
+        let body = read(case.file);
+        let (page, _) = parse_lenient(&body, Format::PrometheusText);
+        if detect_engine(&page) != case.engine {
+            failures.push(format!("{}: not detected as {}", case.file, case.engine));
+        }
+        for (i, family) in page.families.iter().enumerate() {
+            let names = sample_names(&page, i);
+            let listed = case.families.iter().any(|(f, _)| names.contains(*f))
+                || case.families.iter().any(|(f, _)| *f == family.name);
+            if case.every_family && !listed {
+                failures.push(format!("{}: family {} has no row", case.file, family.name));
+            }
+        }
+        for (name, signal) in case.families {
+            let Some(i) = (0..page.families.len()).find(|&i| {
+                page.families[i].name == *name || sample_names(&page, i).contains(*name)
+            }) else {
+                failures.push(format!("{}: no family {name}", case.file));
+                continue;
+            };
+            let fed = metrics_reading(&sample_names(&page, i));
+            let samples = normalize(case.engine, &alone(&page, i));
+            let read: Vec<CatalogMetric> = fed
+                .iter()
+                .copied()
+                .filter(|m| samples.iter().any(|s| s.metric == *m))
+                .collect();
+            if read.is_empty() || !read.iter().any(|m| signal.inputs().contains(m)) {
+                failures.push(format!(
+                    "{}: {name} feeds {read:?}, none an input of {signal}",
+                    case.file
+                ));
+            }
+            if !over_window(&samples)
+                .iter()
+                .any(|(s, v)| s == signal && v.is_finite())
+            {
+                failures.push(format!("{}: {name} alone gives no {signal}", case.file));
+            }
+        }
+    }
+
+    fn check_values(case: &FamilyCase, failures: &mut Vec<String>) {
+        let body = read(case.file);
+        let (page, _) = parse_lenient(&body, Format::PrometheusText);
+        let got = over_window(&normalize(case.engine, &page));
+        for (signal, expected) in case.values {
+            match got.iter().find(|(s, _)| s == signal) {
+                Some((_, actual)) if close(*actual, *expected) => {}
+                other => failures.push(format!(
+                    "{}: {signal} = {other:?}, expected {expected}",
+                    case.file
+                )),
+            }
+        }
+    }
+
+    #[test]
+    fn vllm_every_2026_family_maps_to_its_signal() {
+        let mut failures = Vec::new();
+        for case in [&VLLM_PD, &VLLM_LIVE_SPEC] {
+            check_families(case, &mut failures);
+            check_values(case, &mut failures);
+        }
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn sglang_every_0_5_9_family_maps_to_its_signal() {
+        let mut failures = Vec::new();
+        check_families(&SGLANG_PD, &mut failures);
+        check_values(&SGLANG_PD, &mut failures);
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn trtllm_serve_every_family_maps_to_its_signal() {
+        let mut failures = Vec::new();
+        check_families(&TRTLLM_SERVE, &mut failures);
+        check_values(&TRTLLM_SERVE, &mut failures);
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    #[test]
+    fn dynamo_frontend_and_router_families_map_to_their_signals() {
+        let mut failures = Vec::new();
+        check_families(&DYNAMO_ROUTER, &mut failures);
+        check_values(&DYNAMO_ROUTER, &mut failures);
+        assert!(failures.is_empty(), "{}", failures.join("\n"));
+    }
+
+    /// `--custom-histogram-buckets`: the bounds come from the page (a real
+    /// vLLM's), and the window's quantiles interpolate inside them.
+    #[test]
+    fn vllm_custom_histogram_buckets_are_read_from_the_page() {
+        let before = read("vllm-live/metrics_vllm_spec_buckets_before.txt");
+        let after = read("vllm-live/metrics_vllm_spec_buckets_after.txt");
+        let (before, _) = parse_lenient(&before, Format::PrometheusText);
+        let (after, _) = parse_lenient(&after, Format::PrometheusText);
+        let (before, after) = (
+            normalize(Engine::Vllm, &before),
+            normalize(Engine::Vllm, &after),
+        );
+        let bounds = |metric: CatalogMetric| -> Vec<f64> {
+            after
+                .iter()
+                .filter(|s| s.metric == metric)
+                .filter_map(|s| match s.part {
+                    llmwatch_core::catalog::Part::Bucket(le) => Some(le),
+                    _ => None,
+                })
+                .collect()
+        };
+        assert_eq!(
+            bounds(CatalogMetric::TtftSeconds),
+            [0.05, 0.1, 0.2, 0.4, 0.8, 1.6, f64::INFINITY]
+        );
+        assert_eq!(
+            bounds(CatalogMetric::E2eSeconds),
+            [0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, f64::INFINITY]
+        );
+        let got = signals_between(
+            Some(Snapshot {
+                ts: 0.0,
+                samples: &before,
+            }),
+            Snapshot {
+                ts: WINDOW_S,
+                samples: &after,
+            },
+        );
+        let get = |signal| got.iter().find(|(s, _)| *s == signal).map(|(_, v)| *v);
+        // 12 requests: 5 ≤ 0.05 s, 10 ≤ 0.1 s, 11 ≤ 0.2 s, 12 ≤ +Inf.
+        // p50 rank 6 in (0.05, 0.1] holding 5 → 10.
+        assert!(close(get(ServerTtftP50).expect("ttft p50"), 0.06));
+        // p95 rank 11.4 past the last finite bound → that bound.
+        assert_eq!(get(ServerTtftP95), Some(1.6));
+        // e2e: 11 ≤ 0.25 s, 12 ≤ 4 s: rank 11.4 in (2, 4] holding 11 → 12.
+        assert!(close(get(ServerE2eP95).expect("e2e p95"), 2.8));
+        assert_eq!(get(SpecDecodeAcceptanceRate), Some(1.0));
     }
 }

@@ -192,6 +192,66 @@ pub enum CatalogMetric {
     DecodeTimeSeconds,
     /// Engine-core time from scheduling to the last token: prefill + decode.
     InferenceTimeSeconds,
+    /// Prompt tokens served from a cache (local or external) instead of computed.
+    PromptTokensCachedTotal,
+    /// Prompt tokens the engine computed itself (vLLM `local_compute`, SGLang `prefill_compute`).
+    PromptTokensComputedTotal,
+    /// Cached prompt tokens computed again for the forward pass (vLLM).
+    PromptTokensRecomputedTotal,
+    /// Prompt tokens whose KV arrived from another instance (P/D disaggregation).
+    PromptTokensTransferredTotal,
+    /// Tokens found in an external (connector) prefix cache.
+    ExternalPrefixCacheHitsTotal,
+    /// Tokens looked up in an external (connector) prefix cache.
+    ExternalPrefixCacheQueriesTotal,
+    /// Preemptions per finished request (a histogram of counts).
+    RequestPreemptions,
+    /// Prompt tokens a finished request's prefill computed (cached ones excluded).
+    PrefillComputedTokens,
+    /// Bytes of KV cache loaded from the offload tier (host, disk) into the GPU.
+    KvOffloadLoadBytesTotal,
+    /// Bytes of KV cache stored from the GPU to the offload tier.
+    KvOffloadStoreBytesTotal,
+    /// Time spent loading offloaded KV cache, seconds.
+    KvOffloadLoadSecondsTotal,
+    /// Time spent storing KV cache to the offload tier, seconds.
+    KvOffloadStoreSecondsTotal,
+    /// Duration of one P/D KV-cache transfer (vLLM NIXL, Dynamo's router estimate).
+    KvTransferTimeSeconds,
+    /// The last P/D KV transfer's latency as a gauge (SGLang), seconds; slowest rank.
+    KvTransferLatencySeconds,
+    /// Bytes moved by P/D KV-cache transfers.
+    KvTransferBytesTotal,
+    /// The last P/D KV transfer's speed as a gauge (SGLang), bytes/s; ranks move their shards in parallel, so summed over ranks.
+    KvTransferSpeedBytesPerSecond,
+    /// Failed P/D KV-cache transfers.
+    KvTransferFailuresTotal,
+    /// Requests in the P/D hand-off queues (SGLang bootstrap/prealloc, in flight, transfer).
+    KvTransferQueueRequests,
+    /// Speculative-decoding draft steps.
+    SpecDecodeDraftsTotal,
+    /// Tokens proposed by the drafter.
+    SpecDecodeDraftTokensTotal,
+    /// Draft tokens the target model accepted.
+    SpecDecodeAcceptedTokensTotal,
+    /// Draft tokens accepted at the first draft position.
+    SpecDecodeAcceptedFirstTotal,
+    /// An engine's own acceptance-rate gauge (SGLang), 0..1.
+    SpecDecodeAcceptRate,
+    /// An engine's own mean acceptance-length gauge (SGLang, TensorRT-LLM), tokens per step.
+    SpecDecodeAcceptLength,
+    /// The engine's estimate of floating-point operations per GPU (vLLM MFU counters).
+    EstimatedFlopsTotal,
+    /// The engine's estimate of bytes read from GPU memory per GPU.
+    EstimatedReadBytesTotal,
+    /// The engine's estimate of bytes written to GPU memory per GPU.
+    EstimatedWriteBytesTotal,
+    /// 1 when the engine is awake, 0 while it sleeps (vLLM sleep mode); mean over engines.
+    EngineAwake,
+    /// Input and output tokens of retracted requests (SGLang), to be computed again.
+    RetractedTokensTotal,
+    /// The KV hit rate a router predicted per request at routing time (Dynamo), 0..1.
+    RouterKvHitRate,
     GpuUtil,
     GpuMemUsedBytes,
     GpuMemTotalBytes,
@@ -202,7 +262,7 @@ pub enum CatalogMetric {
 }
 
 impl CatalogMetric {
-    pub(crate) const ALL: [CatalogMetric; 24] = [
+    pub(crate) const ALL: [CatalogMetric; 54] = [
         CatalogMetric::KvCacheUsage,
         CatalogMetric::RequestsRunning,
         CatalogMetric::RequestsWaiting,
@@ -220,6 +280,36 @@ impl CatalogMetric {
         CatalogMetric::PrefillTimeSeconds,
         CatalogMetric::DecodeTimeSeconds,
         CatalogMetric::InferenceTimeSeconds,
+        CatalogMetric::PromptTokensCachedTotal,
+        CatalogMetric::PromptTokensComputedTotal,
+        CatalogMetric::PromptTokensRecomputedTotal,
+        CatalogMetric::PromptTokensTransferredTotal,
+        CatalogMetric::ExternalPrefixCacheHitsTotal,
+        CatalogMetric::ExternalPrefixCacheQueriesTotal,
+        CatalogMetric::RequestPreemptions,
+        CatalogMetric::PrefillComputedTokens,
+        CatalogMetric::KvOffloadLoadBytesTotal,
+        CatalogMetric::KvOffloadStoreBytesTotal,
+        CatalogMetric::KvOffloadLoadSecondsTotal,
+        CatalogMetric::KvOffloadStoreSecondsTotal,
+        CatalogMetric::KvTransferTimeSeconds,
+        CatalogMetric::KvTransferLatencySeconds,
+        CatalogMetric::KvTransferBytesTotal,
+        CatalogMetric::KvTransferSpeedBytesPerSecond,
+        CatalogMetric::KvTransferFailuresTotal,
+        CatalogMetric::KvTransferQueueRequests,
+        CatalogMetric::SpecDecodeDraftsTotal,
+        CatalogMetric::SpecDecodeDraftTokensTotal,
+        CatalogMetric::SpecDecodeAcceptedTokensTotal,
+        CatalogMetric::SpecDecodeAcceptedFirstTotal,
+        CatalogMetric::SpecDecodeAcceptRate,
+        CatalogMetric::SpecDecodeAcceptLength,
+        CatalogMetric::EstimatedFlopsTotal,
+        CatalogMetric::EstimatedReadBytesTotal,
+        CatalogMetric::EstimatedWriteBytesTotal,
+        CatalogMetric::EngineAwake,
+        CatalogMetric::RetractedTokensTotal,
+        CatalogMetric::RouterKvHitRate,
         CatalogMetric::GpuUtil,
         CatalogMetric::GpuMemUsedBytes,
         CatalogMetric::GpuMemTotalBytes,
@@ -255,6 +345,36 @@ impl CatalogMetric {
             CatalogMetric::PrefillTimeSeconds => "prefill_time_seconds",
             CatalogMetric::DecodeTimeSeconds => "decode_time_seconds",
             CatalogMetric::InferenceTimeSeconds => "inference_time_seconds",
+            CatalogMetric::PromptTokensCachedTotal => "prompt_tokens_cached_total",
+            CatalogMetric::PromptTokensComputedTotal => "prompt_tokens_computed_total",
+            CatalogMetric::PromptTokensRecomputedTotal => "prompt_tokens_recomputed_total",
+            CatalogMetric::PromptTokensTransferredTotal => "prompt_tokens_transferred_total",
+            CatalogMetric::ExternalPrefixCacheHitsTotal => "external_prefix_cache_hits_total",
+            CatalogMetric::ExternalPrefixCacheQueriesTotal => "external_prefix_cache_queries_total",
+            CatalogMetric::RequestPreemptions => "request_preemptions",
+            CatalogMetric::PrefillComputedTokens => "prefill_computed_tokens",
+            CatalogMetric::KvOffloadLoadBytesTotal => "kv_offload_load_bytes_total",
+            CatalogMetric::KvOffloadStoreBytesTotal => "kv_offload_store_bytes_total",
+            CatalogMetric::KvOffloadLoadSecondsTotal => "kv_offload_load_seconds_total",
+            CatalogMetric::KvOffloadStoreSecondsTotal => "kv_offload_store_seconds_total",
+            CatalogMetric::KvTransferTimeSeconds => "kv_transfer_time_seconds",
+            CatalogMetric::KvTransferLatencySeconds => "kv_transfer_latency_seconds",
+            CatalogMetric::KvTransferBytesTotal => "kv_transfer_bytes_total",
+            CatalogMetric::KvTransferSpeedBytesPerSecond => "kv_transfer_speed_bytes_per_second",
+            CatalogMetric::KvTransferFailuresTotal => "kv_transfer_failures_total",
+            CatalogMetric::KvTransferQueueRequests => "kv_transfer_queue_requests",
+            CatalogMetric::SpecDecodeDraftsTotal => "spec_decode_drafts_total",
+            CatalogMetric::SpecDecodeDraftTokensTotal => "spec_decode_draft_tokens_total",
+            CatalogMetric::SpecDecodeAcceptedTokensTotal => "spec_decode_accepted_tokens_total",
+            CatalogMetric::SpecDecodeAcceptedFirstTotal => "spec_decode_accepted_first_total",
+            CatalogMetric::SpecDecodeAcceptRate => "spec_decode_accept_rate",
+            CatalogMetric::SpecDecodeAcceptLength => "spec_decode_accept_length",
+            CatalogMetric::EstimatedFlopsTotal => "estimated_flops_total",
+            CatalogMetric::EstimatedReadBytesTotal => "estimated_read_bytes_total",
+            CatalogMetric::EstimatedWriteBytesTotal => "estimated_write_bytes_total",
+            CatalogMetric::EngineAwake => "engine_awake",
+            CatalogMetric::RetractedTokensTotal => "retracted_tokens_total",
+            CatalogMetric::RouterKvHitRate => "router_kv_hit_rate",
             CatalogMetric::GpuUtil => "gpu_util",
             CatalogMetric::GpuMemUsedBytes => "gpu_mem_used_bytes",
             CatalogMetric::GpuMemTotalBytes => "gpu_mem_total_bytes",
@@ -280,14 +400,38 @@ impl CatalogMetric {
             | CatalogMetric::PrefixCacheQueriesTotal
             | CatalogMetric::PromptTokensTotal
             | CatalogMetric::GenerationTokensTotal
-            | CatalogMetric::RequestsSuccessTotal => MetricKind::Counter,
+            | CatalogMetric::RequestsSuccessTotal
+            | CatalogMetric::PromptTokensCachedTotal
+            | CatalogMetric::PromptTokensComputedTotal
+            | CatalogMetric::PromptTokensRecomputedTotal
+            | CatalogMetric::PromptTokensTransferredTotal
+            | CatalogMetric::ExternalPrefixCacheHitsTotal
+            | CatalogMetric::ExternalPrefixCacheQueriesTotal
+            | CatalogMetric::KvOffloadLoadBytesTotal
+            | CatalogMetric::KvOffloadStoreBytesTotal
+            | CatalogMetric::KvOffloadLoadSecondsTotal
+            | CatalogMetric::KvOffloadStoreSecondsTotal
+            | CatalogMetric::KvTransferBytesTotal
+            | CatalogMetric::KvTransferFailuresTotal
+            | CatalogMetric::SpecDecodeDraftsTotal
+            | CatalogMetric::SpecDecodeDraftTokensTotal
+            | CatalogMetric::SpecDecodeAcceptedTokensTotal
+            | CatalogMetric::SpecDecodeAcceptedFirstTotal
+            | CatalogMetric::EstimatedFlopsTotal
+            | CatalogMetric::EstimatedReadBytesTotal
+            | CatalogMetric::EstimatedWriteBytesTotal
+            | CatalogMetric::RetractedTokensTotal => MetricKind::Counter,
             CatalogMetric::TtftSeconds
             | CatalogMetric::ItlSeconds
             | CatalogMetric::E2eSeconds
             | CatalogMetric::QueueTimeSeconds
             | CatalogMetric::PrefillTimeSeconds
             | CatalogMetric::DecodeTimeSeconds
-            | CatalogMetric::InferenceTimeSeconds => MetricKind::Histogram,
+            | CatalogMetric::InferenceTimeSeconds
+            | CatalogMetric::RequestPreemptions
+            | CatalogMetric::PrefillComputedTokens
+            | CatalogMetric::KvTransferTimeSeconds
+            | CatalogMetric::RouterKvHitRate => MetricKind::Histogram,
             _ => MetricKind::Gauge,
         }
     }
@@ -375,15 +519,17 @@ mod tests {
     #[test]
     fn phase_histograms_are_known_where_engines_split_requests() {
         use CatalogMetric as M;
-        for engine in [Engine::Vllm, Engine::Nim, Engine::Dynamo, Engine::Generic] {
+        // trtllm-serve splits requests as vLLM does (TensorRT-LLM 1.3).
+        for engine in [
+            Engine::Vllm,
+            Engine::Nim,
+            Engine::Dynamo,
+            Engine::Trtllm,
+            Engine::Generic,
+        ] {
             assert!(engine_may_expose(engine, M::PrefillTimeSeconds), "{engine}");
         }
-        for engine in [
-            Engine::Sglang,
-            Engine::Tgi,
-            Engine::Trtllm,
-            Engine::Llamacpp,
-        ] {
+        for engine in [Engine::Sglang, Engine::Tgi, Engine::Llamacpp] {
             assert!(
                 !engine_may_expose(engine, M::PrefillTimeSeconds),
                 "{engine}"

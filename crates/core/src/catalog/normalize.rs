@@ -27,9 +27,13 @@ const REPLICA_LABELS: &[&str] = &["tp_rank", "pp_rank", "moe_ep_rank", "pid", "l
 /// * **Selectors**: Triton's discriminator labels (`request_type="active"`,
 ///   `kv_cache_block_type="fraction"`, …) pick one series of a family.
 /// * **Aggregation** (engine metrics end with no labels at all): usage
-///   gauges (`KvCacheUsage`) → max over every series (the fullest rank or
-///   model is the one that stalls); ratio gauges (`PrefixCacheHitRate`) →
-///   mean; everything else (running/waiting gauges, counters, histogram
+///   gauges (`KvCacheUsage`) and SGLang's last-transfer latency → max over
+///   every series (the fullest rank or model is the one that stalls, the
+///   slowest rank's shard is the one a request waits for); ratio gauges
+///   (`PrefixCacheHitRate`, acceptance) and per-GPU figures (vLLM's MFU
+///   counters, its sleep state) → mean; SGLang's per-rank KV transfer speed
+///   → sum over every series (each TP rank moves its own shard at once);
+///   everything else (running/waiting gauges, counters, histogram
 ///   parts) → `max` over series that differ only in [`REPLICA_LABELS`]
 ///   (TP/PP ranks of one DP group report the same scheduler view), then
 ///   `sum` over the rest (DP ranks such as vLLM's `engine="N"` or SGLang's
@@ -134,6 +138,7 @@ fn rule_names(rule: &Rule) -> Vec<String> {
             .chain(count.iter().copied())
             .map(str::to_string)
             .collect(),
+        Source::Sum { names, .. } => names.iter().copied().map(str::to_string).collect(),
         Source::DcgmFbTotal => DCGM_FB_FIELDS.map(str::to_string).to_vec(),
     }
 }
@@ -190,6 +195,7 @@ fn present(slotted: &SlottedRule, index: &Index) -> bool {
             .any(|s| selected(s, selector) && usable(rule.src, s.value)),
         Source::Histogram { .. } => slots.iter().any(|&slot| index.has(slot)),
         Source::SumCount { .. } => index.has(slots[0]),
+        Source::Sum { .. } => slots.iter().any(|&slot| index.has(slot)),
         Source::DcgmFbTotal => index.has(slots[0]) || (index.has(slots[1]) && index.has(slots[2])),
     }
 }
@@ -249,6 +255,13 @@ fn extract<'p>(slotted: &SlottedRule, index: &Index<'p>) -> Vec<Raw<'p>> {
             for (i, &slot) in slots.iter().enumerate().skip(1) {
                 for &sample in index.samples(slot) {
                     push(i, sample, Part::Count, sample.value);
+                }
+            }
+        }
+        Source::Sum { scale, .. } => {
+            for (i, &slot) in slots.iter().enumerate() {
+                for &sample in index.samples(slot) {
+                    push(i, sample, Part::Value, sample.value * scale);
                 }
             }
         }
@@ -423,27 +436,39 @@ fn aggregate<'p>(
     }
     // Engine metrics end with no labels: part key → (part, value).
     let mut result: BTreeMap<PartKey, (Part, f64)> = BTreeMap::new();
-    if metric == CatalogMetric::KvCacheUsage {
-        for raw in raws {
-            let entry = result
-                .entry(part_key(raw.part))
-                .or_insert((raw.part, raw.value));
-            entry.1 = entry.1.max(raw.value);
+    match across_series(metric) {
+        AcrossSeries::Max => {
+            for raw in raws {
+                let entry = result
+                    .entry(part_key(raw.part))
+                    .or_insert((raw.part, raw.value));
+                entry.1 = entry.1.max(raw.value);
+            }
         }
-    } else if metric == CatalogMetric::PrefixCacheHitRate {
-        let mut sums: BTreeMap<PartKey, (Part, f64, f64)> = BTreeMap::new();
-        for raw in raws {
-            let entry = sums
-                .entry(part_key(raw.part))
-                .or_insert((raw.part, 0.0, 0.0));
-            entry.1 += raw.value;
-            entry.2 += 1.0;
+        AcrossSeries::Mean => {
+            let mut sums: BTreeMap<PartKey, (Part, f64, f64)> = BTreeMap::new();
+            for raw in raws {
+                let entry = sums
+                    .entry(part_key(raw.part))
+                    .or_insert((raw.part, 0.0, 0.0));
+                entry.1 += raw.value;
+                entry.2 += 1.0;
+            }
+            for (key, (part, sum, n)) in sums {
+                result.insert(key, (part, sum / n));
+            }
         }
-        for (key, (part, sum, n)) in sums {
-            result.insert(key, (part, sum / n));
+        AcrossSeries::Sum => {
+            for raw in raws {
+                result
+                    .entry(part_key(raw.part))
+                    .or_insert((raw.part, 0.0))
+                    .1 += raw.value;
+            }
         }
-    } else {
-        max_within_replicas_sum_across(raws, &mut result);
+        AcrossSeries::MaxWithinReplicasSumAcross => {
+            max_within_replicas_sum_across(raws, &mut result)
+        }
     }
     out.extend(
         result
@@ -456,6 +481,36 @@ fn aggregate<'p>(
                 value,
             }),
     );
+}
+
+/// How an engine metric's series (ranks, engines, models, label values)
+/// become one value.
+enum AcrossSeries {
+    /// The largest: the fullest cache, the slowest rank's transfer.
+    Max,
+    /// The mean: ratios and per-GPU figures that each series reports whole.
+    Mean,
+    /// Everything summed, ranks included: quantities each rank holds a
+    /// shard of (SGLang's per-rank KV transfer speed).
+    Sum,
+    /// The default: one value per replica group, the groups summed.
+    MaxWithinReplicasSumAcross,
+}
+
+fn across_series(metric: CatalogMetric) -> AcrossSeries {
+    use CatalogMetric as M;
+    match metric {
+        M::KvCacheUsage | M::KvTransferLatencySeconds => AcrossSeries::Max,
+        M::PrefixCacheHitRate
+        | M::SpecDecodeAcceptRate
+        | M::SpecDecodeAcceptLength
+        | M::EstimatedFlopsTotal
+        | M::EstimatedReadBytesTotal
+        | M::EstimatedWriteBytesTotal
+        | M::EngineAwake => AcrossSeries::Mean,
+        M::KvTransferSpeedBytesPerSecond => AcrossSeries::Sum,
+        _ => AcrossSeries::MaxWithinReplicasSumAcross,
+    }
 }
 
 /// `max` within a replica group (same source name, same labels but for

@@ -65,6 +65,13 @@ pub(super) enum Source {
         scale: f64,
         count: &'static [&'static str],
     },
+    /// Several sample names that together make one quantity (SGLang's four
+    /// P/D hand-off queues, its retracted input and output tokens): each
+    /// name's samples are one series, summed after rank deduplication.
+    Sum {
+        names: &'static [&'static str],
+        scale: f64,
+    },
     /// dcgm-exporter has no default total: `FB_TOTAL` where present, else
     /// `FB_USED + FB_FREE (+ FB_RESERVED)` per GPU, MiB → bytes.
     DcgmFbTotal,
@@ -130,8 +137,28 @@ const fn h(metric: CatalogMetric, src: Src, base: &'static str) -> Rule {
     }
 }
 
+const fn sum(metric: CatalogMetric, src: Src, names: &'static [&'static str]) -> Rule {
+    Rule {
+        metric,
+        src,
+        source: Source::Sum { names, scale: 1.0 },
+    }
+}
+
 use CatalogMetric as M;
 use Src as S;
+
+const SGLANG_PD_QUEUES: &[&str] = &[
+    "sglang:num_prefill_prealloc_queue_reqs",
+    "sglang:num_prefill_inflight_queue_reqs",
+    "sglang:num_decode_prealloc_queue_reqs",
+    "sglang:num_decode_transfer_queue_reqs",
+];
+
+const SGLANG_RETRACTED_TOKENS: &[&str] = &[
+    "sglang:num_retracted_input_tokens_total",
+    "sglang:num_retracted_output_tokens_total",
+];
 
 const TRITON_REQUESTS: &[&str] = &[
     "nv_inference_request_success",
@@ -158,6 +185,7 @@ pub(super) const RULES: &[Rule] = &[
         "dynamo_component_kvstats_gpu_cache_usage_percent",
     ),
     v(M::KvCacheUsage, S::Llama, "llamacpp:kv_cache_usage_ratio"),
+    v(M::KvCacheUsage, S::TrtServe, "trtllm_kv_cache_utilization"),
     // Requests running.
     v(M::RequestsRunning, S::Vllm, "vllm:num_requests_running"),
     v(M::RequestsRunning, S::Nim, "num_requests_running"),
@@ -171,6 +199,11 @@ pub(super) const RULES: &[Rule] = &[
         "active",
     ),
     v(M::RequestsRunning, S::Llama, "llamacpp:requests_processing"),
+    v(
+        M::RequestsRunning,
+        S::TrtServe,
+        "trtllm_num_requests_running",
+    ),
     v(
         M::RequestsRunning,
         S::DynFront,
@@ -201,8 +234,18 @@ pub(super) const RULES: &[Rule] = &[
     v(M::RequestsWaiting, S::Llama, "llamacpp:requests_deferred"),
     v(
         M::RequestsWaiting,
+        S::TrtServe,
+        "trtllm_num_requests_waiting",
+    ),
+    v(
+        M::RequestsWaiting,
         S::DynFront,
         "dynamo_frontend_queued_requests",
+    ),
+    v(
+        M::RequestsWaiting,
+        S::DynFront,
+        "dynamo_frontend_worker_waiting_requests",
     ),
     // Preemptions (SGLang: retractions; the old gauge is not a counter).
     v(M::PreemptionsTotal, S::Vllm, "vllm:num_preemptions_total"),
@@ -243,6 +286,11 @@ pub(super) const RULES: &[Rule] = &[
         S::DynComp,
         "dynamo_component_kvstats_gpu_prefix_cache_hit_rate",
     ),
+    v(
+        M::PrefixCacheHitRate,
+        S::TrtServe,
+        "trtllm_kv_cache_hit_rate",
+    ),
     // Token counters (TGI and Dynamo only have histogram sums).
     v(M::PromptTokensTotal, S::Vllm, "vllm:prompt_tokens_total"),
     v(M::PromptTokensTotal, S::Nim, "prompt_tokens_total"),
@@ -261,6 +309,16 @@ pub(super) const RULES: &[Rule] = &[
         M::PromptTokensTotal,
         S::DynFront,
         "dynamo_frontend_input_sequence_tokens_sum",
+    ),
+    v(
+        M::PromptTokensTotal,
+        S::DynComp,
+        "dynamo_component_router_input_sequence_tokens_sum",
+    ),
+    v(
+        M::PromptTokensTotal,
+        S::TrtServe,
+        "trtllm_prompt_tokens_total",
     ),
     v(
         M::GenerationTokensTotal,
@@ -287,6 +345,23 @@ pub(super) const RULES: &[Rule] = &[
         M::GenerationTokensTotal,
         S::DynFront,
         "dynamo_frontend_output_tokens_total",
+    ),
+    v(
+        M::GenerationTokensTotal,
+        S::DynComp,
+        "dynamo_component_router_output_sequence_tokens_sum",
+    ),
+    v(
+        M::GenerationTokensTotal,
+        S::TrtServe,
+        "trtllm_generation_tokens_total",
+    ),
+    sel(
+        M::GenerationTokensTotal,
+        S::Sglang,
+        "sglang:realtime_tokens_total",
+        "mode",
+        "decode",
     ),
     // Finished requests (all finish reasons summed).
     v(
@@ -323,6 +398,11 @@ pub(super) const RULES: &[Rule] = &[
         S::DynComp,
         "dynamo_component_requests_total",
     ),
+    v(
+        M::RequestsSuccessTotal,
+        S::DynComp,
+        "dynamo_component_router_requests_total",
+    ),
     // TTFT.
     h(M::TtftSeconds, S::Vllm, "vllm:time_to_first_token_seconds"),
     h(M::TtftSeconds, S::Nim, "time_to_first_token_seconds"),
@@ -349,6 +429,11 @@ pub(super) const RULES: &[Rule] = &[
         S::DynFront,
         "dynamo_frontend_time_to_first_token_seconds",
     ),
+    h(
+        M::TtftSeconds,
+        S::DynComp,
+        "dynamo_component_router_time_to_first_token_seconds",
+    ),
     // ITL (TGI last: per-request mean TPOT, one observation per request).
     h(M::ItlSeconds, S::Vllm, "vllm:inter_token_latency_seconds"),
     h(M::ItlSeconds, S::Vllm, "vllm:time_per_output_token_seconds"),
@@ -372,6 +457,11 @@ pub(super) const RULES: &[Rule] = &[
         M::ItlSeconds,
         S::DynFront,
         "dynamo_frontend_inter_token_latency_seconds",
+    ),
+    h(
+        M::ItlSeconds,
+        S::DynComp,
+        "dynamo_component_router_inter_token_latency_seconds",
     ),
     h(
         M::ItlSeconds,
@@ -443,7 +533,8 @@ pub(super) const RULES: &[Rule] = &[
         },
     },
     // Engine-core phases of a request (vLLM V1 and NIM, which is vLLM
-    // inside; TGI's inference duration runs from batching to the end, the
+    // inside; trtllm-serve's scheduled → first token → last token, the same
+    // spans; TGI's inference duration runs from batching to the end, the
     // same span). No other engine splits a request by phase.
     h(
         M::PrefillTimeSeconds,
@@ -461,9 +552,330 @@ pub(super) const RULES: &[Rule] = &[
         "vllm:request_inference_time_seconds",
     ),
     h(
+        M::PrefillTimeSeconds,
+        S::TrtServe,
+        "trtllm_request_prefill_time_seconds",
+    ),
+    h(
+        M::DecodeTimeSeconds,
+        S::TrtServe,
+        "trtllm_request_decode_time_seconds",
+    ),
+    h(
+        M::InferenceTimeSeconds,
+        S::TrtServe,
+        "trtllm_request_inference_time_seconds",
+    ),
+    h(
         M::InferenceTimeSeconds,
         S::Tgi,
         "tgi_request_inference_duration",
+    ),
+    // Where prompt tokens came from (2026 names): cached (local or
+    // external), computed here, computed again, or received from a prefill
+    // instance.
+    v(
+        M::PromptTokensCachedTotal,
+        S::Vllm,
+        "vllm:prompt_tokens_cached_total",
+    ),
+    v(
+        M::PromptTokensCachedTotal,
+        S::Vllm,
+        "vllm:prompt_tokens_cached_by_source_total",
+    ),
+    v(
+        M::PromptTokensCachedTotal,
+        S::Sglang,
+        "sglang:cached_tokens_total",
+    ),
+    sel(
+        M::PromptTokensCachedTotal,
+        S::Sglang,
+        "sglang:realtime_tokens_total",
+        "mode",
+        "prefill_cache",
+    ),
+    v(
+        M::PromptTokensCachedTotal,
+        S::TrtServe,
+        "trtllm_prompt_cached_tokens_total",
+    ),
+    v(
+        M::PromptTokensCachedTotal,
+        S::TrtServe,
+        "trtllm_prompt_cache_hit_tokens_total",
+    ),
+    sel(
+        M::PromptTokensComputedTotal,
+        S::Vllm,
+        "vllm:prompt_tokens_by_source_total",
+        "source",
+        "local_compute",
+    ),
+    sel(
+        M::PromptTokensComputedTotal,
+        S::Sglang,
+        "sglang:realtime_tokens_total",
+        "mode",
+        "prefill_compute",
+    ),
+    v(
+        M::PromptTokensRecomputedTotal,
+        S::Vllm,
+        "vllm:prompt_tokens_recomputed_total",
+    ),
+    sel(
+        M::PromptTokensTransferredTotal,
+        S::Vllm,
+        "vllm:prompt_tokens_by_source_total",
+        "source",
+        "external_kv_transfer",
+    ),
+    v(
+        M::ExternalPrefixCacheHitsTotal,
+        S::Vllm,
+        "vllm:external_prefix_cache_hits_total",
+    ),
+    v(
+        M::ExternalPrefixCacheQueriesTotal,
+        S::Vllm,
+        "vllm:external_prefix_cache_queries_total",
+    ),
+    h(
+        M::RequestPreemptions,
+        S::Vllm,
+        "vllm:request_num_preemptions",
+    ),
+    h(
+        M::PrefillComputedTokens,
+        S::Vllm,
+        "vllm:request_prefill_kv_computed_tokens",
+    ),
+    // KV offloading (GPU ↔ host/disk): the flat names, then the deprecated
+    // `transfer_type` ones, then the transfer-size histograms' sums.
+    v(
+        M::KvOffloadLoadBytesTotal,
+        S::Vllm,
+        "vllm:kv_offload_load_bytes_total",
+    ),
+    sel(
+        M::KvOffloadLoadBytesTotal,
+        S::Vllm,
+        "vllm:kv_offload_total_bytes_total",
+        "transfer_type",
+        "CPU_to_GPU",
+    ),
+    v(
+        M::KvOffloadLoadBytesTotal,
+        S::Vllm,
+        "vllm:kv_offload_load_size_sum",
+    ),
+    sel(
+        M::KvOffloadLoadBytesTotal,
+        S::Vllm,
+        "vllm:kv_offload_size_sum",
+        "transfer_type",
+        "CPU_to_GPU",
+    ),
+    v(
+        M::KvOffloadLoadBytesTotal,
+        S::TrtServe,
+        "trtllm_kv_cache_onboard_bytes_total",
+    ),
+    v(
+        M::KvOffloadStoreBytesTotal,
+        S::Vllm,
+        "vllm:kv_offload_store_bytes_total",
+    ),
+    sel(
+        M::KvOffloadStoreBytesTotal,
+        S::Vllm,
+        "vllm:kv_offload_total_bytes_total",
+        "transfer_type",
+        "GPU_to_CPU",
+    ),
+    v(
+        M::KvOffloadStoreBytesTotal,
+        S::Vllm,
+        "vllm:kv_offload_store_size_sum",
+    ),
+    sel(
+        M::KvOffloadStoreBytesTotal,
+        S::Vllm,
+        "vllm:kv_offload_size_sum",
+        "transfer_type",
+        "GPU_to_CPU",
+    ),
+    v(
+        M::KvOffloadStoreBytesTotal,
+        S::TrtServe,
+        "trtllm_kv_cache_offload_bytes_total",
+    ),
+    v(
+        M::KvOffloadLoadSecondsTotal,
+        S::Vllm,
+        "vllm:kv_offload_load_time_total",
+    ),
+    sel(
+        M::KvOffloadLoadSecondsTotal,
+        S::Vllm,
+        "vllm:kv_offload_total_time_total",
+        "transfer_type",
+        "CPU_to_GPU",
+    ),
+    v(
+        M::KvOffloadStoreSecondsTotal,
+        S::Vllm,
+        "vllm:kv_offload_store_time_total",
+    ),
+    sel(
+        M::KvOffloadStoreSecondsTotal,
+        S::Vllm,
+        "vllm:kv_offload_total_time_total",
+        "transfer_type",
+        "GPU_to_CPU",
+    ),
+    // Prefill/decode disaggregation: KV transfer time, bytes, failures,
+    // queues.
+    h(
+        M::KvTransferTimeSeconds,
+        S::Vllm,
+        "vllm:nixl_xfer_time_seconds",
+    ),
+    h(
+        M::KvTransferTimeSeconds,
+        S::DynComp,
+        "dynamo_component_router_kv_transfer_estimated_latency_seconds",
+    ),
+    vs(
+        M::KvTransferLatencySeconds,
+        S::Sglang,
+        "sglang:kv_transfer_latency_ms",
+        1e-3,
+    ),
+    v(
+        M::KvTransferBytesTotal,
+        S::Vllm,
+        "vllm:nixl_bytes_transferred_sum",
+    ),
+    vs(
+        M::KvTransferSpeedBytesPerSecond,
+        S::Sglang,
+        "sglang:kv_transfer_speed_gb_s",
+        1e9,
+    ),
+    v(
+        M::KvTransferFailuresTotal,
+        S::Vllm,
+        "vllm:nixl_num_failed_transfers_total",
+    ),
+    v(
+        M::KvTransferFailuresTotal,
+        S::Sglang,
+        "sglang:num_transfer_failed_reqs_total",
+    ),
+    sum(M::KvTransferQueueRequests, S::Sglang, SGLANG_PD_QUEUES),
+    // Speculative decoding.
+    v(
+        M::SpecDecodeDraftsTotal,
+        S::Vllm,
+        "vllm:spec_decode_num_drafts_total",
+    ),
+    sel(
+        M::SpecDecodeDraftsTotal,
+        S::TrtServe,
+        "trtllm_spec_decode_drafted_tokens_total",
+        "token_position",
+        "0",
+    ),
+    v(
+        M::SpecDecodeDraftTokensTotal,
+        S::Vllm,
+        "vllm:spec_decode_num_draft_tokens_total",
+    ),
+    v(
+        M::SpecDecodeDraftTokensTotal,
+        S::TrtServe,
+        "trtllm_spec_decode_num_draft_tokens_total",
+    ),
+    v(
+        M::SpecDecodeDraftTokensTotal,
+        S::TrtServe,
+        "trtllm_spec_decode_drafted_tokens_total",
+    ),
+    v(
+        M::SpecDecodeAcceptedTokensTotal,
+        S::Vllm,
+        "vllm:spec_decode_num_accepted_tokens_total",
+    ),
+    v(
+        M::SpecDecodeAcceptedTokensTotal,
+        S::TrtServe,
+        "trtllm_spec_decode_num_accepted_tokens_total",
+    ),
+    v(
+        M::SpecDecodeAcceptedTokensTotal,
+        S::TrtServe,
+        "trtllm_spec_decode_accepted_tokens_total",
+    ),
+    sel(
+        M::SpecDecodeAcceptedFirstTotal,
+        S::Vllm,
+        "vllm:spec_decode_num_accepted_tokens_per_pos_total",
+        "position",
+        "0",
+    ),
+    sel(
+        M::SpecDecodeAcceptedFirstTotal,
+        S::TrtServe,
+        "trtllm_spec_decode_accepted_tokens_total",
+        "token_position",
+        "0",
+    ),
+    v(
+        M::SpecDecodeAcceptRate,
+        S::Sglang,
+        "sglang:spec_accept_rate",
+    ),
+    v(
+        M::SpecDecodeAcceptLength,
+        S::Sglang,
+        "sglang:spec_accept_length",
+    ),
+    v(
+        M::SpecDecodeAcceptLength,
+        S::TrtServe,
+        "trtllm_spec_decode_acceptance_length",
+    ),
+    // vLLM's MFU counters (per GPU; `--enable-mfu-metrics`).
+    v(
+        M::EstimatedFlopsTotal,
+        S::Vllm,
+        "vllm:estimated_flops_per_gpu_total",
+    ),
+    v(
+        M::EstimatedReadBytesTotal,
+        S::Vllm,
+        "vllm:estimated_read_bytes_per_gpu_total",
+    ),
+    v(
+        M::EstimatedWriteBytesTotal,
+        S::Vllm,
+        "vllm:estimated_write_bytes_per_gpu_total",
+    ),
+    sel(
+        M::EngineAwake,
+        S::Vllm,
+        "vllm:engine_sleep_state",
+        "sleep_state",
+        "awake",
+    ),
+    sum(M::RetractedTokensTotal, S::Sglang, SGLANG_RETRACTED_TOKENS),
+    h(
+        M::RouterKvHitRate,
+        S::DynComp,
+        "dynamo_component_router_kv_hit_rate",
     ),
     // GPU: DCP (PROF_*) ratios preferred over the coarse NVML percentages.
     v(M::GpuUtil, S::Dcgm, "DCGM_FI_PROF_GR_ENGINE_ACTIVE"),

@@ -1508,3 +1508,84 @@ fn failing_steps_are_not_an_outside_the_gpu_plateau() {
         "{findings:?}"
     );
 }
+
+/// Issue 38: speculative decoding's acceptance is cited where ITL is high,
+/// and a low one is called low; a prefill→decode KV transfer that takes most
+/// of TTFT is named, with what to try for it.
+mod evidence_2026 {
+    use super::*;
+    use llmwatch_core::analysis::{latency_breakdown, ClientMeans, ServerPhases};
+
+    fn decode_slow_with_acceptance(rate: f64) -> Finding {
+        let itl: Vec<f64> = (0..7).map(|i| 0.09 * (1.0 + 0.1 * f64::from(i))).collect();
+        let steps = with_server(sweep(&BALANCED_TPUT, &[0.3; 7], &itl), |_, e| {
+            e.spec_decode_acceptance_rate = Some(rate);
+            e.spec_decode_accept_length = Some(1.0 + 3.0 * rate);
+        });
+        let findings = diagnose(&steps, &chat_slo(), &WorkloadHints::default(), &cfg());
+        find(&findings, Verdict::DecodeBound)
+            .expect("decode-bound")
+            .clone()
+    }
+
+    #[test]
+    fn low_spec_decode_acceptance_is_said_where_itl_is_high() {
+        let low = decode_slow_with_acceptance(0.2);
+        assert!(
+            low.evidence
+                .contains("speculative decoding accepts 20 % of draft tokens (1.60 tokens a step), low"),
+            "{}",
+            low.evidence
+        );
+        let good = decode_slow_with_acceptance(0.8);
+        assert!(
+            good.evidence
+                .contains("accepts 80 % of draft tokens (3.40 tokens a step), so speculation is not"),
+            "{}",
+            good.evidence
+        );
+    }
+
+    #[test]
+    fn ttft_mostly_kv_transfer_is_named_outside_the_gpu() {
+        // Each level: queue 5 ms, prefill 20 ms, 1.275 s more before the
+        // first token of which the NIXL transfer is 1.2 s.
+        let tput = [60.0, 110.0, 180.0, 240.0, 260.0, 265.0, 268.0];
+        let steps = with_server(sweep(&tput, &[1.3; 7], &[0.02; 7]), |_, e| {
+            let phases = ServerPhases {
+                queue_s: Some(0.005),
+                prefill_s: Some(0.02),
+                ttft_s: Some(0.03),
+                ..ServerPhases::default()
+            };
+            let client = ClientMeans {
+                ttft_s: Some(1.3),
+                e2e_s: None,
+            };
+            e.latency_breakdown = latency_breakdown(&phases, &client, true).ok();
+            e.kv_transfer_time_mean = Some(1.2);
+            e.requests_waiting_mean = Some(0.0);
+            e.kv_cache_usage_mean = Some(0.2);
+        });
+        let findings = diagnose(&steps, &chat_slo(), &WorkloadHints::default(), &cfg());
+        let f = find(&findings, Verdict::OutsideGpu).unwrap_or_else(|| panic!("{findings:#?}"));
+        assert!(f.evidence.contains("KV transfer 1.2"), "{}", f.evidence);
+        assert!(
+            f.evidence
+                .contains("the prefill→decode KV transfer is the largest part"),
+            "{}",
+            f.evidence
+        );
+        assert!(f.what_to_try.contains("KV transfer"), "{}", f.what_to_try);
+        assert!(
+            find(&findings, Verdict::PrefillBound).is_none(),
+            "{findings:#?}"
+        );
+        // Without the transfer histogram the same time is only "outside the
+        // engine", and what to try is the generic one.
+        let plain = with_server(steps.clone(), |_, e| e.kv_transfer_time_mean = None);
+        let findings = diagnose(&plain, &chat_slo(), &WorkloadHints::default(), &cfg());
+        let f = find(&findings, Verdict::OutsideGpu).expect("outside");
+        assert!(!f.what_to_try.contains("KV transfer"), "{}", f.what_to_try);
+    }
+}

@@ -343,6 +343,9 @@ fn band_evidence(members: &[&LiveSample], stat: &dyn Fn(Signal) -> Stat) -> Serv
         requests_running_max: running.max,
         preemptions: preempted.map(|p| p.round().min(u64::MAX as f64) as u64),
         prefix_cache_hit_rate: stat(Signal::PrefixCacheHitRate).mean,
+        spec_decode_acceptance_rate: stat(Signal::SpecDecodeAcceptanceRate).mean,
+        spec_decode_accept_length: stat(Signal::SpecDecodeAcceptLength).mean,
+        kv_transfer_time_mean: stat(Signal::KvTransferTimeMean).mean,
         server_ttft_p50: stat(Signal::ServerTtftP50).mean,
         server_ttft_p95: stat(Signal::ServerTtftP95).mean,
         server_itl_p50: stat(Signal::ServerItlP50).mean,
@@ -404,7 +407,7 @@ impl Stat {
 }
 
 /// The engine and probe signals [`live_diagnosis`] reads.
-pub const LIVE_ENGINE_SIGNALS: [Signal; 24] = [
+pub const LIVE_ENGINE_SIGNALS: [Signal; 27] = [
     Signal::KvCacheUsage,
     Signal::RequestsRunning,
     Signal::RequestsWaiting,
@@ -429,6 +432,9 @@ pub const LIVE_ENGINE_SIGNALS: [Signal; 24] = [
     Signal::ServerDecodeTimeMean,
     Signal::ServerInferenceTimeMean,
     Signal::PromptTokensRate,
+    Signal::SpecDecodeAcceptanceRate,
+    Signal::SpecDecodeAcceptLength,
+    Signal::KvTransferTimeMean,
 ];
 
 /// The GPU signals [`live_diagnosis`] reads (from the target's GPU source).

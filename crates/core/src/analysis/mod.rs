@@ -190,6 +190,15 @@ pub struct ServerEvidence {
     pub prompt_tokens_rate: Option<f64>,
     /// Prefix-cache hits / queries over the window, 0..1.
     pub prefix_cache_hit_rate: Option<f64>,
+    /// Speculative decoding over the window: accepted ÷ proposed draft
+    /// tokens, 0..1 (issue 38; the diagnosis cites it where ITL is high).
+    pub spec_decode_acceptance_rate: Option<f64>,
+    /// Tokens per draft step over the window (1 + accepted ÷ drafts).
+    pub spec_decode_accept_length: Option<f64>,
+    /// Mean prefill→decode KV-cache transfer time over the window, seconds
+    /// (P/D disaggregation; the TTFT split carves it out).
+    #[serde(rename = "kv_transfer_time_mean_s")]
+    pub kv_transfer_time_mean: Option<f64>,
     /// Server-side TTFT / ITL quantiles from histogram bucket deltas over the
     /// window, in seconds. These are interpolated inside coarse buckets
     /// (vLLM's TTFT buckets jump 1.0 → 2.5 s), so they are guesses within a

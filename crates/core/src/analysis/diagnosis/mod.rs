@@ -14,6 +14,12 @@
 //!   [`AnalysisConfig::fallback_itl_p95_s`] so a decode-bound system is
 //!   recognised without an objective.
 //!
+//! Where the engine reports them (issue 38), a P/D KV transfer that takes
+//! most of TTFT is named as the part outside the GPU, and speculative
+//! decoding's acceptance is cited wherever ITL is high: a low acceptance
+//! means the drafts cost steps they do not pay back
+//! ([`SPEC_ACCEPTANCE_LOW`]).
+//!
 //! Latency and throughput rules read only usable (not client-bound) steps;
 //! the memory-split and prefix-cache rules are facts of the server's
 //! configuration, not of the load, so they read every step.
@@ -25,6 +31,16 @@ use self::capacity::{classify_admission, prompt_heavy_steps, Admission};
 use self::level::{held_back, queues, waiting_of, TtftSplit};
 use super::saturation::{check_objectives, gain_per_doubling, higher, select, Selection};
 use super::{fin, fmt, AnalysisConfig, DominantPart, Load, Objectives, StepResult, WorkloadHints};
+
+/// Below this share of draft tokens accepted, speculative decoding is
+/// called low in the evidence: with k drafted tokens a step costs the draft
+/// and a verification of k + 1 positions, and under half accepted that
+/// rarely pays back (vLLM's and SGLang's guides read acceptance the same
+/// way).
+pub const SPEC_ACCEPTANCE_LOW: f64 = 0.5;
+
+/// What to try when the prefill→decode KV transfer is most of TTFT.
+const TRY_KV_TRANSFER: &str = "speed up the prefill→decode KV transfer: a faster interconnect between the prefill and decode instances (RDMA, NVLink), the NIXL/UCX transport over TCP, prefill and decode on the same node; for short prompts, serve without disaggregation (the transfer costs more than the prefill it moves)";
 
 /// What a finding says is the bottleneck.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -353,6 +369,7 @@ pub fn diagnose(
     }
     for finding in &mut findings {
         weigh_latency_breakdown(finding, steps);
+        cite_speculation(&ctx, finding);
     }
     let breached = unexplained_breach(&ctx, &findings);
     findings.extend(breached);
@@ -559,7 +576,9 @@ fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
                     Some(_) => queues(s) && own.is_none_or(|sp| sp.queue_dominated()),
                     None => own.is_some_and(|sp| sp.queue_dominated()),
                 });
-        if waits || near.is_some_and(|(sp, _)| sp.outside_dominated()) {
+        if waits
+            || near.is_some_and(|(sp, _)| sp.outside_dominated() || sp.transfer_dominated())
+        {
             return None;
         }
         let split = own;
@@ -634,7 +653,8 @@ fn outside_engine(ctx: &Ctx<'_>) -> Option<Finding> {
     }
     ctx.sel.usable.iter().find_map(|&(i, s)| {
         let (split, _) = ctx.split_near(i)?;
-        if !split.outside_dominated() {
+        let transfer = split.transfer_dominated();
+        if !split.outside_dominated() && !transfer {
             return None;
         }
         let why = ctx.ttft_high(i, s)?;
@@ -645,19 +665,60 @@ fn outside_engine(ctx: &Ctx<'_>) -> Option<Finding> {
             s.load,
             split.words()
         );
+        if transfer {
+            ev.push_str(&format!(
+                "; the prefill→decode KV transfer is the largest part (mean {} a request)",
+                fmt::secs(fin(s.server.kv_transfer_time_mean).unwrap_or(0.0))
+            ));
+        }
         if let Some(u) = fin(s.server.gpu_util_mean) {
             ev.push_str(&format!(", GPU utilisation {}", fmt::ratio(u)));
         }
         if let Some(kv) = kv_usage(s) {
             ev.push_str(&format!(", KV-cache usage {}", fmt::ratio(kv)));
         }
-        Some(Finding::new(
-            Verdict::OutsideGpu,
-            Confidence::High,
-            ev,
-            Some(i),
-        ))
+        let mut finding = Finding::new(Verdict::OutsideGpu, Confidence::High, ev, Some(i));
+        if transfer {
+            finding.what_to_try = TRY_KV_TRANSFER;
+        }
+        Some(finding)
     })
+}
+
+/// Where a finding's level has a high ITL (always for decode-bound), says
+/// what speculative decoding achieved there, and when its acceptance is
+/// low, that the drafts are a cost: the verdict stands, the evidence line
+/// carries the reason to look at speculation first.
+fn cite_speculation(ctx: &Ctx<'_>, finding: &mut Finding) {
+    let Some(i) = finding.step else {
+        return;
+    };
+    let Some(&(_, s)) = ctx.sel.usable.iter().find(|(j, _)| *j == i) else {
+        return;
+    };
+    let itl_high = finding.verdict == Verdict::DecodeBound
+        || ctx.itl_state(i, s).is_some_and(|(high, _)| high);
+    let Some(rate) = fin(s.server.spec_decode_acceptance_rate).filter(|_| itl_high) else {
+        return;
+    };
+    let mut words = format!(
+        "; speculative decoding accepts {} of draft tokens",
+        fmt::pct(rate)
+    );
+    if let Some(length) = fin(s.server.spec_decode_accept_length) {
+        words.push_str(&format!(" ({length:.2} tokens a step)"));
+    }
+    if rate < SPEC_ACCEPTANCE_LOW {
+        words.push_str(&format!(
+            ", low (under {}): most drafts are rejected, so every step pays for drafting and \
+             verifying with little gain; try a draft model closer to the target, fewer \
+             speculative tokens, or speculation off",
+            fmt::pct(SPEC_ACCEPTANCE_LOW)
+        ));
+    } else {
+        words.push_str(", so speculation is not what slows the tokens");
+    }
+    finding.evidence.push_str(&words);
 }
 
 /// An objective missed at a usable level that no rule explains: said as

@@ -256,6 +256,9 @@ pub fn evidence_for_window(
             ev.server_itl_p95 = get(&w, Signal::ServerItlP95);
             ev.phases = ServerPhases::from_signals(&w);
             ev.prompt_tokens_rate = get(&w, Signal::PromptTokensRate);
+            ev.spec_decode_acceptance_rate = get(&w, Signal::SpecDecodeAcceptanceRate);
+            ev.spec_decode_accept_length = get(&w, Signal::SpecDecodeAcceptLength);
+            ev.kv_transfer_time_mean = get(&w, Signal::KvTransferTimeMean);
         }
     }
 

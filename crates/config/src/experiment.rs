@@ -70,6 +70,13 @@ pub struct PlanSweep {
     /// Reference load for the p95 TTFT/ITL columns (default: the ladder's
     /// middle step).
     pub reference_concurrency: u32,
+    pub requests_per_slot: u64,
+    /// Warm-up requests per step (default: one per slot).
+    pub warmup: Option<u64>,
+    pub scrape_interval: Duration,
+    /// Judge the load generator's own CPU and lags (on by default; off
+    /// only where the host is shared and slow, e.g. CI).
+    pub client_self_check: bool,
 }
 
 /// `[quality]`: graded answers beside speed.
@@ -155,6 +162,23 @@ struct RawSweep {
     min_step_duration: String,
     model: Option<String>,
     reference_concurrency: Option<u32>,
+    #[serde(default = "default_requests_per_slot")]
+    requests_per_slot: u64,
+    warmup: Option<u64>,
+    #[serde(default = "default_scrape_interval")]
+    scrape_interval: String,
+    #[serde(default = "default_true")]
+    client_self_check: bool,
+}
+
+fn default_requests_per_slot() -> u64 {
+    2
+}
+fn default_scrape_interval() -> String {
+    "1s".into()
+}
+fn default_true() -> bool {
+    true
 }
 
 fn default_slo_ttft() -> String {
@@ -377,6 +401,10 @@ fn parse_sweep(path: &Path, raw: &RawSweep) -> Result<PlanSweep, ConfigError> {
         min_step_duration: duration(path, "sweep.min_step_duration", &raw.min_step_duration)?,
         model: raw.model.clone(),
         reference_concurrency: reference,
+        requests_per_slot: raw.requests_per_slot,
+        warmup: raw.warmup,
+        scrape_interval: duration(path, "sweep.scrape_interval", &raw.scrape_interval)?,
+        client_self_check: raw.client_self_check,
     })
 }
 

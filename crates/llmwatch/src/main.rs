@@ -63,6 +63,9 @@ enum Command {
     Bench(Box<bench_cmd::BenchArgs>),
     /// One sweep at rising load with verdicts and diagnosis, or `--compare A B`.
     Sweep(Box<llmwatch::cli::sweep::SweepArgs>),
+    /// An experiment plan: each variant's server started, swept and graded;
+    /// intervals, a ranking and the answer (`--report ID` rewrites a report).
+    Experiment(Box<llmwatch::cli::experiment::ExperimentArgs>),
     /// The database: `llmwatch db stats`.
     #[command(subcommand)]
     Db(db_cmd::DbCommand),
@@ -118,6 +121,7 @@ async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Bench(args) => bench_cmd::run_cli(*args).await,
         Command::Sweep(args) => llmwatch::cli::sweep::run(*args).await,
+        Command::Experiment(args) => llmwatch::cli::experiment::run(*args).await,
         Command::Db(command) => db_cmd::run(command).await,
         Command::CheckConfig { file } => {
             let config = Config::load(&file)?;

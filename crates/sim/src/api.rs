@@ -57,6 +57,9 @@ pub(crate) fn router(inner: AppState) -> Router {
             .route("/props", get(llamacpp::props))
             .route("/health", get(llamacpp::health)),
     };
+    if flavor == Flavor::Vllm {
+        r = r.route("/reset_prefix_cache", post(crate::graded::reset_prefix_cache));
+    }
     if flavor == Flavor::Nim {
         r = r
             .route("/v1/metrics", get(metrics))
@@ -358,6 +361,8 @@ enum Api {
 
 struct GenParams {
     api: Api,
+    /// A graded prompt's answer (see `crate::graded`).
+    answer: Option<String>,
     prompt: Vec<u32>,
     max_tokens: Option<i64>,
     min_tokens: Option<i64>,
@@ -371,6 +376,11 @@ async fn completions(State(inner): State<AppState>, body: Bytes) -> Result<Respo
     let req: CompletionRequest = parse(&body)?;
     check_model(&inner, req.model.as_deref())?;
     check_n(req.n)?;
+    let answer = match &req.prompt {
+        PromptInput::Text(t) => inner.graded(t),
+        PromptInput::Texts(v) if v.len() == 1 => inner.graded(&v[0]),
+        _ => None,
+    };
     let prompt =
         match req.prompt {
             PromptInput::Text(t) => inner.config.tokenizer.encode(&t, true),
@@ -389,6 +399,7 @@ async fn completions(State(inner): State<AppState>, body: Bytes) -> Result<Respo
         arrival,
         GenParams {
             api: Api::Completions,
+            answer,
             prompt,
             // vLLM's completions default.
             max_tokens: Some(req.max_tokens.unwrap_or(16)),
@@ -413,15 +424,15 @@ async fn chat_completions(
             "`messages` must not be empty.".to_string(),
         ));
     }
-    let prompt = inner
-        .config
-        .tokenizer
-        .encode(&messages_text(&req.messages), true);
+    let text = messages_text(&req.messages);
+    let answer = inner.graded(&text);
+    let prompt = inner.config.tokenizer.encode(&text, true);
     generate(
         inner,
         arrival,
         GenParams {
             api: Api::Chat,
+            answer,
             prompt,
             max_tokens: req.max_completion_tokens.or(req.max_tokens),
             min_tokens: req.min_tokens,
@@ -468,7 +479,8 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
     } else if inner.tx.send(seq).is_err() {
         return Err(ApiError::failing());
     }
-    let out = response_identity(&inner, p.api, prompt_len, arrival);
+    let mut out = response_identity(&inner, p.api, prompt_len, arrival);
+    out.answer = p.answer;
     if p.stream {
         Ok(streaming_response(out, rx, &p.options))
     } else {
@@ -561,6 +573,7 @@ fn response_identity(inner: &SimInner, api: Api, prompt_len: usize, arrival: Ins
         .map(|d| d.as_secs())
         .unwrap_or(0);
     Out {
+        answer: None,
         api,
         id,
         created,
@@ -664,6 +677,8 @@ impl WithJsonType for Response {
 
 /// Response identity shared by every chunk of one request.
 struct Out {
+    /// A graded prompt's answer: the text of a non-streamed reply.
+    answer: Option<String>,
     api: Api,
     id: String,
     created: u64,
@@ -849,7 +864,7 @@ async fn collect(
         )));
     }
     let f = finish.as_str();
-    let text = js(&text);
+    let text = js(out.answer.as_deref().unwrap_or(&text));
     let body = match out.api {
         Api::Completions => format!(
             r#"{},"choices":[{{"index":0,"text":{text},"logprobs":null,"finish_reason":"{f}","stop_reason":null,"prompt_logprobs":null}}],"service_tier":null,"system_fingerprint":null,"usage":{usage},"kv_transfer_params":null}}"#,

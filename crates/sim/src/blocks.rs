@@ -152,6 +152,19 @@ impl BlockPool {
     }
 }
 
+impl BlockPool {
+    /// Forgets every cached prefix (vLLM's `reset_prefix_cache`); refused
+    /// (`false`) while a block is in use, as vLLM does.
+    pub(crate) fn reset_prefix_cache(&mut self) -> bool {
+        if self.num_used() > 0 {
+            return false;
+        }
+        self.cached.clear();
+        self.hash.iter_mut().for_each(|h| *h = None);
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

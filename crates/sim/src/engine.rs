@@ -427,6 +427,16 @@ impl EngineCore {
     }
 }
 
+impl EngineCore {
+    /// Resets the prefix cache if `POST /reset_prefix_cache` asked (only
+    /// while idle, as vLLM refuses while blocks are in use).
+    fn take_prefix_cache_reset(&mut self) {
+        if self.shared.reset_prefix_cache.swap(false, Ordering::Relaxed) {
+            self.pool.reset_prefix_cache();
+        }
+    }
+}
+
 /// The engine task: drains new requests, plans a step, sleeps its cost
 /// (scaled), applies it. Sleeps are taken against a running deadline so
 /// that timer granularity (~1 ms) does not add up over many short steps.
@@ -441,7 +451,10 @@ pub(crate) async fn run(
             core.publish_gauges();
             deadline = None;
             match rx.recv().await {
-                Some(req) => core.add(req, Instant::now()),
+                Some(req) => {
+                    core.take_prefix_cache_reset();
+                    core.add(req, Instant::now())
+                }
                 None => return,
             }
         }

@@ -37,6 +37,7 @@ mod engine;
 mod expo;
 mod fit;
 mod gpu;
+mod graded;
 mod profile;
 mod stats;
 pub mod tokenizer;
@@ -136,6 +137,9 @@ pub struct SimConfig {
     /// `prefix_cache_hits_total`: a server whose cache hits contradict any
     /// random workload (for llmwatch's cache-hygiene checks). Off by default.
     pub report_all_cached: bool,
+    /// Share of graded arithmetic prompts answered wrong (see `graded`),
+    /// 0..=1; 0 by default.
+    pub quality_error_rate: f64,
     /// `Hostname` label of the GPU page.
     pub hostname: String,
     /// What counts prompt tokens (`/tokenize`, `usage.prompt_tokens`, the
@@ -155,6 +159,7 @@ impl SimConfig {
             seed: 0,
             prompt_tokens_details: true,
             report_all_cached: false,
+            quality_error_rate: 0.0,
             hostname: "llmwatch-sim".to_string(),
             tokenizer: Arc::new(ToyTokenizer),
         }
@@ -271,6 +276,9 @@ pub(crate) struct Shared {
     stats: Mutex<stats::Stats>,
     slowdown_bits: AtomicU64,
     failing: AtomicBool,
+    /// `POST /reset_prefix_cache` asked; the engine resets before its next
+    /// request.
+    reset_prefix_cache: AtomicBool,
     activity: Mutex<Activity>,
 }
 
@@ -280,6 +288,7 @@ impl Shared {
             stats: Mutex::new(stats::Stats::new(bounds)),
             slowdown_bits: AtomicU64::new(1.0f64.to_bits()),
             failing: AtomicBool::new(false),
+            reset_prefix_cache: AtomicBool::new(false),
             activity: Mutex::new(Activity {
                 last: Instant::now(),
                 busy: 0.0,

@@ -3,6 +3,7 @@
 //! supervisor that keeps each target's tasks running.
 
 pub mod canary;
+pub mod experiment;
 pub mod live_diagnosis;
 pub mod supervisor;
 pub mod sweep;

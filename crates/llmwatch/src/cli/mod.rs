@@ -1,7 +1,8 @@
-//! The one-shot commands: `bench`, `sweep`, `inspect`, `sim`, `predict`, `db`.
+//! The one-shot commands: `bench`, `sweep`, `inspect`, `sim`, `predict`, `experiment`, `db`.
 
 pub mod bench;
 pub mod db;
+pub mod experiment;
 pub mod inspect;
 pub mod predict;
 pub mod sim;

@@ -37,7 +37,8 @@ pub struct SimCli {
     /// vLLM 0.32 `vllm serve` flags applied on top of the profile, as one
     /// argument (e.g. "--max-num-seqs 4 --kv-cache-dtype fp8"); the same
     /// flags may also follow `--`. Plus `--interconnect nvlink|pcie` for
-    /// tensor or pipeline parallelism.
+    /// tensor or pipeline parallelism, and `--quality-error-rate R` (the
+    /// share of graded arithmetic prompts answered wrong, 0 by default).
     #[arg(long, allow_hyphen_values = true)]
     pub vllm_args: Option<String>,
     /// The server it imitates: vllm, nim or llamacpp.
@@ -134,6 +135,32 @@ pub fn vllm_flags(text: Option<&str>, trailing: &[String]) -> anyhow::Result<Vec
     Ok(flags)
 }
 
+/// The simulator's own flag among the vLLM ones: `--quality-error-rate R`
+/// (the share of graded prompts answered wrong, for experiments' quality
+/// checks). Returns the vLLM flags without it, and the rate (0 if absent).
+pub fn split_sim_flags(flags: &[String]) -> anyhow::Result<(Vec<String>, f64)> {
+    let mut rest = Vec::with_capacity(flags.len());
+    let mut rate = 0.0;
+    let mut it = flags.iter();
+    while let Some(flag) = it.next() {
+        let value = match flag.strip_prefix("--quality-error-rate") {
+            Some("") => it.next().map(String::as_str),
+            Some(tail) if tail.starts_with('=') => Some(&tail[1..]),
+            _ => {
+                rest.push(flag.clone());
+                continue;
+            }
+        };
+        rate = value
+            .and_then(|v| v.parse::<f64>().ok())
+            .filter(|r| (0.0..=1.0).contains(r))
+            .with_context(|| {
+                format!("--quality-error-rate: expected a fraction in 0..=1, found {value:?}")
+            })?;
+    }
+    Ok((rest, rate))
+}
+
 /// The base profile (named, or a file with its settings and fit), with the
 /// vLLM flags applied.
 pub fn resolve_profile(
@@ -141,6 +168,8 @@ pub fn resolve_profile(
     file: Option<&Path>,
     flags: &[String],
 ) -> anyhow::Result<ResolvedProfile> {
+    let (flags, _) = split_sim_flags(flags)?;
+    let flags = flags.as_slice();
     let (base, base_settings, fit) = match file {
         Some(path) => {
             let f = load_profile_file(path)?;
@@ -194,6 +223,7 @@ pub async fn start_resolved(
     if let Some(settings) = &resolved.settings {
         config.gpus = settings.world_size();
     }
+    config.quality_error_rate = split_sim_flags(&args.vllm_args)?.1;
     let sim = Sim::start(config)?;
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await

@@ -31,6 +31,9 @@ pub struct RequestSample {
     /// Per-token inter-token gaps, seconds.
     pub itl_s: Vec<f64>,
     pub output_tokens: u64,
+    /// End to end, seconds: a resample's wall time scales with its mean.
+    #[serde(default)]
+    pub e2e_s: Option<f64>,
 }
 
 /// One step of one repeat.
@@ -127,13 +130,34 @@ fn pooled_steps(
             let mut picked: Vec<&RequestSample> = Vec::new();
             for run in runs {
                 for step in run.steps.iter().filter(|s| s.concurrency == level) {
-                    wall += step.wall_time_s;
-                    picked.extend(pick(&step.requests).into_iter().map(|i| &step.requests[i]));
+                    let chosen: Vec<&RequestSample> = pick(&step.requests)
+                        .into_iter()
+                        .map(|i| &step.requests[i])
+                        .collect();
+                    wall += step.wall_time_s * duration_ratio(&chosen, &step.requests);
+                    picked.extend(chosen);
                 }
             }
             step_from(level, wall, &picked)
         })
         .collect()
+}
+
+/// How much longer the chosen requests took than all of the step's, on
+/// average: a closed-loop step's wall time scales with its requests'
+/// durations, so a resample of slower requests takes longer (1 where
+/// durations are unknown).
+fn duration_ratio(chosen: &[&RequestSample], all: &[RequestSample]) -> f64 {
+    let mean = |it: &mut dyn Iterator<Item = f64>| {
+        let (sum, n) = it.fold((0.0, 0usize), |(s, n), v| (s + v, n + 1));
+        (n > 0 && sum > 0.0).then(|| sum / n as f64)
+    };
+    let picked = mean(&mut chosen.iter().filter_map(|r| r.e2e_s));
+    let whole = mean(&mut all.iter().filter_map(|r| r.e2e_s));
+    match (picked, whole) {
+        (Some(p), Some(w)) => p / w,
+        _ => 1.0,
+    }
 }
 
 fn quantiles(mut values: Vec<f64>) -> Quantiles {
@@ -268,6 +292,7 @@ mod tests {
                         ttft_s: Some(0.05 * queue + jitter * f64::from(i % 5)),
                         itl_s: vec![0.01; 16],
                         output_tokens: 16,
+                        e2e_s: Some(0.2 + jitter * f64::from(i % 5)),
                     })
                     .collect();
                 let served = f64::from(c.min(cap));

@@ -8,6 +8,10 @@
 //! "client's" process CPU here — except in the test that wants a
 //! client-bound run.
 
+mod common;
+#[path = "sweep/experiment.rs"]
+mod experiment;
+
 use std::time::{Duration, Instant};
 
 use llmwatch::cli::sim::{start, SimArgs};

@@ -695,3 +695,104 @@ async fn ttft_breakdown_sums_to_the_client_ttft_under_load() {
         assert!((a.ttft.client_s - b.ttft.client_s).abs() < 1e-9);
     }
 }
+
+/// Issue 38: a simulated decode instance that reports speculative decoding
+/// and its prefill→decode KV transfers (`SimConfig::pd_spec`); the sweep's
+/// verdicts cite them.
+mod pd_and_speculation {
+    use super::*;
+    use llmwatch_sim::{PdSpec, Profile, SimConfig};
+
+    async fn sim_with(profile: &str, time_scale: f64, pd_spec: PdSpec) -> Target {
+        let mut config = SimConfig::new(Profile::named(profile).expect("profile"));
+        config.model = MODEL.to_string();
+        config.time_scale = time_scale;
+        config.pd_spec = pd_spec;
+        let sim = Sim::start(config).expect("simulator starts");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("binds");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let served = sim.clone();
+        tokio::spawn(async move { served.serve(listener).await });
+        Target {
+            sim,
+            url,
+            gpu_url: String::new(),
+        }
+    }
+
+    /// decode-slow with drafts of 3 tokens each accepted 30 % of the time
+    /// (given the ones before): about 14 % of draft tokens accepted, and
+    /// the decode-bound verdict says that is low.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_decode_bound_verdict_says_speculation_is_rejected() {
+        let _serial = SERIAL.lock().await;
+        let ts = 4.0;
+        let pd = PdSpec {
+            spec_tokens: 3,
+            spec_acceptance: 0.3,
+            ..PdSpec::default()
+        };
+        let t = sim_with("decode-slow", ts, pd).await;
+        let mut s = settings(&t, shape(32, 16), &[1, 2]);
+        s.gpu_url = None;
+        s.objectives.ttft_p95 = Some(1.0 / ts);
+        s.objectives.itl_p95 = Some(0.025 / ts);
+        let report = run_sweep(s, None, |_| {}).await.expect("sweep runs");
+        let f = report
+            .verdict
+            .findings
+            .iter()
+            .find(|f| f.verdict == Verdict::DecodeBound)
+            .unwrap_or_else(|| panic!("decode-bound in {:#?}", report.verdict.findings));
+        let rate = report.steps[0]
+            .step
+            .server
+            .spec_decode_acceptance_rate
+            .expect("acceptance over the floor's window");
+        let expected = (0.3 + 0.09 + 0.027) / 3.0;
+        assert!((rate - expected).abs() < 0.03, "acceptance {rate}");
+        assert!(
+            f.evidence.contains("speculative decoding accepts") && f.evidence.contains(", low"),
+            "{}",
+            f.evidence
+        );
+    }
+
+    /// balanced, but every request waits 400 ms (engine time) for its KV
+    /// from a prefill instance: TTFT is mostly transfer, named as such.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_ttft_made_of_kv_transfer_is_named() {
+        let _serial = SERIAL.lock().await;
+        let ts = 4.0;
+        let pd = PdSpec {
+            kv_transfer_s: 0.4,
+            ..PdSpec::default()
+        };
+        let t = sim_with("balanced", ts, pd).await;
+        let mut s = settings(&t, shape(32, 16), &[1, 2]);
+        s.gpu_url = None;
+        s.objectives.ttft_p95 = Some(0.2 / ts);
+        s.objectives.itl_p95 = Some(0.05);
+        let report = run_sweep(s, None, |_| {}).await.expect("sweep runs");
+        let transfer = report.steps[0]
+            .step
+            .server
+            .kv_transfer_time_mean
+            .expect("transfer time over the floor's window");
+        assert!((transfer - 0.4 / ts).abs() < 0.05, "transfer {transfer}");
+        let f = report
+            .verdict
+            .findings
+            .iter()
+            .find(|f| f.verdict == Verdict::OutsideGpu)
+            .unwrap_or_else(|| panic!("outside the GPU in {:#?}", report.verdict.findings));
+        assert!(
+            f.evidence.contains("KV transfer is the largest part"),
+            "{}",
+            f.evidence
+        );
+        assert!(f.what_to_try.contains("KV transfer"), "{}", f.what_to_try);
+    }
+}

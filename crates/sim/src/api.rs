@@ -78,7 +78,11 @@ pub(crate) fn gpu_router(inner: AppState) -> Router {
 
 pub(crate) fn render_metrics(inner: &SimInner) -> String {
     let st = inner.shared.lock_stats();
-    inner.template.render(&st, &inner.page)
+    let mut page = inner.template.render(&st, &inner.page);
+    if inner.config.flavor == Flavor::Vllm {
+        page.push_str(&crate::disagg::render(inner, &st));
+    }
+    page
 }
 
 const PROM_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -476,8 +480,10 @@ fn generate(inner: AppState, arrival: Instant, p: GenParams) -> Result<Response,
                 ..seq
             });
         });
-    } else if inner.tx.send(seq).is_err() {
-        return Err(ApiError::failing());
+    } else if let Some(seq) = crate::disagg::after_transfer(&inner, seq) {
+        if inner.tx.send(seq).is_err() {
+            return Err(ApiError::failing());
+        }
     }
     let mut out = response_identity(&inner, p.api, prompt_len, arrival);
     out.answer = p.answer;

@@ -33,6 +33,7 @@
 
 mod api;
 mod blocks;
+mod disagg;
 mod engine;
 mod expo;
 mod fit;
@@ -57,6 +58,7 @@ pub use fit::{
     fit_cost_model, fit_report, predict_step, CostParams, Fit, FitError, FitReport, FitStep,
     ProfileFile, RelErrors, StepFit, StepPrediction,
 };
+pub use disagg::PdSpec;
 pub use profile::{Profile, Shape};
 #[cfg(feature = "hf-tokenizer")]
 pub use tokenizer::HfTokenizer;
@@ -145,6 +147,9 @@ pub struct SimConfig {
     /// What counts prompt tokens (`/tokenize`, `usage.prompt_tokens`, the
     /// prefix cache): the toy tokenizer unless a real one is plugged in.
     pub tokenizer: Arc<dyn TextTokenizer>,
+    /// P/D disaggregation and speculative decoding on the vLLM page (issue
+    /// 38); off by default.
+    pub pd_spec: PdSpec,
 }
 
 impl SimConfig {
@@ -162,11 +167,13 @@ impl SimConfig {
             quality_error_rate: 0.0,
             hostname: "llmwatch-sim".to_string(),
             tokenizer: Arc::new(ToyTokenizer),
+            pd_spec: PdSpec::default(),
         }
     }
 
     fn validate(&self) -> Result<(), SimError> {
         self.profile.validate()?;
+        self.pd_spec.validate()?;
         if !(self.time_scale.is_finite() && self.time_scale > 0.0) {
             return Err(SimError::InvalidConfig {
                 field: "time_scale",
@@ -338,6 +345,8 @@ pub(crate) struct SimInner {
     /// The serial frontend stage ([`Profile::frontend_per_request_s`]):
     /// one request holds it at a time.
     pub(crate) frontend: tokio::sync::Mutex<()>,
+    /// The NIXL transfers of [`SimConfig::pd_spec`].
+    pub(crate) disagg: disagg::DisaggState,
 }
 
 /// A running simulated server. Cheap to clone; the engine task lives while
@@ -394,6 +403,7 @@ impl Sim {
                 request_counter: AtomicU64::new(0),
                 gpu,
                 frontend: tokio::sync::Mutex::new(()),
+                disagg: disagg::DisaggState::new(),
             }),
         })
     }

@@ -66,6 +66,20 @@ pub const TARGET_SIGNALS: &[Signal] = &[
     Signal::PrefixCacheHitRate,
     Signal::PromptTokensRate,
     Signal::GenerationTokensRate,
+    // The 2026 families (issue 38): charted only where the engine has them.
+    Signal::SpecDecodeAcceptanceRate,
+    Signal::SpecDecodeFirstAcceptance,
+    Signal::KvTransferTimeMean,
+    Signal::KvTransferTimeP95,
+    Signal::KvOffloadLoadBytesRate,
+    Signal::KvOffloadStoreBytesRate,
+    Signal::KvTransferBytesRate,
+    Signal::PromptCachedTokensRate,
+    Signal::PromptComputedTokensRate,
+    Signal::PromptTransferredTokensRate,
+    Signal::AchievedTflops,
+    Signal::AchievedMemBandwidth,
+    Signal::EngineSleeping,
 ];
 
 /// The signals read from the target's GPU source.
@@ -398,6 +412,154 @@ const TARGET_CHARTS: &[ChartSpec] = &[
     },
 ];
 
+/// Charts of signals only some engines report (issue 38: speculative
+/// decoding, P/D transfer, KV offloading, prompt-token sources, the MFU
+/// counters, sleep mode): drawn when any of their lines has a point in the
+/// range, so a page shows what its engine has and no empty frames.
+const CHARTS_WHEN_PRESENT: &[ChartSpec] = &[
+    ChartSpec {
+        id: "spec_decode",
+        title: "Speculative decoding acceptance",
+        y_label: "accepted (%)",
+        lines: &[
+            line(
+                Signal::SpecDecodeAcceptanceRate,
+                "accepted / proposed draft tokens",
+                "%",
+                100.0,
+                Style::new(3, Dash::Solid, Marker::Circle),
+            ),
+            line(
+                Signal::SpecDecodeFirstAcceptance,
+                "drafts whose first token was accepted",
+                "%",
+                100.0,
+                Style::new(1, Dash::Dashed, Marker::Triangle),
+            ),
+        ],
+        objective: None,
+    },
+    ChartSpec {
+        id: "kv_transfer",
+        title: "Prefill→decode KV transfer time",
+        y_label: "ms",
+        lines: &[
+            line(
+                Signal::KvTransferTimeMean,
+                "mean transfer",
+                "ms",
+                1000.0,
+                Style::new(4, Dash::Solid, Marker::Circle),
+            ),
+            line(
+                Signal::KvTransferTimeP95,
+                "p95 transfer (server histogram)",
+                "ms",
+                1000.0,
+                Style::new(2, Dash::Dashed, Marker::Square),
+            ),
+        ],
+        objective: None,
+    },
+    ChartSpec {
+        id: "kv_traffic",
+        title: "KV-cache traffic (offload and P/D transfer)",
+        y_label: "MB/s",
+        lines: &[
+            line(
+                Signal::KvOffloadLoadBytesRate,
+                "offload → GPU",
+                "MB/s",
+                1e-6,
+                Style::new(3, Dash::Solid, Marker::Circle),
+            ),
+            line(
+                Signal::KvOffloadStoreBytesRate,
+                "GPU → offload",
+                "MB/s",
+                1e-6,
+                Style::new(6, Dash::Dashed, Marker::Square),
+            ),
+            line(
+                Signal::KvTransferBytesRate,
+                "prefill → decode transfer",
+                "MB/s",
+                1e-6,
+                Style::new(1, Dash::Solid, Marker::Triangle),
+            ),
+        ],
+        objective: None,
+    },
+    ChartSpec {
+        id: "prompt_sources",
+        title: "Prompt tokens by source",
+        y_label: "tokens per second",
+        lines: &[
+            line(
+                Signal::PromptComputedTokensRate,
+                "computed here",
+                "tokens/s",
+                1.0,
+                Style::new(4, Dash::Solid, Marker::Circle),
+            ),
+            line(
+                Signal::PromptCachedTokensRate,
+                "from a cache",
+                "tokens/s",
+                1.0,
+                Style::new(3, Dash::Dashed, Marker::Square),
+            ),
+            line(
+                Signal::PromptTransferredTokensRate,
+                "KV received from a prefill instance",
+                "tokens/s",
+                1.0,
+                Style::new(1, Dash::Solid, Marker::Triangle),
+            ),
+        ],
+        objective: None,
+    },
+    ChartSpec {
+        id: "achieved_tflops",
+        title: "Achieved compute per GPU (engine estimate)",
+        y_label: "TFLOP/s",
+        lines: &[line(
+            Signal::AchievedTflops,
+            "achieved TFLOP/s",
+            "TFLOP/s",
+            1.0,
+            Style::new(5, Dash::Solid, Marker::Circle),
+        )],
+        objective: None,
+    },
+    ChartSpec {
+        id: "achieved_bandwidth",
+        title: "Achieved GPU-memory bandwidth per GPU (engine estimate)",
+        y_label: "GB/s",
+        lines: &[line(
+            Signal::AchievedMemBandwidth,
+            "achieved GB/s (read + write)",
+            "GB/s",
+            1.0,
+            Style::new(6, Dash::Solid, Marker::Square),
+        )],
+        objective: None,
+    },
+    ChartSpec {
+        id: "engine_sleep",
+        title: "Engines asleep",
+        y_label: "%",
+        lines: &[line(
+            Signal::EngineSleeping,
+            "share of engines asleep",
+            "%",
+            100.0,
+            Style::new(2, Dash::Solid, Marker::None),
+        )],
+        objective: None,
+    },
+];
+
 /// The canaries' mean TTFT over time split by the engine's phase times
 /// (stacked bars).
 fn breakdown_chart(points: &[(i64, LatencyBreakdown)], x: XAxis) -> Chart {
@@ -433,8 +595,14 @@ pub fn build_charts(
         from_ms: range.from_ms,
         to_ms: range.to_ms,
     };
+    let when_present = CHARTS_WHEN_PRESENT.iter().filter(|spec| {
+        spec.lines
+            .iter()
+            .any(|l| !chart_series(series, l).points.is_empty())
+    });
     let mut charts: Vec<Chart> = TARGET_CHARTS
         .iter()
+        .chain(when_present)
         .map(|spec| {
             let mut chart = Chart {
                 id: spec.id.to_string(),
@@ -664,6 +832,31 @@ mod tests {
             vec![("objective p95 ≤ 3.00 s".to_string(), 3.0)]
         );
         assert!(rules("itl").is_empty(), "no ITL objective, no line");
+    }
+
+    /// Issue 38: a chart of the 2026 families appears where its signal has
+    /// points, and not on an engine without it.
+    #[test]
+    fn charts_of_newer_families_appear_only_with_data() {
+        let range = range_of("1h", 3_600_000 * 10).unwrap();
+        let none = build_charts(&[], &[], &[], TargetObjectives::default(), range);
+        assert!(!none.iter().any(|c| c.id == "spec_decode"));
+        let point = |v: f64| Point {
+            ts_ms: range.to_ms - 60_000,
+            value: v,
+        };
+        let series = vec![
+            (Signal::SpecDecodeAcceptanceRate, vec![point(0.25)]),
+            (Signal::KvTransferTimeMean, vec![point(0.12)]),
+        ];
+        let charts = build_charts(&series, &[], &[], TargetObjectives::default(), range);
+        let ids: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
+        assert!(ids.contains(&"spec_decode") && ids.contains(&"kv_transfer"), "{ids:?}");
+        assert!(!ids.contains(&"kv_traffic"), "{ids:?}");
+        let spec = charts.iter().find(|c| c.id == "spec_decode").unwrap();
+        assert_eq!(spec.series[0].points, vec![[point(0.0).ts_ms as f64, 25.0]]);
+        let transfer = charts.iter().find(|c| c.id == "kv_transfer").unwrap();
+        assert_eq!(transfer.series[0].points[0][1], 120.0);
     }
 
     #[test]

@@ -75,12 +75,20 @@ pub(crate) struct UsageWire {
     pub total_tokens: Option<u64>,
     #[serde(default)]
     pub prompt_tokens_details: Option<Details>,
+    #[serde(default)]
+    pub completion_tokens_details: Option<CompletionDetails>,
 }
 
 #[derive(Deserialize)]
 pub(crate) struct Details {
     #[serde(default)]
     pub cached_tokens: Option<u64>,
+}
+
+#[derive(Deserialize)]
+pub(crate) struct CompletionDetails {
+    #[serde(default)]
+    pub reasoning_tokens: Option<u64>,
 }
 
 impl From<UsageWire> for Usage {
@@ -90,6 +98,7 @@ impl From<UsageWire> for Usage {
             completion_tokens: u.completion_tokens,
             total_tokens: u.total_tokens,
             cached_tokens: u.prompt_tokens_details.and_then(|d| d.cached_tokens),
+            reasoning_tokens: u.completion_tokens_details.and_then(|d| d.reasoning_tokens),
         }
     }
 }
@@ -508,13 +517,14 @@ impl<'a> Scan<'a> {
             return Some(None);
         }
         let mut u = Usage::default();
-        let mut seen = [false; 4];
+        let mut seen = [false; 5];
         self.object(|s, key| {
             let slot = match key {
                 b"prompt_tokens" => 0,
                 b"completion_tokens" => 1,
                 b"total_tokens" => 2,
                 b"prompt_tokens_details" => 3,
+                b"completion_tokens_details" => 4,
                 _ => return s.skip(0),
             };
             if std::mem::replace(&mut seen[slot], true) {
@@ -524,25 +534,32 @@ impl<'a> Scan<'a> {
                 0 => u.prompt_tokens = s.count()?,
                 1 => u.completion_tokens = s.count()?,
                 2 => u.total_tokens = s.count()?,
-                _ => {
-                    let mut seen = false;
-                    s.nullable(|s| {
-                        s.object(|s, key| {
-                            if key != b"cached_tokens" {
-                                return s.skip(0);
-                            }
-                            if std::mem::replace(&mut seen, true) {
-                                return None;
-                            }
-                            u.cached_tokens = s.count()?;
-                            Some(())
-                        })
-                    })?;
-                }
+                3 => u.cached_tokens = s.detail(b"cached_tokens")?,
+                _ => u.reasoning_tokens = s.detail(b"reasoning_tokens")?,
             }
             Some(())
         })?;
         Some(Some(u))
+    }
+}
+
+impl Scan<'_> {
+    /// One count out of a `…_tokens_details` object (or `null`).
+    fn detail(&mut self, name: &[u8]) -> Option<Option<u64>> {
+        let (mut seen, mut value) = (false, None);
+        self.nullable(|s| {
+            s.object(|s, key| {
+                if key != name {
+                    return s.skip(0);
+                }
+                if std::mem::replace(&mut seen, true) {
+                    return None;
+                }
+                value = s.count()?;
+                Some(())
+            })
+        })?;
+        Some(value)
     }
 }
 
@@ -606,6 +623,11 @@ mod tests {
             (u.prompt_tokens, u.completion_tokens, u.cached_tokens),
             (Some(3), Some(2), Some(1))
         );
+        // vLLM with a reasoning parser counts the reasoning tokens.
+        let data = r#"{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":9,"completion_tokens_details":{"reasoning_tokens":7}}}"#;
+        assert_eq!(scan(data), parse_chunk_serde(data).ok());
+        let u = parse_chunk(data).unwrap().usage.unwrap();
+        assert_eq!((u.reasoning_tokens, u.cached_tokens), (Some(7), None));
     }
 
     #[test]
@@ -702,6 +724,8 @@ mod tests {
             "total_tokens",
             "prompt_tokens_details",
             "cached_tokens",
+            "completion_tokens_details",
+            "reasoning_tokens",
             "error",
             "index",
             "id",

@@ -565,8 +565,16 @@ fn drain_events(
                     1
                 }
             };
-            rec.events.push(OutputEvent { at_ns, tokens });
+            let reasoning = !info.visible;
+            rec.events.push(OutputEvent {
+                at_ns,
+                tokens,
+                reasoning,
+            });
             rec.ttft_ns.get_or_insert(at_ns);
+            if reasoning {
+                rec.ttfr_ns.get_or_insert(at_ns);
+            }
         }
         if info.visible {
             rec.ttfo_ns.get_or_insert(at_ns);
@@ -588,6 +596,7 @@ fn merge_usage(old: Option<Usage>, new: Usage) -> Usage {
             completion_tokens: new.completion_tokens.or(o.completion_tokens),
             total_tokens: new.total_tokens.or(o.total_tokens),
             cached_tokens: new.cached_tokens.or(o.cached_tokens),
+            reasoning_tokens: new.reasoning_tokens.or(o.reasoning_tokens),
         },
     }
 }

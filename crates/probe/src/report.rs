@@ -54,6 +54,7 @@ pub fn render_table(r: &RunResult) -> String {
         token_section,
         throughput_section,
         latency_sections,
+        reasoning_section,
         scheduled_section,
         error_section,
         self_check_section,
@@ -152,13 +153,20 @@ fn throughput_section(out: &mut String, r: &RunResult) {
         format!("{:.2}", r.total_token_throughput),
     );
     let o = &r.objectives;
-    if o.ttft_p95.is_some() || o.itl_p95.is_some() || o.e2e_p95.is_some() {
+    if o.any() {
         line(out, "Request goodput (req/s):", format!("{:.2}", r.goodput));
         line(
             out,
             "Requests meeting objectives:",
             format!("{}/{}", r.good_requests, r.requests),
         );
+        if r.reasoning_requests > 0 {
+            let _ = writeln!(
+                out,
+                "  (TTFT and ITL objectives judged on {})",
+                o.judged_on.label()
+            );
+        }
     }
     if r.output_tokens_estimated > 0 {
         line(
@@ -180,6 +188,42 @@ fn latency_sections(out: &mut String, r: &RunResult) {
     );
     metric(out, "Inter-token Latency", "ITL", &r.itl_ms);
     metric(out, "End-to-end Latency", "E2EL", &r.e2e_ms);
+}
+
+/// A reasoning model's two first tokens and its token split; only when
+/// some stream reasoned (the TTFT above is then the first reasoning token).
+fn reasoning_section(out: &mut String, r: &RunResult) {
+    if r.reasoning_requests == 0 {
+        return;
+    }
+    title(out, "Reasoning", '-');
+    line(out, "Requests that reasoned:", r.reasoning_requests);
+    line(out, "Reasoning tokens:", r.total_reasoning_tokens);
+    line(out, "Answer tokens:", r.total_answer_tokens);
+    line(
+        out,
+        "Median time to first reasoning token (ms):",
+        num(r.ttfr_ms.p50),
+    );
+    line(
+        out,
+        "P99 time to first reasoning token (ms):",
+        num(r.ttfr_ms.p99),
+    );
+    line(
+        out,
+        "Median time to first answer token (ms):",
+        num(r.ttfo_ms.p50),
+    );
+    line(
+        out,
+        "P99 time to first answer token (ms):",
+        num(r.ttfo_ms.p99),
+    );
+    if r.ttfo_ms.missing > 0 {
+        line(out, "Requests without an answer token:", r.ttfo_ms.missing);
+    }
+    line(out, "Objectives judged on:", r.objectives.judged_on.label());
 }
 
 /// Latencies from each request's scheduled time (no coordinated omission).

@@ -58,7 +58,10 @@ pub(crate) fn router(inner: AppState) -> Router {
             .route("/health", get(llamacpp::health)),
     };
     if flavor == Flavor::Vllm {
-        r = r.route("/reset_prefix_cache", post(crate::graded::reset_prefix_cache));
+        r = r.route(
+            "/reset_prefix_cache",
+            post(crate::graded::reset_prefix_cache),
+        );
     }
     if flavor == Flavor::Nim {
         r = r
@@ -587,6 +590,10 @@ fn response_identity(inner: &SimInner, api: Api, prompt_len: usize, arrival: Ins
         prompt_tokens: prompt_len,
         details: inner.config.prompt_tokens_details,
         all_cached: inner.config.report_all_cached,
+        reasoning: match api {
+            Api::Chat => inner.config.reasoning_tokens,
+            Api::Completions => 0,
+        },
         flavor: inner.config.flavor,
         arrival,
         seed: inner.config.seed ^ n,
@@ -694,6 +701,8 @@ struct Out {
     details: bool,
     /// Report every prompt token as cached (see `SimConfig::report_all_cached`).
     all_cached: bool,
+    /// Leading tokens that are reasoning (see `SimConfig::reasoning_tokens`).
+    reasoning: usize,
     flavor: Flavor,
     /// When the request arrived (llama-server's `timings`).
     arrival: Instant,
@@ -708,12 +717,18 @@ impl Out {
         } else {
             cached
         };
-        let base = format!(
+        let mut base = format!(
             r#"{{"prompt_tokens":{},"total_tokens":{},"completion_tokens":{}"#,
             self.prompt_tokens,
             self.prompt_tokens + completion,
             completion
         );
+        if self.reasoning > 0 {
+            let reasoning = completion.min(self.reasoning);
+            base.push_str(&format!(
+                r#","completion_tokens_details":{{"reasoning_tokens":{reasoning}}}"#
+            ));
+        }
         if with_details && self.details {
             format!(r#"{base},"prompt_tokens_details":{{"cached_tokens":{cached}}}}}"#)
         } else {
@@ -785,6 +800,12 @@ impl StreamState {
                     );
                     self.push(json);
                 }
+                // Reasoning first, then the answer (`SimConfig::reasoning_tokens`).
+                let field = if self.completion_tokens < self.out.reasoning {
+                    "reasoning"
+                } else {
+                    "content"
+                };
                 self.completion_tokens += 1;
                 let tail = match finish {
                     Some(f) => {
@@ -793,7 +814,7 @@ impl StreamState {
                     None => r#""finish_reason":null,"token_ids":null"#.to_string(),
                 };
                 let json = format!(
-                    r#"{},"choices":[{{"index":0,"delta":{{"content":{text}}},"logprobs":null,{tail}}}]{}}}"#,
+                    r#"{},"choices":[{{"index":0,"delta":{{"{field}":{text}}},"logprobs":null,{tail}}}]{}}}"#,
                     self.chunk_head,
                     self.cont_usage()
                 );

@@ -54,11 +54,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
+pub use disagg::PdSpec;
 pub use fit::{
     fit_cost_model, fit_report, predict_step, CostParams, Fit, FitError, FitReport, FitStep,
     ProfileFile, RelErrors, StepFit, StepPrediction,
 };
-pub use disagg::PdSpec;
 pub use profile::{Profile, Shape};
 #[cfg(feature = "hf-tokenizer")]
 pub use tokenizer::HfTokenizer;
@@ -139,6 +139,12 @@ pub struct SimConfig {
     /// `prefix_cache_hits_total`: a server whose cache hits contradict any
     /// random workload (for llmwatch's cache-hygiene checks). Off by default.
     pub report_all_cached: bool,
+    /// Reasoning mode: the first this-many generated tokens of every chat
+    /// response are reasoning, streamed as `delta.reasoning` before the
+    /// `delta.content` of the answer and counted in
+    /// `usage.completion_tokens_details.reasoning_tokens`, as vLLM 0.32
+    /// does with a reasoning parser. 0 (the default) turns it off.
+    pub reasoning_tokens: usize,
     /// Share of graded arithmetic prompts answered wrong (see `graded`),
     /// 0..=1; 0 by default.
     pub quality_error_rate: f64,
@@ -164,6 +170,7 @@ impl SimConfig {
             seed: 0,
             prompt_tokens_details: true,
             report_all_cached: false,
+            reasoning_tokens: 0,
             quality_error_rate: 0.0,
             hostname: "llmwatch-sim".to_string(),
             tokenizer: Arc::new(ToyTokenizer),

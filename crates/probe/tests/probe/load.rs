@@ -170,6 +170,7 @@ async fn goodput_and_report() {
         ttft_p95: Some(Duration::from_secs(1)),
         itl_p95: Some(Duration::from_millis(500)),
         e2e_p95: Some(Duration::from_secs(2)),
+        ..Objectives::default()
     };
     let r = run(&client, &cfg, mk).await.unwrap();
     assert_eq!(r.good_requests, 10);

@@ -115,3 +115,79 @@ async fn a_dropped_run_on_the_measuring_thread_closes_its_streams() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A reasoning model (the simulator's reasoning mode: 12 `delta.reasoning`
+/// tokens before the answer): both first-token times, the token split, and
+/// objectives judged on the answer by default.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reasoning_stream_yields_both_first_token_times() {
+    use llmwatch_probe::{JudgedOn, Objectives, ProbeRequest};
+    use std::time::Duration;
+
+    let mut cfg = SimConfig::new(Profile::named("balanced").unwrap());
+    cfg.time_scale = 4.0;
+    cfg.reasoning_tokens = 12;
+    let sim = Sim::start(cfg).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, sim.router()));
+    let client = ProbeClient::new(ClientConfig::new(format!("http://{addr}"))).unwrap();
+    let request = |i: u64| ProbeRequest::fixed(Api::Chat, "sim-llama", format!("think {i}"), 32);
+    let r = run(&client, &RunConfig::closed(2, 6), request)
+        .await
+        .unwrap();
+    assert_eq!(r.successful, 6, "{:?}", r.error_examples);
+    assert_eq!(r.reasoning_requests, 6);
+    assert_eq!((r.total_reasoning_tokens, r.total_answer_tokens), (72, 120));
+    for rec in &r.records {
+        let (ttfr, ttfo) = (rec.ttfr_ns.unwrap(), rec.ttfo_ns.unwrap());
+        assert_eq!(Some(ttfr), rec.ttft_ns, "the first output is reasoning");
+        // Eleven more reasoning tokens pass before the answer starts.
+        assert!(ttfo > ttfr, "answer at {ttfo} ns, reasoning at {ttfr} ns");
+        // The client's own count of reasoning events agrees with the
+        // server's usage.completion_tokens_details.
+        let counted: u64 = rec
+            .events
+            .iter()
+            .filter(|e| e.reasoning)
+            .map(|e| u64::from(e.tokens))
+            .sum();
+        assert_eq!(counted, 12);
+        assert_eq!(rec.usage.as_ref().unwrap().reasoning_tokens, Some(12));
+        assert!(rec.events.iter().skip(12).all(|e| !e.reasoning));
+    }
+    assert!(r.ttfo_ms.p50.unwrap() > r.ttfr_ms.p50.unwrap());
+    let table = render_table(&r);
+    for needle in [
+        "Requests that reasoned:                  6",
+        "Median time to first reasoning token (ms):",
+        "Median time to first answer token (ms):",
+        "Objectives judged on:                    the answer",
+    ] {
+        assert!(table.contains(needle), "missing {needle:?} in\n{table}");
+    }
+    // A TTFT objective between the two first-token times: met by the first
+    // reasoning token, missed by the first answer token (the default).
+    let records = &r.records;
+    let between = Duration::from_nanos(
+        records
+            .iter()
+            .map(|x| x.ttfr_ns.unwrap() + x.dispatch_lag_ns)
+            .max()
+            .unwrap()
+            .max(1),
+    );
+    let earliest_answer = records
+        .iter()
+        .map(|x| x.ttfo_ns.unwrap() + x.dispatch_lag_ns)
+        .min();
+    assert!(Some(between.as_nanos() as u64) < earliest_answer);
+    let mut on_answer = Objectives {
+        ttft_p95: Some(between),
+        ..Objectives::default()
+    };
+    assert_eq!(on_answer.judged_on, JudgedOn::Answer);
+    assert_eq!(records.iter().filter(|x| on_answer.met_by(x)).count(), 0);
+    on_answer.judged_on = JudgedOn::Output;
+    assert_eq!(records.iter().filter(|x| on_answer.met_by(x)).count(), 6);
+}

@@ -705,6 +705,7 @@ fn probe_objectives(o: &Objectives) -> llmwatch_probe::Objectives {
         ttft_p95: d(o.ttft_p95),
         itl_p95: d(o.itl_p95),
         e2e_p95: d(o.e2e_p95),
+        ..llmwatch_probe::Objectives::default()
     }
 }
 

@@ -111,6 +111,11 @@ pub struct ServerConfig {
     /// schedule may ask of a production server.
     #[serde(default)]
     pub sweep_limits: SweepLimits,
+    /// Programs an experiment started through the API may run as its server
+    /// (the plan's `[server] command` first word, matched exactly). Empty by
+    /// default: the API then starts no process.
+    #[serde(default)]
+    pub experiment_programs: Vec<String>,
     /// The sliding window the live diagnosis reads (default 5 min).
     #[serde(default = "default_live_window", deserialize_with = "duration")]
     pub live_window: Duration,
@@ -196,6 +201,7 @@ impl Default for ServerConfig {
             shard: None,
             slo_itl_p95: default_slo_itl_p95(),
             sweep_limits: SweepLimits::default(),
+            experiment_programs: Vec::new(),
             http_header_timeout: default_http_header_timeout(),
             http_request_timeout: default_http_request_timeout(),
             http_max_in_flight: default_http_max_in_flight(),

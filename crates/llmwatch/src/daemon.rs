@@ -197,6 +197,10 @@ fn check_access(config: &Config) -> anyhow::Result<(Option<String>, Vec<Option<S
 /// previous process.
 async fn mark_interrupted_sweeps(store: &Store, now: i64) -> anyhow::Result<()> {
     let interrupted = store.mark_interrupted_sweeps(now).await?;
+    let experiments = store.mark_interrupted_experiments(now).await?;
+    if experiments > 0 {
+        tracing::warn!(experiments, "experiments cut off by the last stop marked interrupted");
+    }
     if interrupted > 0 {
         tracing::warn!(
             sweeps = interrupted,

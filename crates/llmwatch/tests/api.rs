@@ -545,6 +545,9 @@ async fn openapi_documents_every_route() {
         [
             "GET /api/v1/alerts",
             "GET /api/v1/alerts/history",
+            "GET /api/v1/experiments",
+            "GET /api/v1/experiments/{id}",
+            "POST /api/v1/experiments",
             "GET /api/v1/openapi.json",
             "GET /api/v1/probes",
             "GET /api/v1/rules",
@@ -600,4 +603,113 @@ async fn openapi_documents_every_route() {
     let text = serde_json::to_string_pretty(&doc).unwrap();
     let back: Value = serde_json::from_str(&text).unwrap();
     assert_eq!(back, doc);
+}
+
+/// A small plan over the simulator (`llmwatch sim`), one repeat: the API's
+/// own path, not the experiment's statistics (`tests/sweep.rs` has those).
+fn api_plan(program: &str, extra: &str) -> String {
+    format!(
+        r#"
+[experiment]
+name = "api-plan"
+repeats = 1
+[server]
+command = ["{program}", "sim", "--port", "{{port}}", "--time-scale", "4", "--"]
+ready_timeout = "20s"
+{extra}
+[sweep]
+shape = "32x8"
+concurrency = [1, 4]
+slo_ttft_p95 = "1s"
+slo_itl_p95 = "50ms"
+requests_per_step = 8
+requests_per_slot = 1
+min_step_duration = "100ms"
+scrape_interval = "100ms"
+client_self_check = false
+[[variant]]
+name = "baseline"
+args = ["--max-num-seqs", "2"]
+[[variant]]
+name = "seqs-8"
+args = ["--max-num-seqs", "8"]
+"#
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn experiments_run_from_the_api_only_with_an_allowed_program() {
+    let program = env!("CARGO_BIN_EXE_llmwatch");
+    let daemon = common::spawn_daemon(&format!(
+        "[server]\ntoken = \"{TOKEN}\"\nexperiment_programs = [{program:?}]\n"
+    ))
+    .await;
+    let api = Api {
+        base: daemon.base_url(),
+        client: reqwest::Client::new(),
+    };
+    // Refused: a program not listed, an environment beyond the engines', a
+    // graded set read from the daemon's disk, a server restarted by hand.
+    let (status, body) = api
+        .post("/api/v1/experiments", json!({ "plan": api_plan("/bin/sh", "") }))
+        .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("experiment_programs"));
+    for (extra, needle) in [
+        ("env = { LD_PRELOAD = \"/tmp/x.so\" }", "env.LD_PRELOAD"),
+        ("[quality]\nset = \"/etc/passwd\"", "quality.set"),
+    ] {
+        let (status, body) = api
+            .post("/api/v1/experiments", json!({ "plan": api_plan(program, extra) }))
+            .await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{extra}: {body}");
+        assert!(body["error"]["message"].as_str().unwrap_or("").contains(needle), "{body}");
+    }
+    let (status, body) = api
+        .post("/api/v1/experiments", json!({ "plan": "[experiment]\nname = 1" }))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    // Another site's page may not start one, even with the token.
+    let cross = api
+        .client
+        .post(format!("{}/api/v1/experiments", api.base))
+        .bearer_auth(TOKEN)
+        .header("Origin", "https://evil.example")
+        .json(&json!({ "plan": api_plan(program, "") }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(cross.status(), StatusCode::FORBIDDEN);
+
+    let (status, started) = api
+        .post("/api/v1/experiments", json!({ "plan": api_plan(program, "") }))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{started}");
+    let id = started["id"].as_i64().expect("id");
+    let (busy, _) = api
+        .post("/api/v1/experiments", json!({ "plan": api_plan(program, "") }))
+        .await;
+    assert_eq!(busy, StatusCode::CONFLICT, "one experiment at a time");
+    let path = format!("/api/v1/experiments/{id}");
+    let done = wait_for("the API experiment to complete", Duration::from_secs(60), || async {
+        let body = api.ok(&path).await;
+        (body["status"] == "completed").then_some(body)
+    })
+    .await;
+    let result = &done["result"];
+    assert_eq!(result["ranking"][0]["variant"], "seqs-8", "{result}");
+    assert_eq!(result["runs_done"], 2);
+    let listed = api.ok("/api/v1/experiments").await;
+    assert_eq!(listed["experiments"][0]["id"], id);
+    let page = api
+        .client
+        .get(format!("{}/experiments/{id}", api.base))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(page.status(), StatusCode::OK);
+    let html = page.text().await.unwrap();
+    assert!(html.contains("data-variant=\"seqs-8\"") && html.contains("<svg data-chart=\"throughput\""));
+    assert!(!html.contains("http-equiv=\"refresh\""), "a finished experiment does not reload");
 }

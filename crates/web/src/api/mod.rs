@@ -10,6 +10,7 @@
 //! (null on the last page). Times are RFC 3339 or Unix seconds in requests;
 //! answers carry both (`…_ms` and an RFC 3339 string).
 
+pub mod experiments;
 mod live;
 pub mod openapi;
 pub mod params;
@@ -503,6 +504,9 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         live::route(),
         passive::route(),
     ]
+    .into_iter()
+    .chain(experiments::routes())
+    .collect()
 }
 
 /// The API router (under the caller's auth layer).

@@ -11,6 +11,7 @@
 pub mod alerts;
 pub mod charts;
 pub mod events;
+pub mod experiment;
 pub mod format;
 pub use crate::state::live_cache;
 pub mod live_card;
@@ -54,6 +55,7 @@ pub fn router() -> Router<AppState> {
         .route("/compare", get(sweep::compare_handler))
         .route("/compare/charts/{file}", get(sweep::compare_chart_download))
         .route("/alerts", get(alerts::handler))
+        .route("/experiments/{id}", get(experiment::handler))
 }
 
 /// Static assets, embedded from the top-level `static/` (no token needed:

@@ -25,6 +25,8 @@ pub struct ApiContext {
     pub config: Arc<Config>,
     /// Shared with the sweep schedule: one sweep at a time.
     pub sweeps: SweepSlots,
+    /// One experiment (`POST /api/v1/experiments`) at a time.
+    pub experiments: crate::api::experiments::ExperimentSlot,
 }
 
 impl ApiContext {
@@ -43,6 +45,7 @@ impl ApiContext {
             targets,
             config: Arc::new(config.clone()),
             sweeps: SweepSlots::default(),
+            experiments: Default::default(),
         })
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod alerts;
 pub mod analysis;
+pub mod autoscale;
 pub mod catalog;
 pub mod exposition;
 pub mod probe_signals;

@@ -439,6 +439,11 @@ async fn api_context(
     .await
     .context("preparing the API")?;
     api.sweeps = sweep_slots.clone();
+    api.predictions = llmwatch_web::state::predictions::Predictions::with_runner(
+        std::sync::Arc::new(crate::twin::TwinRunner {
+            store: wiring.store.clone(),
+        }),
+    );
     let remote_write = llmwatch_engine::sinks::remote_write::spawn_all(
         config,
         &wiring.store,

@@ -11,3 +11,4 @@ pub mod cli;
 pub mod daemon;
 pub mod demo;
 pub mod logging;
+pub mod twin;

@@ -458,15 +458,59 @@ window = "10s"
     assert_eq!(list["sweeps"][0]["id"], id);
     assert!(list["next_cursor"].is_null());
 
+    // Predict a change of that sweep: the twin fitted to it, with one
+    // running sequence, runs the same ladder. Flags are checked first.
+    let predict = format!("/api/v1/sweeps/{id}/predictions");
+    let (status, body) = api
+        .post(&predict, json!({ "vllm_args": "--no-such-flag 1" }))
+        .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap().contains("--no-such-flag"), "{body}");
+    let (status, _) = api
+        .post("/api/v1/sweeps/999/predictions", json!({ "vllm_args": "" }))
+        .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, body) = api
+        .post(&predict, json!({ "vllm_args": "--max-num-seqs 1" }))
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["status"], "running");
+    assert_eq!(body["vllm_args"], json!(["--max-num-seqs", "1"]));
+    let prediction_id = body["id"].as_u64().expect("prediction id");
+    let (status, busy) = api
+        .post(&predict, json!({ "vllm_args": "--max-num-seqs 2" }))
+        .await;
+    assert_eq!(status, StatusCode::CONFLICT, "{busy}");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let prediction = loop {
+        let p = api.ok(&format!("/api/v1/predictions/{prediction_id}")).await;
+        if p["status"] != "running" {
+            break p;
+        }
+        assert!(Instant::now() < deadline, "prediction still running: {p}");
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(prediction["status"], "done", "{prediction}");
+    let result = &prediction["result"];
+    assert_eq!(result["steps"].as_array().unwrap().len(), 2, "{result}");
+    assert_eq!(result["prediction"]["profile"]["max_num_seqs"], 1);
+    assert!(result["prediction"]["fit_error"]
+        .as_str()
+        .is_some_and(|e| e.contains("RMS")));
+    assert!(result["verdict"]["summary"].is_array());
+
     // Every GET route answers what its documentation promises.
     for (doc, _) in llmwatch_web::api::routes() {
         if doc.method != "get" {
             continue;
         }
-        let mut path = doc
-            .path
-            .replace("{name}", "sim")
-            .replace("{id}", &id.to_string());
+        let mut path = if doc.path.starts_with("/api/v1/predictions/") {
+            doc.path.replace("{id}", &prediction_id.to_string())
+        } else {
+            doc.path
+                .replace("{name}", "sim")
+                .replace("{id}", &id.to_string())
+        };
         let required: Vec<String> = doc
             .params
             .iter()
@@ -549,6 +593,7 @@ async fn openapi_documents_every_route() {
             "GET /api/v1/experiments/{id}",
             "POST /api/v1/experiments",
             "GET /api/v1/openapi.json",
+            "GET /api/v1/predictions/{id}",
             "GET /api/v1/probes",
             "GET /api/v1/rules",
             "GET /api/v1/runs",
@@ -563,6 +608,7 @@ async fn openapi_documents_every_route() {
             "GET /api/v1/targets/{name}/signals",
             "POST /api/v1/sweeps",
             "POST /api/v1/sweeps/{id}/cancel",
+            "POST /api/v1/sweeps/{id}/predictions",
             "GET /prometheus/api/v1/label/{name}/values",
             "GET /prometheus/api/v1/labels",
             "GET /prometheus/api/v1/metadata",

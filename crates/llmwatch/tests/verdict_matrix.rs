@@ -40,7 +40,8 @@ struct Scenario {
 }
 
 const SCENARIOS: [Scenario; 6] = [
-    // 256 blocks of 16 tokens; 240 + 16 tokens a sequence: 16 fit.
+    // 256 blocks of 16 tokens (one is the null block); 240 + 16 tokens a
+    // sequence: 15 fit.
     Scenario {
         profile: "kv-starved",
         expect: "kv_cache_capacity",

@@ -8,6 +8,9 @@ use std::collections::{BTreeMap, HashMap};
 
 pub(crate) type BlockId = usize;
 
+/// Blocks the pool keeps for itself (vLLM V1's `null_block`).
+const NULL_BLOCKS: usize = 1;
+
 pub(crate) struct BlockPool {
     ref_cnt: Vec<u32>,
     hash: Vec<Option<u64>>,
@@ -32,14 +35,19 @@ impl BlockPool {
             cached: HashMap::new(),
             prefix_caching,
         };
-        for b in 0..num_blocks {
+        // Block 0 is vLLM's null block: taken from the free queue at start,
+        // never given to a sequence, and left out of the usage. So 40 blocks
+        // hold 39 blocks of sequences (a real vLLM 0.32 with
+        // `--num-gpu-blocks-override 40` runs 7 sequences of 5 blocks).
+        for b in NULL_BLOCKS.min(num_blocks)..num_blocks {
             pool.push_back(b);
         }
         pool
     }
 
-    pub(crate) fn num_blocks(&self) -> usize {
-        self.ref_cnt.len()
+    /// Blocks that can hold sequences: all but the null block.
+    pub(crate) fn num_usable(&self) -> usize {
+        self.ref_cnt.len().saturating_sub(NULL_BLOCKS)
     }
 
     pub(crate) fn num_free(&self) -> usize {
@@ -47,16 +55,16 @@ impl BlockPool {
     }
 
     pub(crate) fn num_used(&self) -> usize {
-        self.num_blocks() - self.num_free()
+        self.num_usable() - self.num_free()
     }
 
-    /// vLLM's `kv_cache_usage_perc`: `1 - free / total` (cached-but-free
-    /// blocks count as free).
+    /// vLLM's `kv_cache_usage_perc`: `1 - free / (total - 1)`, the null
+    /// block left out (cached-but-free blocks count as free).
     pub(crate) fn usage(&self) -> f64 {
-        if self.num_blocks() == 0 {
+        if self.num_usable() == 0 {
             return 0.0;
         }
-        self.num_used() as f64 / self.num_blocks() as f64
+        self.num_used() as f64 / self.num_usable() as f64
     }
 
     fn push_back(&mut self, b: BlockId) {
@@ -171,7 +179,9 @@ mod tests {
 
     #[test]
     fn freed_blocks_stay_cached_until_evicted() {
-        let mut pool = BlockPool::new(4, true);
+        // Five blocks: the null block and four that hold sequences.
+        let mut pool = BlockPool::new(5, true);
+        assert_eq!((pool.num_usable(), pool.usage()), (4, 0.0));
         let a = pool.allocate().expect("free");
         let b = pool.allocate().expect("free");
         pool.commit(a, 11);
@@ -187,7 +197,7 @@ mod tests {
         assert_eq!(c, b);
         assert_eq!(pool.lookup_prefix(&[11, 22]), vec![a]);
         pool.touch(a);
-        assert_eq!(pool.num_free(), 0);
+        assert_eq!((pool.num_free(), pool.usage()), (0, 1.0));
         assert!(pool.allocate().is_none());
     }
 }

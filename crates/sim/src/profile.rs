@@ -186,8 +186,9 @@ impl Profile {
         if self.block_size == 0 {
             return bad("block_size", "must be at least 1".into());
         }
-        if self.num_gpu_blocks == 0 {
-            return bad("num_gpu_blocks", "must be at least 1".into());
+        if self.num_gpu_blocks < 2 {
+            // One block is the null block (see blocks.rs).
+            return bad("num_gpu_blocks", "must be at least 2".into());
         }
         if self.max_num_seqs == 0 {
             return bad("max_num_seqs", "must be at least 1".into());
@@ -245,11 +246,12 @@ impl Profile {
     }
 
     /// Concurrency at which the KV cache is full when every sequence is at
-    /// its peak: `num_gpu_blocks / blocks_per_sequence`. Above it (and below
+    /// its peak: `(num_gpu_blocks - 1) / blocks_per_sequence`. Above it (and below
     /// `max_num_seqs`) expect `kv_cache_usage_perc` near 1, waiting requests
     /// and preemptions.
     pub fn kv_saturation_concurrency(&self, shape: Shape) -> usize {
-        self.num_gpu_blocks / self.blocks_per_sequence(shape)
+        // Less the null block, which holds no sequence (blocks.rs).
+        self.num_gpu_blocks.saturating_sub(1) / self.blocks_per_sequence(shape)
     }
 
     /// Most sequences that decode together for this shape:

@@ -7,7 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 /// (vLLM's `num_gpu_blocks` follows from GPU memory, model, max-model-len,
 /// `gpu_memory_utilization`, KV dtype). They are listed when they differ but
 /// do not count toward the "more than one change" warning.
-pub const DERIVED_CARD_FIELDS: &[&str] = &["num_gpu_blocks"];
+pub const DERIVED_CARD_FIELDS: &[&str] = &["num_gpu_blocks", "kv_cache_tokens"];
 
 /// Everything that describes the setup of one sweep. Filled from what the
 /// server and GPUs report (info metrics, DCGM/NVML labels, `/v1/models`,
@@ -39,6 +39,12 @@ pub struct ExperimentCard {
     /// vLLM `cache_config_info` `num_gpu_blocks` (derived, see
     /// [`DERIVED_CARD_FIELDS`]).
     pub num_gpu_blocks: Option<u64>,
+    /// Data-parallel engines behind the endpoint (vLLM: one
+    /// `cache_config_info` sample per engine, each with its own cache).
+    pub data_parallel: Option<u32>,
+    /// The KV cache in tokens, for engines that report tokens rather than
+    /// blocks (SGLang `max_total_num_tokens`; derived).
+    pub kv_cache_tokens: Option<u64>,
     /// vLLM `cache_config_info` `enable_prefix_caching`.
     pub prefix_caching: Option<bool>,
     /// vLLM `cache_config_info` `gpu_memory_utilization`.
@@ -75,6 +81,8 @@ impl ExperimentCard {
             ("kv_cache_dtype".into(), self.kv_cache_dtype.clone()),
             ("kv_block_size".into(), s(&self.kv_block_size)),
             ("num_gpu_blocks".into(), s(&self.num_gpu_blocks)),
+            ("data_parallel".into(), s(&self.data_parallel)),
+            ("kv_cache_tokens".into(), s(&self.kv_cache_tokens)),
             ("prefix_caching".into(), s(&self.prefix_caching)),
             (
                 "gpu_memory_utilization".into(),

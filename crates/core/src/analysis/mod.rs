@@ -374,11 +374,18 @@ impl Default for Objectives {
 impl EngineCapacity {
     /// The capacity an experiment card records.
     pub fn from_card(card: &ExperimentCard) -> EngineCapacity {
+        // Each data-parallel engine reports (and has) the same cache.
+        let engines = u64::from(card.data_parallel.unwrap_or(1).max(1));
         EngineCapacity {
-            kv_blocks: card.num_gpu_blocks,
+            kv_blocks: card.num_gpu_blocks.map(|blocks| blocks * engines),
             block_size: card.kv_block_size.map(u64::from),
-            kv_tokens: None,
+            kv_tokens: card.kv_cache_tokens,
             max_num_seqs: None,
+            engines: if card.num_gpu_blocks.is_some() {
+                engines
+            } else {
+                0
+            },
         }
     }
 

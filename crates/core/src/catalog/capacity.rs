@@ -26,6 +26,20 @@ pub struct EngineCapacity {
     pub kv_tokens: Option<u64>,
     /// The most sequences the scheduler runs at once (vLLM max-num-seqs).
     pub max_num_seqs: Option<u64>,
+    /// Data-parallel engines whose block caches `kv_blocks` sums; each
+    /// keeps one block for itself (vLLM's null block, never allocated to a
+    /// sequence and left out of its usage), so `kv_blocks - engines` hold
+    /// sequences.
+    pub engines: u64,
+}
+
+impl EngineCapacity {
+    /// Blocks that can hold sequences: the reported blocks less each
+    /// engine's null block.
+    pub fn usable_blocks(&self) -> Option<u64> {
+        self.kv_blocks
+            .map(|blocks| blocks.saturating_sub(self.engines.max(1)).max(1))
+    }
 }
 
 /// The capacity `page` reports; every field `None` where it says nothing.
@@ -63,6 +77,7 @@ pub fn engine_capacity(page: &Exposition<'_>) -> EngineCapacity {
     }
     if !blocks_by_engine.is_empty() {
         capacity.kv_blocks = Some(blocks_by_engine.values().sum());
+        capacity.engines = blocks_by_engine.len() as u64;
     }
     if !sglang_by_dp.is_empty() {
         capacity.kv_tokens = Some(sglang_by_dp.values().sum());
@@ -95,6 +110,7 @@ mod tests {
              vllm:cache_config_info{block_size=\"16\",engine=\"1\",num_gpu_blocks=\"100\"} 1\n",
         );
         assert_eq!(c.kv_blocks, Some(200));
+        assert_eq!((c.engines, c.usable_blocks()), (2, Some(198)));
         let none =
             capacity_of("vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"None\"} 1\n");
         assert_eq!(none.kv_blocks, None);

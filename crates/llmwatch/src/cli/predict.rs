@@ -110,36 +110,11 @@ pub async fn run(args: PredictArgs) -> anyhow::Result<()> {
     let ts = args
         .time_scale
         .unwrap_or_else(|| auto_time_scale(&changed.profile));
-    if !(ts.is_finite() && ts > 0.0) {
-        anyhow::bail!("--time-scale must be a positive number, got {ts}");
-    }
     print_prediction_head(&args, &flags, &base, &changed, ts);
-
-    let sim_args = SimArgs::loopback("balanced", "sim-llama-8b", ts);
-    let (_sim, engine, _) = start_resolved(&changed, &sim_args).await?;
-    let url = format!("http://{engine}");
-    let parsed =
-        SweepFlags::try_parse_from(sweep_argv(&args, &url)).map_err(|e| anyhow::anyhow!("{e}"))?;
-    let mut settings = settings_from_args(&parsed.args)?;
-    let real_objectives = settings.objectives;
-    let analysis = settings.analysis;
-    scale_clocks(&mut settings, ts);
-    // The capacity comes from the predicted sweep's card (see `rejudge`).
-    let hints = workload_hints(&settings, &ExperimentCard::default());
 
     println!();
     println!("{}", table_header());
-    let mut report = run_sweep(settings, None, |step| {
-        let mut real = step.clone();
-        to_real_time(&mut real, ts);
-        println!("{}", step_line(&real));
-    })
-    .await
-    .context("the predicted sweep")?;
-    for step in &mut report.steps {
-        to_real_time(step, ts);
-    }
-    rejudge(&mut report, &real_objectives, hints, &analysis);
+    let report = predict_sweep(&args, &changed, ts, |real| println!("{}", step_line(real))).await?;
     println!();
     print!("{}", render_verdict(&report));
     println!();
@@ -154,9 +129,48 @@ pub async fn run(args: PredictArgs) -> anyhow::Result<()> {
         ),
     }
     if let Some(path) = &args.json {
-        write_prediction_json(path, &report, &args, &flags, &changed, ts)?;
+        let json = prediction_json(&report, &args.profile_file.display().to_string(), &flags, &changed, ts);
+        std::fs::write(path, serde_json::to_string_pretty(&json)?)
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
+}
+
+/// The sweep `args` describe, run on the twin `changed` at `ts` times real
+/// speed, reported (and each step passed to `on_step`) in real time and
+/// judged with the real objectives.
+pub async fn predict_sweep(
+    args: &PredictArgs,
+    changed: &ResolvedProfile,
+    ts: f64,
+    mut on_step: impl FnMut(&StepReport),
+) -> anyhow::Result<SweepReport> {
+    if !(ts.is_finite() && ts > 0.0) {
+        anyhow::bail!("--time-scale must be a positive number, got {ts}");
+    }
+    let sim_args = SimArgs::loopback("balanced", "sim-llama-8b", ts);
+    let (_sim, engine, _) = start_resolved(changed, &sim_args).await?;
+    let url = format!("http://{engine}");
+    let parsed =
+        SweepFlags::try_parse_from(sweep_argv(args, &url)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let mut settings = settings_from_args(&parsed.args)?;
+    let real_objectives = settings.objectives;
+    let analysis = settings.analysis;
+    scale_clocks(&mut settings, ts);
+    // The capacity comes from the predicted sweep's card (see `rejudge`).
+    let hints = workload_hints(&settings, &ExperimentCard::default());
+    let mut report = run_sweep(settings, None, |step| {
+        let mut real = step.clone();
+        to_real_time(&mut real, ts);
+        on_step(&real);
+    })
+    .await
+    .context("the predicted sweep")?;
+    for step in &mut report.steps {
+        to_real_time(step, ts);
+    }
+    rejudge(&mut report, &real_objectives, hints, &analysis);
+    Ok(report)
 }
 
 /// What is predicted: the profile, the change and its costs.
@@ -255,20 +269,21 @@ fn scale_clocks(settings: &mut SweepSettings, ts: f64) {
         .max(Duration::from_millis(20));
 }
 
-fn write_prediction_json(
-    path: &std::path::Path,
+/// The predicted sweep (real time) as JSON, with what was predicted: the
+/// profile, the change, the time scale and the fit's own error.
+pub fn prediction_json(
     report: &SweepReport,
-    args: &PredictArgs,
+    profile_source: &str,
     flags: &[String],
     changed: &ResolvedProfile,
     ts: f64,
-) -> anyhow::Result<()> {
+) -> serde_json::Value {
     let mut json = report.to_json();
     if let Some(map) = json.as_object_mut() {
         map.insert(
             "prediction".to_string(),
             serde_json::json!({
-                "profile_file": args.profile_file.display().to_string(),
+                "profile_file": profile_source,
                 "vllm_args": flags,
                 "ignored": changed.ignored,
                 "time_scale": ts,
@@ -279,8 +294,7 @@ fn write_prediction_json(
             }),
         );
     }
-    std::fs::write(path, serde_json::to_string_pretty(&json)?)
-        .with_context(|| format!("writing {}", path.display()))
+    json
 }
 
 /// The shortest wall-clock step (or frontend time) [`auto_time_scale`]

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context};
 use llmwatch_core::analysis::{ExperimentCard, Load};
 use llmwatch_engine::runners::sweep::card::card_from_json;
-use llmwatch_engine::runners::sweep::load_sweep;
+use llmwatch_engine::runners::sweep::{load_sweep, StoredSweep};
 use llmwatch_sim::{
     apply_vllm_args, fit_cost_model, split_args, vllm_router, FitReport, FitStep, Flavor,
     KvCacheDtype, Profile, ProfileFile, Sim, SimConfig, VllmSettings,
@@ -369,6 +369,17 @@ async fn fit_source(
         .await
         .with_context(|| format!("opening {}", database.display()))?;
     let stored = load_sweep(&store, id).await?;
+    let steps = fit_steps_of(&stored);
+    if steps.is_empty() {
+        bail!("sweep #{id} has no concurrency step with successful requests to fit");
+    }
+    Ok((steps, stored.card))
+}
+
+/// The steps of a stored sweep the cost model can be fitted to: each
+/// concurrency step with successful requests (at most half failed), with
+/// its tokens per request.
+pub fn fit_steps_of(stored: &StoredSweep) -> Vec<FitStep> {
     let mut steps = Vec::new();
     for (step, run) in stored.steps.iter().zip(&stored.runs) {
         let Load::Concurrency(c) = step.load else {
@@ -395,10 +406,7 @@ async fn fit_source(
             running_mean: step.server.requests_running_mean,
         });
     }
-    if steps.is_empty() {
-        bail!("sweep #{id} has no concurrency step with successful requests to fit");
-    }
-    Ok((steps, stored.card))
+    steps
 }
 
 /// The steps of a sweep as `llmwatch sweep --json` writes it: each
@@ -559,19 +567,19 @@ pub fn fit_error_line(report: &FitReport) -> String {
     )
 }
 
-/// `llmwatch sim --fit SWEEP --out FILE`.
-async fn run_fit(cli: &SimCli, source: &str, out: &Path, flags: &[String]) -> anyhow::Result<()> {
-    let (steps, card) = fit_source(source, &cli.database).await?;
-    // The swept server: the base profile, its card's cache settings, then
-    // the flags it was started with.
-    let (mut base, mut settings) = match &cli.profile_file {
-        Some(path) => {
-            let f = load_profile_file(path)?;
-            (f.profile, f.vllm)
-        }
-        None => (Profile::named(&cli.profile)?, VllmSettings::default()),
-    };
-    overlay_card(&mut base, &mut settings, &card);
+/// The cost model fitted to `steps` of the server `card` describes: the
+/// base profile, the card's cache settings, then the `flags` the server was
+/// started with (those its page does not show), fitted and named after
+/// `source`. Also the profile it was fitted on (for the ignored flags).
+pub fn fit_profile(
+    steps: &[FitStep],
+    card: &ExperimentCard,
+    mut base: Profile,
+    mut settings: VllmSettings,
+    flags: &[String],
+    source: &str,
+) -> anyhow::Result<(ProfileFile, ResolvedProfile)> {
+    overlay_card(&mut base, &mut settings, card);
     let resolved = if flags.is_empty() {
         base.validate().context("the swept server's profile")?;
         ResolvedProfile {
@@ -589,20 +597,35 @@ async fn run_fit(cli: &SimCli, source: &str, out: &Path, flags: &[String]) -> an
             fit: None,
         }
     };
-    let fit = fit_cost_model(&resolved.profile, &steps).context("fitting the cost model")?;
+    let fit = fit_cost_model(&resolved.profile, steps).context("fitting the cost model")?;
     let mut report = fit.report;
-    report.source = Some(if Path::new(source).exists() {
+    report.source = Some(source.to_string());
+    let mut profile = fit.profile;
+    profile.name = format!("fitted to {source}");
+    let file = ProfileFile {
+        profile,
+        vllm: resolved.settings.clone().unwrap_or_default(),
+        fit: Some(report),
+    };
+    Ok((file, resolved))
+}
+
+/// `llmwatch sim --fit SWEEP --out FILE`.
+async fn run_fit(cli: &SimCli, source: &str, out: &Path, flags: &[String]) -> anyhow::Result<()> {
+    let (steps, card) = fit_source(source, &cli.database).await?;
+    let (base, settings) = match &cli.profile_file {
+        Some(path) => {
+            let f = load_profile_file(path)?;
+            (f.profile, f.vllm)
+        }
+        None => (Profile::named(&cli.profile)?, VllmSettings::default()),
+    };
+    let name = if Path::new(source).exists() {
         source.to_string()
     } else {
         format!("sweep #{source} in {}", cli.database.display())
-    });
-    let mut profile = fit.profile;
-    profile.name = format!("fitted to {}", report.source.as_deref().unwrap_or(source));
-    let file = ProfileFile {
-        profile,
-        vllm: resolved.settings.unwrap_or_default(),
-        fit: Some(report),
     };
+    let (file, resolved) = fit_profile(&steps, &card, base, settings, flags, &name)?;
     std::fs::write(out, file.to_json_pretty())
         .with_context(|| format!("writing {}", out.display()))?;
     if let Some(line) = ignored_line(&resolved.ignored) {

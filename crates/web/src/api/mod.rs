@@ -15,6 +15,7 @@ mod live;
 pub mod openapi;
 pub mod params;
 mod passive;
+pub mod predictions;
 pub mod schemas;
 mod sweeps;
 
@@ -505,6 +506,7 @@ pub fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
         passive::route(),
     ]
     .into_iter()
+    .chain(predictions::routes())
     .chain(experiments::routes())
     .collect()
 }

@@ -327,6 +327,23 @@ pub fn list_sweeps() -> Value {
     object(json!({ "sweeps": array(sweep_summary()), "next_cursor": cursor() }))
 }
 
+pub fn prediction() -> Value {
+    let flags = array(string());
+    with_times(
+        json!({
+            "id": integer(),
+            "sweep_id": integer(),
+            "served_args": flags,
+            "vllm_args": flags,
+            "status": enumeration(&["running", "done", "failed"]),
+            "error": nullable("string"),
+            "result": document(),
+            "href": string(),
+        }),
+        &[("started", false), ("ended", true)],
+    )
+}
+
 pub fn get_sweep() -> Value {
     let mut properties = sweep_summary_properties();
     if let Some(map) = properties.as_object_mut() {

@@ -17,6 +17,7 @@ pub use crate::state::live_cache;
 pub mod live_card;
 pub mod overview;
 pub mod passive;
+pub mod predict;
 pub mod sweep;
 pub mod target;
 
@@ -52,6 +53,11 @@ pub fn router() -> Router<AppState> {
             axum::routing::post(sweep::cancel_handler),
         )
         .route("/sweeps/{id}/charts/{file}", get(sweep::chart_download))
+        .route(
+            "/sweeps/{id}/predict",
+            axum::routing::post(predict::start_handler),
+        )
+        .route("/predictions/{id}", get(predict::handler))
         .route("/compare", get(sweep::compare_handler))
         .route("/compare/charts/{file}", get(sweep::compare_chart_download))
         .route("/alerts", get(alerts::handler))

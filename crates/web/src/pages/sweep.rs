@@ -352,6 +352,10 @@ pub struct SweepPage {
     pub charts: Vec<ChartView>,
     /// Still running: the page refreshes itself.
     pub running: bool,
+    /// "Predict a change": whether this process can, and the kept
+    /// predictions of this sweep (set by the handler).
+    pub can_predict: bool,
+    pub predictions: Vec<super::predict::PredictionLink>,
 }
 
 fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
@@ -552,6 +556,8 @@ pub async fn sweep_page(store: &Store, id: i64) -> Result<Option<SweepPage>, Swe
             .map(format::datetime)
             .unwrap_or_else(|| "still running".into()),
         running: sweep.row.ended_ms.is_none(),
+        can_predict: false,
+        predictions: Vec::new(),
         stop_reason: sweep.row.stop_reason.clone(),
         shape: settings.shape.clone(),
         prompt: settings.prompt.clone(),
@@ -594,6 +600,13 @@ pub async fn handler(
     match sweep_page(&state.store, id).await {
         Ok(Some(mut page)) => {
             page.csrf = crate::auth::form_token(csrf);
+            let predictions = &state.api.predictions;
+            page.can_predict = predictions.available() && !page.running;
+            page.predictions = predictions
+                .of_sweep(id)
+                .iter()
+                .map(super::predict::PredictionLink::of)
+                .collect();
             page.into_response()
         }
         Ok(None) => error_response(

@@ -27,6 +27,9 @@ pub struct ApiContext {
     pub sweeps: SweepSlots,
     /// One experiment (`POST /api/v1/experiments`) at a time.
     pub experiments: crate::api::experiments::ExperimentSlot,
+    /// "Predict a change" of a stored sweep (the twin; none without a
+    /// runner).
+    pub predictions: super::predictions::Predictions,
 }
 
 impl ApiContext {
@@ -46,6 +49,7 @@ impl ApiContext {
             config: Arc::new(config.clone()),
             sweeps: SweepSlots::default(),
             experiments: Default::default(),
+            predictions: Default::default(),
         })
     }
 }

@@ -10,6 +10,7 @@ pub mod api_context;
 pub mod live_cache;
 pub mod pages_config;
 pub mod passive_cache;
+pub mod predictions;
 pub mod session;
 
 use api_context::ApiContext;

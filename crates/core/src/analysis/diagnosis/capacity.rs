@@ -26,17 +26,26 @@ fn fit_of(capacity: &EngineCapacity, input: f64, output: f64) -> Option<Fit> {
     // Means from counters carry a fraction that must not tip a block count.
     let (input, output) = (input.round().max(1.0), output.round());
     let per_seq = input + output;
-    match (capacity.kv_blocks, capacity.block_size) {
-        (Some(blocks), Some(bs)) if blocks > 0 && bs > 0 => {
+    match (
+        capacity.kv_blocks,
+        capacity.usable_blocks(),
+        capacity.block_size,
+    ) {
+        (Some(blocks), Some(usable), Some(bs)) if blocks > 0 && bs > 0 => {
             let bs = bs as f64;
             let peak_blocks = (per_seq / bs).ceil().max(1.0);
             let admit_blocks = (input / bs).ceil().max(1.0);
-            let at_peak = (blocks as f64 / peak_blocks).floor();
+            let at_peak = (usable as f64 / peak_blocks).floor();
+            let blocks = if usable == blocks {
+                format!("{blocks} blocks")
+            } else {
+                format!("{usable} blocks ({blocks} less {} null)", blocks - usable)
+            };
             Some(Fit {
                 at_peak,
-                at_admission: (blocks as f64 / admit_blocks).floor(),
+                at_admission: (usable as f64 / admit_blocks).floor(),
                 words: format!(
-                    "{blocks} blocks × {} tokens / {} tokens per sequence ({} blocks) = {}",
+                    "{blocks} × {} tokens / {} tokens per sequence ({} blocks) = {}",
                     fmt::num(bs),
                     fmt::num(per_seq.round()),
                     fmt::num(peak_blocks),

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use llmwatch_core::analysis::{card_from_info, ExperimentCard};
-use llmwatch_core::catalog::detect_engine;
+use llmwatch_core::catalog::{detect_engine, engine_capacity};
 use llmwatch_core::exposition::{detect_format, parse_lenient, Exposition};
 use serde_json::Value;
 
@@ -87,6 +87,8 @@ pub fn set_card_field(
         "kv_cache_dtype" => card.kv_cache_dtype = text(),
         "kv_block_size" => card.kv_block_size = small()?,
         "num_gpu_blocks" => card.num_gpu_blocks = int()?,
+        "data_parallel" => card.data_parallel = small()?,
+        "kv_cache_tokens" => card.kv_cache_tokens = int()?,
         "prefix_caching" => {
             card.prefix_caching = Some(match value.to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" | "on" => true,
@@ -213,6 +215,7 @@ pub async fn collect_card(
             card.engine = Some(engine.as_str().to_string());
         }
         apply_other_info(&mut card, page);
+        apply_capacity(&mut card, page);
     }
 
     // /v1/models: the served model and its context length.
@@ -265,6 +268,20 @@ fn info_labels(page: &Exposition<'_>, suffix: &str) -> Vec<(String, String)> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The cache as the live verdict reads it (`engine_capacity`), so a sweep
+/// and the live task do the same arithmetic: the number of data-parallel
+/// engines (each reports its own `num_gpu_blocks`) and a cache reported in
+/// tokens.
+fn apply_capacity(card: &mut ExperimentCard, page: &Exposition<'_>) {
+    let capacity = engine_capacity(page);
+    if card.data_parallel.is_none() && capacity.engines > 0 {
+        card.data_parallel = u32::try_from(capacity.engines).ok();
+    }
+    if card.kv_cache_tokens.is_none() {
+        card.kv_cache_tokens = capacity.kv_tokens;
+    }
 }
 
 /// Other `*_info` families (model config, NIM's, TGI's…): the labels that

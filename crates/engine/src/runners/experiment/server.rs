@@ -14,7 +14,7 @@ use rustix::process::{kill_process_group, Pid, Signal};
 use tokio::process::{Child, Command};
 
 /// Bytes of the log read back for a failed start's tail.
-const LOG_TAIL_BYTES: u64 = 8 * 1024;
+const LOG_TAIL_BYTES: u64 = 64 * 1024;
 /// Lines of the log shown for a failed start.
 const LOG_TAIL_LINES: usize = 25;
 /// How long a stopped server may take to exit after SIGTERM before SIGKILL.
@@ -186,6 +186,43 @@ pub fn log_tail(path: &Path) -> String {
     let _ = file.take(LOG_TAIL_BYTES).read_to_end(&mut bytes);
     let text = String::from_utf8_lossy(&bytes);
     let lines: Vec<&str> = text.lines().collect();
-    let tail = lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n");
+    let start = lines.len().saturating_sub(LOG_TAIL_LINES);
+    let mut tail = lines[start..].join("\n");
+    // A Python server's last lines are often the outer traceback ("see
+    // root cause above"): the first error line is the one that says why.
+    let is_error = |l: &&str| l.contains("Error: ") || l.contains("Exception: ");
+    if let Some(first) = lines
+        .iter()
+        .position(|l| is_error(&l))
+        .filter(|&i| i < start)
+    {
+        tail = format!("{}\n[…]\n{tail}", lines[first].trim());
+    }
     llmwatch_core::redact::redact_urls_in(&tail)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_tail_leads_with_the_first_error_line() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("server.log");
+        let mut text =
+            String::from("INFO starting\nValueError: too little KV cache for max-model-len 2048\n");
+        for i in 0..40 {
+            text.push_str(&format!("  traceback line {i}\n"));
+        }
+        text.push_str("RuntimeError: Engine core initialization failed. See root cause above.\n");
+        std::fs::write(&path, text).expect("log");
+        let tail = log_tail(&path);
+        assert!(
+            tail.starts_with("ValueError: too little KV cache"),
+            "{tail}"
+        );
+        assert!(tail.ends_with("See root cause above."), "{tail}");
+        assert!(!tail.contains("traceback line 10\n"), "{tail}");
+        assert_eq!(log_tail(&dir.path().join("missing.log")), "");
+    }
 }

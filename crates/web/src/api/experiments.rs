@@ -12,8 +12,6 @@
 //! terminal and are the CLI's. One experiment runs at a time.
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
@@ -34,27 +32,6 @@ use crate::AppState;
 const MAX_PLAN_BYTES: usize = 64 * 1024;
 /// Environment variables an API plan may set: the engines' own.
 const ENV_PREFIXES: [&str; 6] = ["VLLM_", "CUDA_", "HF_", "NCCL_", "OMP_", "TORCH_"];
-
-/// One experiment at a time per daemon.
-#[derive(Clone, Default)]
-pub struct ExperimentSlot(Arc<AtomicBool>);
-
-impl ExperimentSlot {
-    fn try_take(&self) -> Option<SlotGuard> {
-        self.0
-            .compare_exchange(false, true, Ordering::AcqRel, Ordering::Acquire)
-            .ok()
-            .map(|_| SlotGuard(self.0.clone()))
-    }
-}
-
-struct SlotGuard(Arc<AtomicBool>);
-
-impl Drop for SlotGuard {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
-    }
-}
 
 #[derive(Debug, serde::Deserialize)]
 #[serde(deny_unknown_fields)]

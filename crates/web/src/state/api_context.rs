@@ -26,7 +26,7 @@ pub struct ApiContext {
     /// Shared with the sweep schedule: one sweep at a time.
     pub sweeps: SweepSlots,
     /// One experiment (`POST /api/v1/experiments`) at a time.
-    pub experiments: crate::api::experiments::ExperimentSlot,
+    pub experiments: super::experiment_slot::ExperimentSlot,
     /// "Predict a change" of a stored sweep (the twin; none without a
     /// runner).
     pub predictions: super::predictions::Predictions,

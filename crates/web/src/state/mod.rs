@@ -7,6 +7,7 @@ use axum::extract::FromRef;
 use llmwatch_store::Store;
 
 pub mod api_context;
+pub mod experiment_slot;
 pub mod live_cache;
 pub mod pages_config;
 pub mod passive_cache;

@@ -9,6 +9,7 @@ use llmwatch_core::stable_hash::fnv1a;
 use serde::Deserialize;
 
 use crate::fields::check_http_url;
+use crate::relabel::relabel;
 use crate::schema::{DiscoveryConfig, TargetConfig};
 pub use crate::shard::Shard;
 
@@ -68,10 +69,12 @@ pub struct Skipped {
     pub reason: String,
 }
 
-/// The targets a group's documents describe: one per distinct address,
-/// named `{group}-{address}` (characters a name cannot hold become `-`),
-/// with the group's labels. `__scheme__` and `__metrics_path__` labels set
-/// the URL as in Prometheus; other `__`-prefixed labels are dropped.
+/// The targets a group's documents describe: each address with its
+/// group's labels (and `__address__`) through the group's
+/// `relabel_configs`, then one per distinct address, named
+/// `{group}-{address}` (characters a name cannot hold become `-`).
+/// `__scheme__` and `__metrics_path__` labels set the URL as in
+/// Prometheus; other `__`-prefixed labels are dropped.
 pub fn targets_of(
     discovery: &DiscoveryConfig,
     groups: &[TargetGroup],
@@ -81,10 +84,23 @@ pub fn targets_of(
     let mut seen = HashSet::new();
     for group in groups {
         for address in &group.targets {
-            if !seen.insert(address.as_str()) {
+            let mut labels = group.labels.clone();
+            labels.insert("__address__".to_string(), address.clone());
+            // A target a `keep`/`drop` rule leaves out is no target at all.
+            let Some(labels) = relabel(labels, &discovery.relabel_configs) else {
+                continue;
+            };
+            let Some(address) = labels.get("__address__").filter(|a| !a.is_empty()) else {
+                skipped.push(Skipped {
+                    address: address.clone(),
+                    reason: "relabelling left no __address__".to_string(),
+                });
+                continue;
+            };
+            if !seen.insert(address.clone()) {
                 continue;
             }
-            match target_of(discovery, address, &group.labels) {
+            match target_of(discovery, address, &labels) {
                 Ok(target) => targets.push(target),
                 Err(reason) => skipped.push(Skipped {
                     address: address.clone(),

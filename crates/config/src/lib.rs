@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 pub mod discovery;
 pub mod experiment;
 mod fields;
+pub mod kubernetes;
+pub mod relabel;
 mod remote_write;
 mod schema;
 mod secrets;

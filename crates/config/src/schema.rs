@@ -311,6 +311,15 @@ pub struct DiscoveryConfig {
     /// Environment variable holding a bearer token for `http_url`.
     #[serde(default)]
     pub http_token_env: Option<String>,
+    /// kubernetes_sd: pods, Endpoints or EndpointSlices from the
+    /// Kubernetes API (list, then watch).
+    #[serde(default)]
+    pub kubernetes: Option<crate::kubernetes::KubernetesSdConfig>,
+    /// Prometheus `relabel_configs`, applied to every discovered target
+    /// (`__address__`, `__meta_*` and the group's labels) before it becomes
+    /// one; `keep`/`drop` filter targets.
+    #[serde(default)]
+    pub relabel_configs: Vec<crate::relabel::RelabelConfig>,
     #[serde(default = "default_discovery_refresh", deserialize_with = "duration")]
     pub refresh_interval: Duration,
     /// Settings every discovered target of this group gets.

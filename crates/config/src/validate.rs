@@ -55,15 +55,28 @@ fn validate_discovery(config: &Config, names: &HashSet<&str>) -> Result<(), Inva
                 ),
             ));
         }
-        match (&discovery.http_url, discovery.files.is_empty()) {
-            (Some(_), false) | (None, true) => {
-                return Err((
-                    field("files"),
-                    "set exactly one of `files` (file_sd) or `http_url` (http_sd)".to_string(),
-                ))
-            }
-            (Some(url), true) => check_http_url(url).map_err(|m| (field("http_url"), m))?,
-            (None, false) => {}
+        let sources = usize::from(discovery.http_url.is_some())
+            + usize::from(!discovery.files.is_empty())
+            + usize::from(discovery.kubernetes.is_some());
+        if sources != 1 {
+            return Err((
+                field("files"),
+                "set exactly one of `files` (file_sd), `http_url` (http_sd) or \
+                 `[discovery.kubernetes]` (kubernetes_sd)"
+                    .to_string(),
+            ));
+        }
+        if let Some(url) = &discovery.http_url {
+            check_http_url(url).map_err(|m| (field("http_url"), m))?;
+        }
+        if let Some(kubernetes) = &discovery.kubernetes {
+            kubernetes
+                .check()
+                .map_err(|(name, m)| (field(&format!("kubernetes.{name}")), m))?;
+        }
+        for (k, rule) in discovery.relabel_configs.iter().enumerate() {
+            rule.check()
+                .map_err(|m| (field(&format!("relabel_configs[{k}]")), m))?;
         }
         if discovery.refresh_interval < Duration::from_secs(1) {
             return Err((field("refresh_interval"), "must be at least 1s".to_string()));

@@ -116,7 +116,7 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
         &targets,
         &discovery_counters,
         &mut wiring,
-    );
+    )?;
     let supervisor = start_supervisor(
         TargetTasks {
             store: wiring.store.clone(),
@@ -199,7 +199,10 @@ async fn mark_interrupted_sweeps(store: &Store, now: i64) -> anyhow::Result<()> 
     let interrupted = store.mark_interrupted_sweeps(now).await?;
     let experiments = store.mark_interrupted_experiments(now).await?;
     if experiments > 0 {
-        tracing::warn!(experiments, "experiments cut off by the last stop marked interrupted");
+        tracing::warn!(
+            experiments,
+            "experiments cut off by the last stop marked interrupted"
+        );
     }
     if interrupted > 0 {
         tracing::warn!(
@@ -217,21 +220,41 @@ fn spawn_discovery(
     targets: &TargetSet,
     counters: &Arc<DiscoveryCounters>,
     wiring: &mut Wiring,
-) {
-    for (discovery, token) in config.discovery.iter().zip(tokens) {
+) -> anyhow::Result<()> {
+    for (index, (discovery, token)) in config.discovery.iter().zip(tokens).enumerate() {
+        let job = DiscoveryJob {
+            config: discovery.clone(),
+            token,
+            shard: config.server.shard,
+        };
+        if let Some(kubernetes) = &discovery.kubernetes {
+            // In-cluster settings come from the environment: missing ones
+            // stop the start here, naming the section.
+            let connection = kubernetes
+                .connection(|var| std::env::var(var).ok())
+                .map_err(|m| anyhow::anyhow!("discovery[{index}].kubernetes: {m}"))?;
+            tracing::info!(discovery = %discovery.name, role = ?kubernetes.role, namespaces = ?kubernetes.namespaces, api_server = %redact_url(&connection.api_server), "kubernetes service discovery");
+            wiring.tasks.push(tokio::spawn(
+                llmwatch_engine::sources::kubernetes::run_kubernetes_discovery(
+                    job,
+                    connection,
+                    targets.clone(),
+                    counters.clone(),
+                    wiring.shutdown.clone(),
+                ),
+            ));
+            continue;
+        }
         tracing::info!(discovery = %discovery.name, files = ?discovery.files, url = ?discovery.http_url.as_deref().map(redact_url), shard = ?config.server.shard.map(|s| s.to_string()), "service discovery");
         wiring.tasks.push(tokio::spawn(run_discovery(
-            DiscoveryJob {
-                config: discovery.clone(),
-                token,
-                shard: config.server.shard,
-            },
+            job,
             wiring.client.clone(),
             targets.clone(),
             counters.clone(),
             wiring.shutdown.clone(),
         )));
     }
+    Ok(())
 }
 
 /// A scrape loop per dcgm-exporter page, and the NVML reader when a GPU

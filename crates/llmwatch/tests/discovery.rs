@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -472,4 +472,298 @@ async fn two_shards_split_the_fleet_disjointly_and_completely() {
     for daemon in shards {
         daemon.daemon.shutdown().await;
     }
+}
+
+/// A loopback stand-in for the Kubernetes API server: it answers the pod
+/// list of namespace `ml` from the recorded pages in `fixtures/kubernetes/`
+/// (the first list in two pages joined by `continue`, any later list from
+/// `pods_list_after_gone.json`), and holds each watch open, sending the
+/// lines the test hands it (`None` ends the watch as the server's
+/// `timeoutSeconds` would). Every request is logged; one without the
+/// service-account token is answered 401.
+mod kube_api {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Arc, Mutex};
+
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio::sync::mpsc;
+
+    pub const TOKEN: &str = "sa-token-5f0c9d2e";
+
+    pub fn fixture(name: &str) -> String {
+        let path = format!(
+            "{}/../../fixtures/kubernetes/{name}",
+            env!("CARGO_MANIFEST_DIR")
+        );
+        std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path}: {e}"))
+    }
+
+    pub struct KubeApi {
+        pub url: String,
+        pub requests: Arc<Mutex<Vec<String>>>,
+        pub watch: mpsc::UnboundedSender<Option<String>>,
+    }
+
+    struct State {
+        requests: Arc<Mutex<Vec<String>>>,
+        lines: tokio::sync::Mutex<mpsc::UnboundedReceiver<Option<String>>>,
+        first_lists: AtomicUsize,
+    }
+
+    pub async fn start() -> KubeApi {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
+        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let (watch, lines) = mpsc::unbounded_channel();
+        let requests = Arc::new(Mutex::new(Vec::new()));
+        let state = Arc::new(State {
+            requests: requests.clone(),
+            lines: tokio::sync::Mutex::new(lines),
+            first_lists: AtomicUsize::new(0),
+        });
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                tokio::spawn(serve(socket, state.clone()));
+            }
+        });
+        KubeApi {
+            url,
+            requests,
+            watch,
+        }
+    }
+
+    impl KubeApi {
+        /// The logged request targets (path and query).
+        pub fn logged(&self) -> Vec<String> {
+            self.requests.lock().expect("log").clone()
+        }
+    }
+
+    async fn serve(mut socket: TcpStream, state: Arc<State>) {
+        let mut head = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65_536 {
+            match socket.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => head.extend_from_slice(&buf[..n]),
+            }
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let target = head.split(' ').nth(1).unwrap_or("").to_string();
+        let authorized = head
+            .lines()
+            .any(|l| l.eq_ignore_ascii_case(&format!("authorization: Bearer {TOKEN}")));
+        state.requests.lock().expect("log").push(target.clone());
+        let (path, query) = target.split_once('?').unwrap_or((&target, ""));
+        if !authorized {
+            return respond(&mut socket, "401 Unauthorized", "{}").await;
+        }
+        if path != "/api/v1/namespaces/ml/pods" {
+            return respond(&mut socket, "404 Not Found", "{}").await;
+        }
+        let params: Vec<&str> = query.split('&').collect();
+        if params.contains(&"watch=1") {
+            return stream_watch(&mut socket, &state).await;
+        }
+        let page = if params.iter().any(|p| p.starts_with("continue=")) {
+            fixture("pods_list_page2.json")
+        } else if state.first_lists.fetch_add(1, Ordering::SeqCst) == 0 {
+            fixture("pods_list_page1.json")
+        } else {
+            fixture("pods_list_after_gone.json")
+        };
+        respond(&mut socket, "200 OK", &page).await;
+    }
+
+    async fn respond(socket: &mut TcpStream, status: &str, body: &str) {
+        let answer = format!(
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{body}",
+            body.len()
+        );
+        let _ = socket.write_all(answer.as_bytes()).await;
+    }
+
+    async fn stream_watch(socket: &mut TcpStream, state: &State) {
+        let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
+                    Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
+        if socket.write_all(head.as_bytes()).await.is_err() {
+            return;
+        }
+        let mut lines = state.lines.lock().await;
+        while let Some(Some(line)) = lines.recv().await {
+            let chunk = format!("{:x}\r\n{line}\n\r\n", line.len() + 1);
+            if socket.write_all(chunk.as_bytes()).await.is_err() {
+                return;
+            }
+        }
+        let _ = socket.write_all(b"0\r\n\r\n").await;
+    }
+}
+
+/// The discovered targets of group `k8s`: address → (pod, model) labels.
+fn k8s_targets(daemon: &common::TestDaemon) -> BTreeMap<String, (String, String)> {
+    daemon
+        .daemon
+        .targets
+        .current()
+        .iter()
+        .filter(|t| t.discovered_by.as_deref() == Some("k8s"))
+        .map(|t| {
+            let label = |name: &str| t.labels.get(name).cloned().unwrap_or_default();
+            let address = t.url.trim_start_matches("http://").to_string();
+            (address, (label("pod"), label("model")))
+        })
+        .collect()
+}
+
+fn expect(pairs: &[(&str, &str, &str)]) -> BTreeMap<String, (String, String)> {
+    pairs
+        .iter()
+        .map(|(a, p, m)| (a.to_string(), (p.to_string(), m.to_string())))
+        .collect()
+}
+
+/// Issue 38: kubernetes_sd against recorded list and watch answers. The
+/// list (two pages) gives the scrape-annotated pods' `http` ports,
+/// relabelled as Prometheus' kubernetes-pods job does; watch events add,
+/// relabel and remove targets as pods come and go; a watch the server ends
+/// resumes from the last bookmark; 410 Gone lists again, and what changed
+/// meanwhile shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_sd_follows_pods_through_list_watch_and_gone() {
+    let api = kube_api::start().await;
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, format!("{}\n", kube_api::TOKEN)).expect("token written");
+    let toml = format!(
+        r#"
+[[discovery]]
+name = "k8s"
+refresh_interval = "1s"
+[discovery.kubernetes]
+role = "pod"
+namespaces = ["ml"]
+label_selector = "app.kubernetes.io/name=vllm"
+api_server = "{url}"
+token_file = "{token}"
+[[discovery.relabel_configs]]
+source_labels = ["__meta_kubernetes_pod_annotation_prometheus_io_scrape"]
+action = "keep"
+regex = "true"
+[[discovery.relabel_configs]]
+source_labels = ["__meta_kubernetes_pod_container_port_name"]
+action = "keep"
+regex = "http"
+[[discovery.relabel_configs]]
+action = "labelmap"
+regex = "__meta_kubernetes_pod_label_(model)"
+[[discovery.relabel_configs]]
+source_labels = ["__meta_kubernetes_pod_name"]
+target_label = "pod"
+[discovery.target]
+scrape_interval = "60s"
+"#,
+        url = api.url,
+        token = token_file.display()
+    );
+    let daemon = common::spawn_daemon(&toml).await;
+    let wait = |what: &'static str, want: BTreeMap<String, (String, String)>| {
+        let daemon = &daemon;
+        async move {
+            common::wait_for(what, WITHIN, || {
+                let matches = k8s_targets(daemon) == want;
+                async move { matches.then_some(()) }
+            })
+            .await
+        }
+    };
+    // Listed: vllm-0 and vllm-1; vllm-2 has no IP yet, vllm-3 is not
+    // annotated for scraping, the dcgm ports are not `http`.
+    wait(
+        "the listed pods",
+        expect(&[
+            ("127.0.10.1:8000", "vllm-0", "llama-8b"),
+            ("127.0.10.2:8000", "vllm-1", "llama-8b"),
+        ]),
+    )
+    .await;
+    let lines: Vec<String> = kube_api::fixture("pods_watch_1.jsonl")
+        .lines()
+        .map(str::to_string)
+        .collect();
+    let send = |line: &String| api.watch.send(Some(line.clone())).expect("watch open");
+    send(&lines[0]);
+    wait(
+        "vllm-2 added",
+        expect(&[
+            ("127.0.10.1:8000", "vllm-0", "llama-8b"),
+            ("127.0.10.2:8000", "vllm-1", "llama-8b"),
+            ("127.0.10.3:8000", "vllm-2", "llama-8b"),
+        ]),
+    )
+    .await;
+    send(&lines[1]);
+    send(&lines[2]);
+    let after_watch = expect(&[
+        ("127.0.10.2:8000", "vllm-1", "llama-70b"),
+        ("127.0.10.3:8000", "vllm-2", "llama-8b"),
+    ]);
+    wait("vllm-0 removed, vllm-1 relabelled", after_watch.clone()).await;
+    // A bookmark, then the server ends the watch: the next one resumes
+    // from the bookmark's version, nothing listed again.
+    send(&lines[3]);
+    api.watch.send(None).expect("watch open");
+    common::wait_for("a watch from the bookmark", WITHIN, || async {
+        api.logged()
+            .iter()
+            .any(|r| r.contains("watch=1") && r.contains("resourceVersion=4720"))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(k8s_targets(&daemon), after_watch);
+    // 410 Gone: listed again; vllm-2 went meanwhile, vllm-4 came.
+    send(
+        &kube_api::fixture("pods_watch_2.jsonl")
+            .trim_end()
+            .to_string(),
+    );
+    wait(
+        "the re-list after 410",
+        expect(&[
+            ("127.0.10.2:8000", "vllm-1", "llama-70b"),
+            ("127.0.10.5:8000", "vllm-4", "llama-8b"),
+        ]),
+    )
+    .await;
+    common::wait_for("a watch from the new list", WITHIN, || async {
+        api.logged()
+            .iter()
+            .any(|r| r.contains("watch=1") && r.contains("resourceVersion=4800"))
+            .then_some(())
+    })
+    .await;
+    let logged = api.logged();
+    let lists: Vec<&String> = logged.iter().filter(|r| !r.contains("watch=1")).collect();
+    assert_eq!(lists.len(), 3, "two pages, then one re-list: {logged:?}");
+    assert!(
+        lists[0].contains("labelSelector=app.kubernetes.io%2Fname%3Dvllm")
+            && lists[0].contains("limit=500"),
+        "{logged:?}"
+    );
+    assert!(lists[1].contains("continue="), "{logged:?}");
+    let first_watch = logged
+        .iter()
+        .find(|r| r.contains("watch=1"))
+        .expect("a watch");
+    assert!(
+        first_watch.contains("resourceVersion=4711") && first_watch.contains("timeoutSeconds="),
+        "{first_watch}"
+    );
+    let base = daemon.base_url();
+    assert_eq!(
+        own_metric(&base, "llmwatch_discovery_targets").await,
+        Some(2.0)
+    );
 }

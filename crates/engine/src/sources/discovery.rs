@@ -189,7 +189,7 @@ impl Sources {
 }
 
 /// The targets of `groups` this instance keeps (its shard's).
-fn this_shards(job: &DiscoveryJob, groups: &[TargetGroup]) -> Vec<TargetConfig> {
+pub(crate) fn this_shards(job: &DiscoveryJob, groups: &[TargetGroup]) -> Vec<TargetConfig> {
     let (targets, skipped) = targets_of(&job.config, groups);
     for skip in skipped {
         tracing::warn!(discovery = %job.config.name, address = %skip.address, reason = %skip.reason, "discovered address skipped");

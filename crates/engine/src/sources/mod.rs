@@ -4,4 +4,5 @@
 
 pub mod discovery;
 pub mod gpu_nvml;
+pub mod kubernetes;
 pub mod scrape;

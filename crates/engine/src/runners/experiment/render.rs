@@ -198,14 +198,16 @@ fn variant_markdown(md: &mut String, v: &VariantResult) {
     md.push('\n');
 }
 
+/// One series of a chart: label suffix, dashed, the value of a point.
+type Series<'a> = (&'a str, bool, fn(&CurvePoint) -> Option<f64>);
+
 /// One chart: a series per variant (and per quantile), x = concurrency on a
 /// log2 scale.
 struct Chart<'a> {
     id: &'a str,
     title: &'a str,
     unit: &'a str,
-    /// `(label suffix, dashed, value of a point)`.
-    series: Vec<(&'a str, bool, fn(&CurvePoint) -> Option<f64>)>,
+    series: Vec<Series<'a>>,
 }
 
 const W: f64 = 460.0;

@@ -191,11 +191,7 @@ pub fn log_tail(path: &Path) -> String {
     // A Python server's last lines are often the outer traceback ("see
     // root cause above"): the first error line is the one that says why.
     let is_error = |l: &&str| l.contains("Error: ") || l.contains("Exception: ");
-    if let Some(first) = lines
-        .iter()
-        .position(|l| is_error(&l))
-        .filter(|&i| i < start)
-    {
+    if let Some(first) = lines.iter().position(is_error).filter(|&i| i < start) {
         tail = format!("{}\n[…]\n{tail}", lines[first].trim());
     }
     llmwatch_core::redact::redact_urls_in(&tail)

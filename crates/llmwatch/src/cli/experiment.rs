@@ -11,7 +11,9 @@ use anyhow::{bail, Context};
 use llmwatch_config::experiment::{ExperimentPlan, PlanTarget};
 use llmwatch_core::analysis::experiment::{ExperimentResult, VariantStatus};
 use llmwatch_engine::runners::experiment::render::write_report;
-use llmwatch_engine::runners::experiment::{run_experiment, ExperimentOptions, Operator};
+use llmwatch_engine::runners::experiment::{
+    decide_again, run_experiment, ExperimentOptions, Operator,
+};
 use llmwatch_store::Store;
 
 /// Flags of `llmwatch experiment`.
@@ -80,8 +82,11 @@ pub async fn run(args: ExperimentArgs) -> anyhow::Result<()> {
         let Some(row) = store.experiment(id).await? else {
             bail!("no experiment #{id} in {}", args.database.display());
         };
-        let result: ExperimentResult = serde_json::from_str(&row.result_json)
+        let mut result: ExperimentResult = serde_json::from_str(&row.result_json)
             .with_context(|| format!("experiment #{id}: the stored result does not parse"))?;
+        if result.status == "completed" {
+            decide_again(&mut result);
+        }
         let out = args
             .out
             .unwrap_or_else(|| PathBuf::from(format!("experiment-{id}")));

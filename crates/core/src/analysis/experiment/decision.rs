@@ -48,7 +48,9 @@ fn pct(new: f64, old: f64) -> Option<f64> {
 }
 
 /// Compares each completed variant with the baseline (the first variant),
-/// filling `versus_baseline` and `raises_capacity`.
+/// filling `versus_baseline` and `raises_capacity`. Capacity is called up
+/// (or down) when the throughput-at-objective or the max-sustainable
+/// intervals separate that way and neither separates the other way.
 pub fn compare_with_baseline(variants: &mut [VariantResult]) {
     let Some(base) = variants
         .first()
@@ -62,27 +64,28 @@ pub fn compare_with_baseline(variants: &mut [VariantResult]) {
             continue;
         };
         let (a, b) = (&base.throughput_at_objective, &cap.throughput_at_objective);
+        let (ma, mb) = (&base.max_sustainable, &cap.max_sustainable);
+        let up = (b.separates(a) && b.estimate > a.estimate)
+            || (mb.separates(ma) && mb.estimate > ma.estimate);
+        let down = (b.separates(a) && b.estimate < a.estimate)
+            || (mb.separates(ma) && mb.estimate < ma.estimate);
         let change =
             pct(b.estimate, a.estimate).map_or_else(|| "n/a".to_string(), |p| format!("{p:+.0} %"));
-        if b.separates(a) {
-            let up = b.estimate > a.estimate;
-            v.raises_capacity = Some(up);
-            v.versus_baseline = Some(format!(
-                "{} capacity: throughput at the objective {} vs {} output tok/s ({change}); max sustainable concurrency {} vs {} — the intervals separate",
-                if up { "raises" } else { "lowers" },
-                b.describe(0),
-                a.describe(0),
-                cap.max_sustainable.describe(0),
-                base.max_sustainable.describe(0),
-            ));
-        } else {
-            v.raises_capacity = None;
-            v.versus_baseline = Some(format!(
-                "no difference called: throughput at the objective {} vs {} output tok/s ({change}) — the intervals overlap",
-                b.describe(0),
-                a.describe(0),
-            ));
-        }
+        let numbers = format!(
+            "throughput at the objective {} vs {} output tok/s ({change}); max sustainable concurrency {} vs {}",
+            b.describe(0),
+            a.describe(0),
+            mb.describe(0),
+            ma.describe(0),
+        );
+        let (called, words) = match (up, down) {
+            (true, false) => (Some(true), "raises capacity"),
+            (false, true) => (Some(false), "lowers capacity"),
+            (true, true) => (None, "no difference called (the two measures disagree)"),
+            (false, false) => (None, "no difference called (the intervals overlap)"),
+        };
+        v.raises_capacity = called;
+        v.versus_baseline = Some(format!("{words}: {numbers}"));
     }
 }
 
@@ -201,4 +204,76 @@ pub fn answer(variants: &[VariantResult]) -> Vec<String> {
         ));
     }
     lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::analysis::experiment::{CapacityEstimate, Interval};
+
+    fn capacity(sustained: f64, tps: (f64, f64, f64)) -> CapacityEstimate {
+        let point = |x: f64| Interval {
+            estimate: x,
+            low: x,
+            high: x,
+        };
+        CapacityEstimate {
+            max_sustainable: point(sustained),
+            throughput_at_objective: Interval {
+                estimate: tps.0,
+                low: tps.1,
+                high: tps.2,
+            },
+            saturation_load: None,
+            saturation_throughput: None,
+            resamples: 10,
+            confidence: 0.95,
+        }
+    }
+
+    fn variant(name: &str, cap: CapacityEstimate) -> VariantResult {
+        let mut v = VariantResult::pending(name, &[], Vec::new());
+        v.status = VariantStatus::Completed;
+        v.capacity = Some(cap);
+        v
+    }
+
+    #[test]
+    fn a_difference_is_called_only_where_intervals_separate() {
+        let mut vs = vec![
+            variant("base", capacity(4.0, (300.0, 220.0, 370.0))),
+            // Throughput overlaps, but it sustains a step the baseline does not.
+            variant("more-blocks", capacity(8.0, (410.0, 350.0, 470.0))),
+            variant("same", capacity(4.0, (310.0, 250.0, 360.0))),
+            variant("worse", capacity(2.0, (100.0, 90.0, 110.0))),
+        ];
+        vs[1].binding = Some(Binding {
+            verdict: "KV-cache capacity".into(),
+            kind: "KvCacheCapacity".into(),
+            confidence: "high".into(),
+            evidence: "19 blocks hold 3 sequences".into(),
+            what_to_try: String::new(),
+        });
+        compare_with_baseline(&mut vs);
+        let called: Vec<Option<bool>> = vs.iter().map(|v| v.raises_capacity).collect();
+        assert_eq!(called, [None, Some(true), None, Some(false)]);
+        assert!(vs[2]
+            .versus_baseline
+            .as_deref()
+            .unwrap_or("")
+            .contains("overlap"));
+        let ranking = rank(&vs);
+        assert_eq!(ranking[0].variant, "more-blocks");
+        assert_eq!(ranking[3].variant, "worse");
+        let lines = answer(&vs);
+        assert!(
+            lines[0].starts_with("more-blocks (baseline) helped most"),
+            "{lines:?}"
+        );
+        let last = lines.last().expect("next step");
+        assert!(
+            last.contains("KV-cache capacity binds") && last.contains("more GPUs"),
+            "{last}"
+        );
+    }
 }

@@ -308,6 +308,15 @@ pub async fn run_experiment(
     Ok(exp.result)
 }
 
+/// The comparison, ranking and answer of a stored result again, with the
+/// decision rules of this build (`--report ID`): they read only the
+/// variants' stored intervals, curves and marks.
+pub fn decide_again(result: &mut ExperimentResult) {
+    compare_with_baseline(&mut result.variants);
+    result.ranking = rank(&result.variants);
+    result.answer = answer(&result.variants);
+}
+
 /// Intervals, comparison, ranking and the answer, once every run is done.
 fn conclude(exp: &mut Experiment<'_>, resamples: u32) {
     let plan = exp.plan;

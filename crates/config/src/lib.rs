@@ -11,6 +11,7 @@ pub mod discovery;
 pub mod experiment;
 mod fields;
 pub mod kubernetes;
+pub mod kubernetes_objects;
 pub mod relabel;
 mod remote_write;
 mod schema;

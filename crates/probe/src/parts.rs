@@ -8,22 +8,11 @@
 use std::collections::BTreeSet;
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
-
 use crate::result::{RunResult, RunStats};
 use crate::selfcheck::Monitored;
+pub use crate::settings::PartOf;
 use crate::settings::{Load, Part, RunConfig};
 use crate::stats::EXACT_SAMPLES;
-
-/// What a part's result says of the schedule it was cut from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct PartOf {
-    pub part: Part,
-    /// The shared schedule's seed (arrivals, prompt bodies).
-    pub seed: u64,
-    /// The shared start instant (`--start-at`), Unix ms.
-    pub start_at_unix_ms: u64,
-}
 
 /// Why parts cannot be merged.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -212,5 +201,134 @@ fn monitored_of(part: &RunResult) -> Monitored {
             .scheduler_lag_p99_ms
             .map(|p| (p, sc.scheduler_lag_max_ms.unwrap_or(p))),
         host_steal_pct: sc.host_steal_pct,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record::{Api, ProbeRecord, RequestInfo};
+    use crate::settings::Bound;
+
+    fn record(seq: u64, ttft_ms: u64) -> ProbeRecord {
+        let mut r = ProbeRecord::new(RequestInfo {
+            api: Api::Completions,
+            model: "m".into(),
+            max_tokens: 4,
+            min_tokens: None,
+            ignore_eos: false,
+            temperature: 0.0,
+            prompt_chars: 10,
+        });
+        r.seq = Some(seq);
+        r.ttft_ns = Some(ttft_ms * 1_000_000);
+        r.e2e_ns = (ttft_ms + 5) * 1_000_000;
+        r.output_tokens = 4;
+        r.finish_reason = Some("length".into());
+        r
+    }
+
+    /// Part `index` of `count` of 12 requests, as a part's result.
+    fn part(index: u32, count: u32, seed: u64) -> RunResult {
+        let config = RunConfig {
+            load: Load::Rate {
+                per_second: 10.0,
+                burstiness: 1.0,
+                max_concurrency: Some(Part { index, count }.share(8)),
+            },
+            ..RunConfig::closed(1, 12)
+        };
+        let records: Vec<ProbeRecord> = (0..12u64)
+            .filter(|k| k % u64::from(count) == u64::from(index))
+            .map(|k| record(k, 10 + k))
+            .collect();
+        let wall = Duration::from_secs(1 + u64::from(index));
+        let mut result = RunResult::from_records(&config, 0, records, wall, &Monitored::default());
+        result.part_of = Some(PartOf {
+            part: Part { index, count },
+            seed,
+            start_at_unix_ms: 1_000,
+        });
+        result
+    }
+
+    #[test]
+    fn merged_parts_are_one_accumulator_over_every_record() {
+        let merged =
+            merge_parts(vec![part(2, 3, 7), part(0, 3, 7), part(1, 3, 7)]).expect("merges");
+        let all: Vec<ProbeRecord> = (0..12).map(|k| record(k, 10 + k)).collect();
+        let config = RunConfig {
+            load: merged.load,
+            ..RunConfig::closed(1, 12)
+        };
+        let one = RunResult::from_records(
+            &config,
+            0,
+            all,
+            Duration::from_secs(3),
+            &Monitored::default(),
+        );
+        assert_eq!(merged.requests, 12);
+        assert_eq!(merged.ttft_ms, one.ttft_ms);
+        assert_eq!(merged.e2e_ms, one.e2e_ms);
+        assert_eq!(merged.total_output_tokens, one.total_output_tokens);
+        assert_eq!(merged.duration_s, 3.0, "the last part's end");
+        assert_eq!(
+            merged.records.iter().map(|r| r.seq).collect::<Vec<_>>(),
+            (0..12).map(Some).collect::<Vec<_>>()
+        );
+        // The in-flight cap added back up: 3 + 3 + 2.
+        assert!(matches!(
+            merged.load,
+            Load::Rate {
+                max_concurrency: Some(8),
+                ..
+            }
+        ));
+        assert_eq!(merged.bound, Bound::Requests(12));
+    }
+
+    #[test]
+    fn parts_that_do_not_make_one_schedule_are_refused() {
+        let missing = merge_parts(vec![part(0, 3, 7), part(2, 3, 7)]).unwrap_err();
+        assert_eq!(
+            missing,
+            MergeError::Missing {
+                missing: vec![1],
+                count: 3
+            }
+        );
+        let twice = merge_parts(vec![part(0, 2, 7), part(0, 2, 7)]).unwrap_err();
+        assert!(matches!(twice, MergeError::Duplicate(_)), "{twice}");
+        let seeds = merge_parts(vec![part(0, 2, 7), part(1, 2, 8)]).unwrap_err();
+        assert!(seeds.to_string().contains("seed"), "{seeds}");
+        let counts = merge_parts(vec![part(0, 2, 7), part(1, 3, 7)]).unwrap_err();
+        assert!(
+            matches!(counts, MergeError::CountDiffers { .. }),
+            "{counts}"
+        );
+        let mut lone = part(0, 1, 7);
+        lone.part_of = None;
+        assert_eq!(
+            merge_parts(vec![lone]).unwrap_err(),
+            MergeError::NotAPart(0)
+        );
+        assert_eq!(merge_parts(Vec::new()).unwrap_err(), MergeError::NoParts);
+    }
+
+    #[test]
+    fn part_flags_parse_and_share_out() {
+        assert_eq!(Part::parse("1/4"), Ok(Part { index: 1, count: 4 }));
+        for bad in ["4/4", "1", "a/2", "0/0"] {
+            assert!(Part::parse(bad).is_err(), "{bad}");
+        }
+        let shares: Vec<u32> = (0..3)
+            .map(|index| Part { index, count: 3 }.share(8))
+            .collect();
+        assert_eq!(shares, [3, 3, 2]);
+        let owned: Vec<u64> = (0..9)
+            .filter(|k| Part { index: 2, count: 3 }.owns(*k))
+            .collect();
+        assert_eq!(owned, [2, 5, 8]);
     }
 }

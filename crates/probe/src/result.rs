@@ -105,7 +105,7 @@ pub struct RunResult {
     pub self_check: SelfCheck,
     /// The shared schedule this run is a part of (`bench --part`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub part_of: Option<crate::parts::PartOf>,
+    pub part_of: Option<crate::settings::PartOf>,
     /// The measured probes themselves, in send order — when the run kept
     /// them (see [`crate::Records`]); a run that streamed them elsewhere
     /// leaves this empty and its memory flat.

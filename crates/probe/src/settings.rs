@@ -216,3 +216,13 @@ pub struct SharedSchedule {
     pub part: Option<Part>,
     pub start_at: Option<std::time::Instant>,
 }
+
+/// What a part's result says of the schedule it was cut from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartOf {
+    pub part: Part,
+    /// The shared schedule's seed (arrivals, prompt bodies).
+    pub seed: u64,
+    /// The shared start instant (`--start-at`), Unix ms.
+    pub start_at_unix_ms: u64,
+}

@@ -14,9 +14,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use llmwatch_config::kubernetes::{
-    parse_list, ApiConnection, KubernetesError, KubernetesSdConfig, ObjectSet,
-};
+use llmwatch_config::kubernetes::{ApiConnection, KubernetesSdConfig};
+use llmwatch_config::kubernetes_objects::{parse_list, KubeObject, KubernetesError, ObjectSet};
 use tokio::sync::watch;
 
 use super::discovery::{this_shards, DiscoveryCounters, DiscoveryJob};
@@ -255,9 +254,7 @@ impl Api {
     }
 
     /// Every page of the list, as one object set's contents.
-    async fn list(
-        &self,
-    ) -> Result<(Vec<llmwatch_config::kubernetes::KubeObject>, String), KubeError> {
+    async fn list(&self) -> Result<(Vec<KubeObject>, String), KubeError> {
         let mut objects = Vec::new();
         let mut continue_token: Option<String> = None;
         for _ in 0..MAX_PAGES {

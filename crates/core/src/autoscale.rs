@@ -62,6 +62,48 @@ pub struct AutoscaleSignals {
     pub ttft_objective_ratio: Option<f64>,
 }
 
+/// One exported gauge: its name, help text, whether it carries the
+/// reference's `source` label, and its value.
+pub type NamedGauge = (&'static str, &'static str, bool, Option<f64>);
+
+impl AutoscaleSignals {
+    /// The gauges under the names `/metrics` and remote write both use.
+    pub fn named(&self) -> [NamedGauge; 5] {
+        [
+            (
+                "llmwatch_autoscale_load_ratio",
+                "Requests in flight over the highest concurrency that met the objectives (last sweep, else the passive curve): 1 at measured capacity.",
+                true,
+                self.load_ratio,
+            ),
+            (
+                "llmwatch_autoscale_queue_requests",
+                "Requests waiting in the engine.",
+                false,
+                self.queue,
+            ),
+            (
+                "llmwatch_autoscale_in_flight_requests",
+                "Requests running plus waiting in the engine.",
+                false,
+                self.in_flight,
+            ),
+            (
+                "llmwatch_autoscale_predicted_ttft_seconds",
+                "p95 TTFT the capacity reference measured at the current in-flight count.",
+                true,
+                self.predicted_ttft_p95,
+            ),
+            (
+                "llmwatch_autoscale_ttft_objective_ratio",
+                "Predicted p95 TTFT over the target's TTFT objective: 1 at the objective.",
+                true,
+                self.ttft_objective_ratio,
+            ),
+        ]
+    }
+}
+
 /// The gauges of one target from its engine's running and waiting counts,
 /// its capacity reference and its TTFT objective (seconds).
 pub fn autoscale_signals(
@@ -77,9 +119,7 @@ pub fn autoscale_signals(
         (r, w) => Some(r.unwrap_or(0.0) + w.unwrap_or(0.0)),
     };
     let reference = reference.filter(|r| r.max_sustainable.is_finite() && r.max_sustainable > 0.0);
-    let load_ratio = in_flight
-        .zip(reference)
-        .map(|(n, r)| n / r.max_sustainable);
+    let load_ratio = in_flight.zip(reference).map(|(n, r)| n / r.max_sustainable);
     let predicted = in_flight
         .zip(reference)
         .and_then(|(n, r)| predict_ttft_p95(&r.ttft_p95_by_concurrency, n));
@@ -110,7 +150,9 @@ pub fn predict_ttft_p95(curve: &[(f64, f64)], concurrency: f64) -> Option<f64> {
     if !concurrency.is_finite() || concurrency <= first.0 {
         return Some(first.1);
     }
-    let at = |(c0, t0): (f64, f64), (c1, t1): (f64, f64)| t0 + (t1 - t0) * (concurrency - c0) / (c1 - c0);
+    let at = |(c0, t0): (f64, f64), (c1, t1): (f64, f64)| {
+        t0 + (t1 - t0) * (concurrency - c0) / (c1 - c0)
+    };
     if let Some(w) = points
         .windows(2)
         .find(|w| concurrency >= w[0].0 && concurrency <= w[1].0)

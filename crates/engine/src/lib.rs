@@ -14,6 +14,7 @@
 //! the network and the store.
 
 pub mod alerts;
+pub mod autoscale;
 pub mod clock;
 pub mod passive;
 pub mod runners;

@@ -109,6 +109,7 @@ fn job(url: &str) -> RemoteWriteJob {
         auth: endpoint.auth().unwrap(),
         config: endpoint,
         settle: Duration::ZERO,
+        ttft_objectives: Default::default(),
     }
 }
 

@@ -243,6 +243,7 @@ async fn drain(targets: usize, scrapes: usize, page: LivePage) -> Result<f64> {
         config: config.remote_write[0].clone(),
         auth: None,
         settle: Duration::ZERO,
+        ttft_objectives: Default::default(),
     };
     let counters = Arc::new(RemoteWriteCounters {
         name: "bench".into(),

@@ -1,7 +1,7 @@
 //! llmwatch's own `/metrics` against the simulator: `promtool check metrics`
 //! accepts it (Debian's `prometheus` package), and our own strict parser
 //! reads back the probe histograms, scrape health, alert states, the latest
-//! sweep verdict, store size and write latency.
+//! sweep verdict, the autoscaling gauges, store size and write latency.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -271,6 +271,26 @@ timeout = "1s"
         ),
         8.0
     );
+    // Autoscaling (issue 38): in flight over the sweep's 8, the queue.
+    let in_flight = value(
+        "llmwatch_autoscale_in_flight_requests",
+        "llmwatch_autoscale_in_flight_requests",
+        &[("target", "sim")],
+    );
+    assert_eq!(
+        value(
+            "llmwatch_autoscale_load_ratio",
+            "llmwatch_autoscale_load_ratio",
+            &[("target", "sim"), ("source", "sweep")]
+        ),
+        in_flight / 8.0
+    );
+    let queue = value(
+        "llmwatch_autoscale_queue_requests",
+        "llmwatch_autoscale_queue_requests",
+        &[("target", "sim")],
+    );
+    assert!((0.0..=in_flight).contains(&queue), "{queue} of {in_flight}");
     assert!(
         value(
             "llmwatch_store_size_bytes",
@@ -296,5 +316,94 @@ timeout = "1s"
     assert!(
         !text.contains("127.0.0.1:9/hook"),
         "notifier URLs never appear"
+    );
+}
+
+/// Issue 38: after a real sweep of the simulator, the predicted TTFT is the
+/// sweep's p95 TTFT at the current in-flight count, over the 1 s objective,
+/// and the page still passes promtool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn autoscaling_gauges_follow_the_last_sweep() {
+    use llmwatch_core::analysis::{Load, Objectives};
+    use llmwatch_core::autoscale::predict_ttft_p95;
+    use llmwatch_engine::runners::sweep::{run_sweep, Ladder, SweepSettings};
+    use llmwatch_probe::{Api, SelfCheckLimits, Shape};
+
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
+        .await
+        .unwrap();
+    let test = spawn_daemon(&format!(
+        "[[targets]]\nname = \"sim\"\nurl = \"http://{engine}\"\nscrape_interval = \"250ms\"\n"
+    ))
+    .await;
+    let mut s = SweepSettings::new(format!("http://{engine}"));
+    s.target_name = Some("sim".into());
+    s.model = Some("sim-model".into());
+    s.api = Api::Completions;
+    s.shape = Shape {
+        input_tokens: 32,
+        output_tokens: 8,
+    };
+    s.ladder = Ladder::Concurrency(vec![1, 2, 4]);
+    s.requests_per_step = 8;
+    s.min_step_duration = Duration::from_millis(300);
+    s.scrape_interval = Duration::from_millis(50);
+    s.objectives = Objectives {
+        ttft_p95: Some(1.0),
+        ..Objectives::default()
+    };
+    s.self_check = SelfCheckLimits {
+        max_cpu_cores: 64.0,
+        max_scheduler_lag_p99_ms: 1000.0,
+        max_dispatch_lag_p99_ms: 1000.0,
+        ..Default::default()
+    };
+    let report = run_sweep(s, Some(&test.daemon.store), |_| {})
+        .await
+        .expect("the sweep runs");
+    let sustainable = match report.verdict.sustainable.as_ref().map(|s| s.load) {
+        Some(Load::Concurrency(c)) => f64::from(c),
+        other => panic!("a sustainable concurrency, got {other:?}"),
+    };
+    let curve: Vec<(f64, f64)> = report
+        .steps
+        .iter()
+        .filter_map(|s| match s.step.load {
+            Load::Concurrency(c) => Some((f64::from(c), s.step.ttft.p95?)),
+            Load::RequestRate(_) => None,
+        })
+        .collect();
+    let url = format!("{}/metrics", test.base_url());
+    let text = wait_for("the gauges from the sweep", Duration::from_secs(20), || async {
+        let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
+        sample_value(&text, "llmwatch_autoscale_predicted_ttft_seconds", &[("source", "sweep")])
+            .is_some()
+            .then_some(text)
+    })
+    .await;
+    test.daemon.shutdown().await;
+    let get = |name: &str| sample_value(&text, name, &[("target", "sim")]).expect(name);
+    let in_flight = get("llmwatch_autoscale_in_flight_requests");
+    let predicted = get("llmwatch_autoscale_predicted_ttft_seconds");
+    let expected = predict_ttft_p95(&curve, in_flight).expect("a curve");
+    assert!((predicted - expected).abs() <= 1e-9 * expected, "{predicted} vs {expected}");
+    // The daemon's objective is the server's default p95 TTFT, 1 s.
+    let ratio = get("llmwatch_autoscale_ttft_objective_ratio");
+    assert!((ratio - predicted).abs() <= 1e-12, "{ratio} vs {predicted}");
+    assert_eq!(get("llmwatch_autoscale_load_ratio"), in_flight / sustainable);
+    let mut child = Command::new(PROMTOOL)
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),
+        "promtool: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -19,7 +19,8 @@ use std::time::Duration;
 
 use common::{spawn_daemon, wait_for};
 use llmwatch::cli::sim::{self, SimArgs};
-use llmwatch_store::Store;
+use llmwatch_engine::sources::scrape::now_ms;
+use llmwatch_store::{NewSweep, Store, SweepEnd, SweepStatus};
 use serde_json::Value as Json;
 
 const DEADLINE: Duration = Duration::from_secs(30);
@@ -302,6 +303,59 @@ async fn samples_reach_prometheus_and_a_down_receiver_gets_the_backlog() {
         (value_of(&value) == probe.ttft_s.unwrap_or(f64::NAN)).then_some(())
     })
     .await;
+
+    // The autoscaling gauges (issue 38): with a finished sweep whose
+    // highest concurrency within the objectives was 8, each scrape's load
+    // ratio is its in-flight count over 8, sent beside the queue.
+    let sweep = store
+        .create_sweep(&NewSweep {
+            target_name: Some("sim".into()),
+            target_url: format!("http://{engine}"),
+            started_ms: now_ms(),
+            settings_json: "{}".into(),
+            card_json: "{}".into(),
+        })
+        .await
+        .expect("a sweep row");
+    store
+        .finish_sweep(
+            sweep,
+            &SweepEnd {
+                ended_ms: now_ms(),
+                verdict_json: Some(r#"{"sustainable": {"load": {"concurrency": 8}}}"#.into()),
+                stop_reason: None,
+                status: SweepStatus::Completed,
+            },
+        )
+        .await
+        .expect("the sweep finishes");
+    let gauge_at = |name: &'static str, ts: i64| async move {
+        let result = query(
+            prom_addr,
+            &format!("{name}{{target=\"sim\",job=\"llmwatch\"}}[1ms]"),
+            ts,
+        )
+        .await;
+        Some(value_of(&result.first()?["values"][0][1]))
+    };
+    let (ratio, in_flight, queue) =
+        wait_for("the autoscaling gauges in prometheus", DEADLINE, || async {
+            for &ts in stored_scrapes(&store, target).await.iter().rev().take(5) {
+                let ratio = gauge_at("llmwatch_autoscale_load_ratio", ts).await;
+                let in_flight = gauge_at("llmwatch_autoscale_in_flight_requests", ts).await;
+                let queue = gauge_at("llmwatch_autoscale_queue_requests", ts).await;
+                if let (Some(r), Some(f), Some(q)) = (ratio, in_flight, queue) {
+                    return Some((r, f, q));
+                }
+            }
+            None
+        })
+        .await;
+    assert_eq!(ratio, in_flight / 8.0);
+    assert!(
+        queue >= 0.0 && queue <= in_flight,
+        "queue {queue}, in flight {in_flight}"
+    );
 
     // The receiver goes away; llmwatch keeps scraping.
     drop(prometheus);

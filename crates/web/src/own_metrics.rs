@@ -2,16 +2,18 @@
 //! latency histograms per target and shape (folded in from the store as new
 //! probes arrive, so they are cumulative since the daemon started), the
 //! latest sweep verdict per target, scrape health, alert states, notifier
-//! outcomes, store size and write latency.
+//! outcomes, store size and write latency, and the autoscaling gauges per
+//! engine target (`llmwatch_autoscale_*`, see `llmwatch_core::autoscale`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use llmwatch_core::alerts::AlertState;
-use llmwatch_store::{ProbeRow, Store, StoreError, SweepStatus, TargetRow};
+use llmwatch_store::{ProbeRow, Store, StoreError, SweepStatus, TargetKind, TargetRow};
 
 use llmwatch_engine::alerts::AlertsHandle;
+use llmwatch_engine::autoscale::CapacityReferences;
 use llmwatch_engine::sinks::remote_write::RemoteWriteCounters;
 use llmwatch_engine::sources::discovery::DiscoveryCounters;
 use llmwatch_engine::sources::scrape::ScrapeCounters;
@@ -118,7 +120,12 @@ pub struct OwnMetrics {
     pub remote_write: std::sync::Mutex<Vec<std::sync::Arc<RemoteWriteCounters>>>,
     /// Service discovery's counters, when `[[discovery]]` groups run.
     pub discovery: std::sync::Mutex<Option<std::sync::Arc<DiscoveryCounters>>>,
+    /// The targets' capacity references for the autoscaling gauges.
+    capacity: CapacityReferences,
 }
+
+/// A target's p95 TTFT objective in seconds, by target name.
+pub type TtftObjectiveOf<'a> = &'a (dyn Fn(&str) -> Option<f64> + Sync);
 
 /// Probes folded per render at most (the rest on the next one).
 const FOLD_LIMIT: u32 = 50_000;
@@ -134,6 +141,7 @@ impl OwnMetrics {
             render_failures: AtomicU64::new(0),
             remote_write: Default::default(),
             discovery: Default::default(),
+            capacity: CapacityReferences::default(),
         })
     }
 
@@ -143,8 +151,11 @@ impl OwnMetrics {
         store: &Store,
         counters: &ScrapeCounters,
         alerts: &AlertsHandle,
+        ttft_objective: TtftObjectiveOf<'_>,
     ) -> Result<String, StoreError> {
-        let result = self.render_inner(store, counters, alerts).await;
+        let result = self
+            .render_inner(store, counters, alerts, ttft_objective)
+            .await;
         if let Err(err) = &result {
             self.render_failures.fetch_add(1, Ordering::Relaxed);
             tracing::error!(error = %err, "rendering /metrics failed");
@@ -157,6 +168,7 @@ impl OwnMetrics {
         store: &Store,
         counters: &ScrapeCounters,
         alerts: &AlertsHandle,
+        ttft_objective: TtftObjectiveOf<'_>,
     ) -> Result<String, StoreError> {
         let targets = store.targets().await?;
         let names: BTreeMap<i64, String> = targets.iter().map(|t| (t.id, t.name.clone())).collect();
@@ -165,6 +177,8 @@ impl OwnMetrics {
         write_scrape_health(&mut page, store, &targets).await?;
         write_scrape_counters(&mut page, counters);
         write_sweep_verdicts(&mut page, store).await?;
+        self.write_autoscale(&mut page, store, &targets, ttft_objective)
+            .await?;
         write_alerts(&mut page, alerts);
         if let Ok(endpoints) = self.remote_write.lock() {
             write_remote_write(&mut page, &endpoints);
@@ -188,6 +202,52 @@ impl OwnMetrics {
             [(Vec::new(), self.render_failures.load(Ordering::Relaxed))],
         );
         Ok(page.out)
+    }
+
+    /// Each engine target's autoscaling gauges, from its latest scrape and
+    /// its capacity reference (a target without one gets the queue and the
+    /// in-flight count only).
+    async fn write_autoscale(
+        &self,
+        page: &mut Exposition,
+        store: &Store,
+        targets: &[TargetRow],
+        ttft_objective: TtftObjectiveOf<'_>,
+    ) -> Result<(), StoreError> {
+        let now = llmwatch_engine::clock::now_ms();
+        let mut rows = Vec::new();
+        for target in targets.iter().filter(|t| t.kind == TargetKind::Engine) {
+            let (signals, source) = self
+                .capacity
+                .signals_now(
+                    store,
+                    target.id,
+                    &target.name,
+                    ttft_objective(&target.name),
+                    now,
+                )
+                .await?;
+            rows.push((target.name.clone(), signals.named(), source));
+        }
+        for gauge in 0..5 {
+            let Some((_, (name, help, _, _), _)) = rows.first().map(|(n, g, s)| (n, g[gauge], s))
+            else {
+                return Ok(());
+            };
+            page.gauge(
+                name,
+                help,
+                rows.iter().filter_map(|(target, gauges, source)| {
+                    let (_, _, sourced, value) = gauges[gauge];
+                    let mut labels: Labels = vec![("target", target.clone())];
+                    if sourced {
+                        labels.push(("source", (*source)?.as_str().to_string()));
+                    }
+                    Some((labels, value?))
+                }),
+            );
+        }
+        Ok(())
     }
 
     /// Folds probes stored since the last render into the histograms and

@@ -12,6 +12,12 @@
 //! - every signal derivable at that scrape as
 //!   `llmwatch_signal{signal="<name>", job="llmwatch"}`;
 //!
+//! - per engine-target scrape, the autoscaling gauges
+//!   (`llmwatch_autoscale_*{target, source}`, `job="llmwatch"`: load
+//!   against measured capacity, queue, predicted TTFT against the
+//!   objective; `llmwatch_core::autoscale`) from that scrape's running and
+//!   waiting counts and the target's capacity reference as of sending;
+//!
 //! and per canary probe `llmwatch_canary_{ttfb,ttft,tpot,e2e}_seconds`,
 //! `llmwatch_canary_success`, `llmwatch_canary_output_tokens` (`job="llmwatch"`,
 //! `target`, `api`, `model`), with the canary signals over the minute up to
@@ -45,7 +51,9 @@ use llmwatch_store::{
 };
 use tokio::sync::watch;
 
+use crate::autoscale::CapacityReferences;
 use crate::clock::now_ms;
+use llmwatch_core::autoscale::autoscale_signals;
 
 /// The `job` label of what llmwatch derives itself (signals, canaries).
 pub const JOB: &str = "llmwatch";
@@ -88,6 +96,33 @@ pub struct RemoteWriteJob {
     /// starts and stored when it ends, so nothing newer than the longest
     /// scrape timeout (plus the writer's batch) is final yet.
     pub settle: Duration,
+    /// The TTFT objective of each target, for the autoscaling gauges.
+    pub ttft_objectives: TtftObjectives,
+}
+
+/// p95 TTFT objectives in seconds: per configured target, else the
+/// server's (as the pages read them).
+#[derive(Debug, Clone, Default)]
+pub struct TtftObjectives {
+    pub by_target: HashMap<String, f64>,
+    pub default: Option<f64>,
+}
+
+impl TtftObjectives {
+    pub fn of_config(config: &llmwatch_config::Config) -> TtftObjectives {
+        TtftObjectives {
+            by_target: config
+                .targets
+                .iter()
+                .filter_map(|t| Some((t.name.clone(), t.slo_ttft_p95?.as_secs_f64())))
+                .collect(),
+            default: Some(config.server.slo_ttft_p95.as_secs_f64()),
+        }
+    }
+
+    pub fn of(&self, target: &str) -> Option<f64> {
+        self.by_target.get(target).copied().or(self.default)
+    }
 }
 
 /// How one attempt ended.
@@ -109,6 +144,7 @@ struct State {
     labels: rustc_hash::FxHashMap<u64, EncodedLabels>,
     previous: HashMap<i64, (i64, Vec<NormalizedSample>)>,
     targets: HashMap<i64, TargetRow>,
+    capacity: CapacityReferences,
 }
 
 fn fnv(parts: &[&str]) -> u64 {
@@ -183,13 +219,14 @@ impl State {
         builder.push(key, || labels, ts_ms, value);
     }
 
-    /// Adds everything sent for one scrape.
+    /// Adds everything sent for one scrape; its running and waiting
+    /// counts when it succeeded.
     fn push_scrape(
         &mut self,
         builder: &mut WriteRequestBuilder,
         target: &TargetRow,
         scrape: &ExportedScrape,
-    ) {
+    ) -> Option<(Option<f64>, Option<f64>)> {
         let ts = scrape.ts_ms;
         let scraped_job = target.kind.as_str();
         self.push_derived(
@@ -240,7 +277,7 @@ impl State {
             }
         }
         if !scrape.up {
-            return;
+            return None;
         }
         let previous = self
             .previous
@@ -256,12 +293,42 @@ impl State {
                 samples: &scrape.catalog,
             },
         );
-        for (signal, value) in signals {
+        let get = |wanted: Signal| signals.iter().find(|(s, _)| *s == wanted).map(|(_, v)| *v);
+        let load = (get(Signal::RequestsRunning), get(Signal::RequestsWaiting));
+        for (signal, value) in &signals {
             let extra = [("signal".to_string(), signal.as_str().to_string())];
-            self.push_derived(builder, target, JOB, "llmwatch_signal", &extra, ts, value);
+            self.push_derived(builder, target, JOB, "llmwatch_signal", &extra, ts, *value);
         }
         self.previous
             .insert(scrape.target_id, (ts, scrape.catalog.clone()));
+        Some(load)
+    }
+
+    /// Adds the autoscaling gauges of one engine-target scrape.
+    async fn push_autoscale(
+        &mut self,
+        store: &Store,
+        builder: &mut WriteRequestBuilder,
+        target: &TargetRow,
+        ts_ms: i64,
+        (running, waiting): (Option<f64>, Option<f64>),
+        ttft_objective: Option<f64>,
+    ) -> Result<(), StoreError> {
+        let reference = self
+            .capacity
+            .reference(store, target.id, &target.name, ttft_objective, now_ms())
+            .await?;
+        let gauges = autoscale_signals(reference.as_deref(), running, waiting, ttft_objective);
+        for (name, _, sourced, value) in gauges.named() {
+            let Some(value) = value else { continue };
+            let extra: Vec<(String, String)> = match (sourced, reference.as_deref()) {
+                (false, _) => Vec::new(),
+                (true, Some(r)) => vec![("source".to_string(), r.source.as_str().to_string())],
+                (true, None) => continue,
+            };
+            self.push_derived(builder, target, JOB, name, &extra, ts_ms, value);
+        }
+        Ok(())
     }
 
     fn push_probe(
@@ -354,6 +421,7 @@ pub fn spawn_all(
             config: endpoint.clone(),
             auth,
             settle: longest_scrape + Duration::from_secs(2),
+            ttft_objectives: TtftObjectives::of_config(config),
         };
         tracing::info!(endpoint = %endpoint.name, "remote write");
         tasks.push(tokio::spawn(run_remote_write(
@@ -512,7 +580,13 @@ async fn send_next(
         let mut builder = WriteRequestBuilder::new();
         for scrape in now {
             let target = state.target(store, scrape.target_id).await?;
-            state.push_scrape(&mut builder, &target, scrape);
+            let load = state.push_scrape(&mut builder, &target, scrape);
+            if let (Some(load), TargetKind::Engine) = (load, target.kind) {
+                let objective = job.ttft_objectives.of(&target.name);
+                state
+                    .push_autoscale(store, &mut builder, &target, scrape.ts_ms, load, objective)
+                    .await?;
+            }
         }
         for probe in &probes {
             let target = state.target(store, probe.target_id).await?;

@@ -536,7 +536,9 @@ async fn own_metrics(State(state): State<AppState>) -> Response {
     let ctx = &state.api;
     match ctx
         .own_metrics
-        .render(&ctx.store, &ctx.counters, &ctx.alerts)
+        .render(&ctx.store, &ctx.counters, &ctx.alerts, &|name| {
+            state.pages.objectives_for(name).ttft_p95
+        })
         .await
     {
         Ok(text) => (

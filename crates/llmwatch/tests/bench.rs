@@ -501,6 +501,10 @@ async fn a_shape_past_llama_servers_slot_context_is_refused_before_any_request()
     assert_eq!(sim.snapshot().prompt_tokens, 0);
 }
 
+/// A request as a schedule has it: number, scheduled instant (ns after
+/// the start), prompt length, prompt tokens the server counted.
+type ScheduledRequest = (Option<u64>, Option<u64>, usize, Option<u64>);
+
 /// Issue 38, part 4: three processes of the real binary each send their
 /// part (`--part I/3`) of one open-loop schedule anchored at the same
 /// `--start-at`; `bench merge` makes one result of them. It holds the very
@@ -601,16 +605,15 @@ async fn bench_parts_merge_into_the_single_runs_schedule() {
     let merged = read(&merged_path);
 
     // The same schedule: request numbers, scheduled instants, prompts.
-    let schedule =
-        |r: &llmwatch_probe::RunResult| -> Vec<(Option<u64>, Option<u64>, usize, Option<u64>)> {
-            r.records
-                .iter()
-                .map(|x| {
-                    let input = x.usage.as_ref().and_then(|u| u.prompt_tokens);
-                    (x.seq, x.scheduled_ns, x.request.prompt_chars, input)
-                })
-                .collect()
-        };
+    let schedule = |r: &llmwatch_probe::RunResult| -> Vec<ScheduledRequest> {
+        r.records
+            .iter()
+            .map(|x| {
+                let input = x.usage.as_ref().and_then(|u| u.prompt_tokens);
+                (x.seq, x.scheduled_ns, x.request.prompt_chars, input)
+            })
+            .collect()
+    };
     assert_eq!(merged.records.len(), 30);
     // (A streamed run writes its records in the order they ended.)
     let mut single_schedule = schedule(&single);

@@ -80,4 +80,23 @@ mod tests {
             graded_answer(&q(5, 7), 0.3, 0)
         );
     }
+
+    #[test]
+    fn a_reset_forgets_cached_prefixes_only_while_no_block_is_in_use() {
+        let mut pool = crate::blocks::BlockPool::new(8, true);
+        let held = pool.allocate().expect("a block");
+        pool.commit(held, 11);
+        assert!(
+            !pool.reset_prefix_cache(),
+            "refused while a block is in use"
+        );
+        pool.free_blocks(&[held]);
+        assert_eq!(
+            pool.lookup_prefix(&[11]),
+            vec![held],
+            "cached after it is freed"
+        );
+        assert!(pool.reset_prefix_cache());
+        assert!(pool.lookup_prefix(&[11]).is_empty());
+    }
 }

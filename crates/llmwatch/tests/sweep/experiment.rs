@@ -268,3 +268,71 @@ async fn check_html_in_chromium(path: &Path) {
         .await
         .expect("chromium closes");
 }
+
+/// A server the user restarts by hand (`url = …`): the runner asks before
+/// each run, and a variant whose flags the server's card contradicts (the
+/// user did not restart it with `--kv-cache-dtype fp8`) fails, naming why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_url_plan_asks_before_each_run_and_checks_the_card() {
+    use std::sync::{Arc, Mutex};
+
+    use llmwatch::cli::sim::{start, SimArgs};
+    use llmwatch_config::experiment::ExperimentPlan;
+    use llmwatch_engine::runners::experiment::{run_experiment, ExperimentOptions, Operator};
+
+    let _serial = crate::SERIAL.lock().await;
+    let mut args = SimArgs::loopback("balanced", "sim-llama-8b", 4.0);
+    args.vllm_args = vec!["--max-num-seqs".into(), "4".into()];
+    let (_sim, engine, _) = start(&args).await.expect("simulator starts");
+    let text = format!(
+        r#"
+url = "http://{engine}"
+[experiment]
+name = "by-hand"
+repeats = 1
+[sweep]
+shape = "32x8"
+concurrency = [1, 2]
+requests_per_step = 6
+requests_per_slot = 1
+min_step_duration = "100ms"
+scrape_interval = "100ms"
+client_self_check = false
+[[variant]]
+name = "baseline"
+args = ["--max-num-seqs", "4"]
+[[variant]]
+name = "fp8-kv"
+args = ["--max-num-seqs", "4", "--kv-cache-dtype", "fp8"]
+"#
+    );
+    let plan = ExperimentPlan::parse(&text, Path::new("plan.toml")).expect("plan");
+    let dir = tempfile::tempdir().expect("dir");
+    let asked = Arc::new(Mutex::new(Vec::<String>::new()));
+    let seen = asked.clone();
+    let operator: Operator = Arc::new(move |message: String| {
+        seen.lock().expect("lock").push(message);
+        Box::pin(async { true })
+    });
+    let mut options = ExperimentOptions::new(dir.path().join("logs"), dir.path().to_path_buf());
+    options.operator = Some(operator);
+    let result = run_experiment(&plan, &options, None, |_| {})
+        .await
+        .expect("experiment runs");
+    let asked = asked.lock().expect("lock").clone();
+    assert_eq!(asked.len(), 2, "{asked:?}");
+    assert!(asked[1].contains("\"fp8-kv\"") && asked[1].contains("--kv-cache-dtype fp8"));
+    assert_eq!(
+        variant(&result, "baseline").status,
+        VariantStatus::Completed
+    );
+    let fp8 = variant(&result, "fp8-kv");
+    assert_eq!(fp8.status, VariantStatus::Failed);
+    let reason = fp8.reason.as_deref().unwrap_or("");
+    assert!(
+        reason.contains(
+            "kv_cache_dtype: the server reports auto, the plan says --kv-cache-dtype fp8"
+        ),
+        "{reason}"
+    );
+}

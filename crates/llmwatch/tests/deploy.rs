@@ -253,3 +253,71 @@ fn the_helm_chart_renders_to_valid_safe_manifests() {
         );
     }
 }
+
+/// Issue 38: the autoscaling examples validate, and every query they make
+/// reads a gauge llmwatch exports (`llmwatch_core::autoscale`); the HPA
+/// asks for exactly the external metrics the adapter's rules define.
+#[test]
+fn autoscaling_examples_validate_and_read_llmwatch_gauges() {
+    use llmwatch_core::autoscale::AutoscaleSignals;
+    let dir = repo().join("deploy/autoscaling");
+    let path = |name: &str| dir.join(name);
+    let files = [
+        path("keda-scaledobject.yaml"),
+        path("prometheus-adapter-rules.yaml"),
+        path("hpa.yaml"),
+    ];
+    kubernetes_validate(&files);
+    let read = |p: &PathBuf| documents(&std::fs::read_to_string(p).expect("manifest"));
+    let exported: Vec<&str> = AutoscaleSignals::default()
+        .named()
+        .iter()
+        .map(|(name, ..)| *name)
+        .collect();
+    let reads_a_gauge = |query: &str| {
+        assert!(
+            exported.iter().any(|name| query.contains(&format!("{name}{{"))),
+            "{query} reads none of {exported:?}"
+        );
+    };
+
+    let keda = read(&files[0]);
+    let scaled = of_kind(&keda, "ScaledObject")[0];
+    let triggers = scaled["spec"]["triggers"].as_array().expect("triggers");
+    assert_eq!(triggers.len(), 2);
+    for trigger in triggers {
+        assert_eq!(trigger["type"], "prometheus");
+        reads_a_gauge(trigger["metadata"]["query"].as_str().expect("a query"));
+        let threshold: f64 = trigger["metadata"]["threshold"]
+            .as_str()
+            .and_then(|t| t.parse().ok())
+            .expect("a numeric threshold string");
+        assert!(threshold > 0.0 && threshold <= 1.0, "{threshold}");
+    }
+
+    let adapter = read(&files[1]);
+    let config = of_kind(&adapter, "ConfigMap")[0]["data"]["config.yaml"]
+        .as_str()
+        .expect("config.yaml");
+    let rules = documents(config);
+    let mut defined = Vec::new();
+    for rule in rules[0]["externalRules"].as_array().expect("externalRules") {
+        reads_a_gauge(rule["seriesQuery"].as_str().expect("seriesQuery"));
+        reads_a_gauge(rule["metricsQuery"].as_str().expect("metricsQuery"));
+        defined.push(rule["name"]["as"].as_str().expect("a name").to_string());
+    }
+
+    let hpa_docs = read(&files[2]);
+    let hpa = of_kind(&hpa_docs, "HorizontalPodAutoscaler")[0];
+    let wanted: Vec<String> = hpa["spec"]["metrics"]
+        .as_array()
+        .expect("metrics")
+        .iter()
+        .map(|m| m["external"]["metric"]["name"].as_str().expect("a name").to_string())
+        .collect();
+    assert_eq!(wanted, defined);
+    assert_eq!(
+        hpa["spec"]["scaleTargetRef"], scaled["spec"]["scaleTargetRef"],
+        "both scale the same Deployment"
+    );
+}

@@ -276,7 +276,9 @@ fn autoscaling_examples_validate_and_read_llmwatch_gauges() {
         .collect();
     let reads_a_gauge = |query: &str| {
         assert!(
-            exported.iter().any(|name| query.contains(&format!("{name}{{"))),
+            exported
+                .iter()
+                .any(|name| query.contains(&format!("{name}{{"))),
             "{query} reads none of {exported:?}"
         );
     };
@@ -313,7 +315,12 @@ fn autoscaling_examples_validate_and_read_llmwatch_gauges() {
         .as_array()
         .expect("metrics")
         .iter()
-        .map(|m| m["external"]["metric"]["name"].as_str().expect("a name").to_string())
+        .map(|m| {
+            m["external"]["metric"]["name"]
+                .as_str()
+                .expect("a name")
+                .to_string()
+        })
         .collect();
     assert_eq!(wanted, defined);
     assert_eq!(

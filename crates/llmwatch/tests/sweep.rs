@@ -696,6 +696,59 @@ async fn ttft_breakdown_sums_to_the_client_ttft_under_load() {
     }
 }
 
+/// With `--enable-per-request-metrics` the breakdown comes from the
+/// server's own timing of the sweep's requests, not its histograms: the
+/// parts are those requests' means and sum to the client's mean TTFT.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ttft_breakdown_prefers_the_servers_per_request_timing() {
+    let _serial = SERIAL.lock().await;
+    let mut args = SimArgs::loopback("balanced", MODEL, 4.0).with_gpu_page();
+    args.vllm_args = vec!["--enable-per-request-metrics".to_string()];
+    let (sim, engine, gpu) = start(&args).await.expect("simulator starts");
+    let t = Target {
+        sim,
+        url: format!("http://{engine}"),
+        gpu_url: format!("http://{}/metrics", gpu.expect("GPU page")),
+    };
+    let (_dir, store) = temp_store().await;
+    let mut s = settings(&t, shape(128, 16), &[1, 4]);
+    s.target_name = Some("sim".to_string());
+    let report = run_sweep(s, Some(&store), |_| {})
+        .await
+        .expect("sweep runs");
+    for step in &report.steps {
+        let run = &step.run;
+        // Stored with each probe, in the server's clock.
+        let id = step.stored_id.expect("stored");
+        let stored = store.probe_server_timings(id).await.expect("reads");
+        assert_eq!(stored.len() as u64, run.requests);
+        let prefill: f64 = stored.iter().map(|t| t.prefill_s.expect("prefill")).sum();
+        let mean = run.server_prefill_ms.mean.expect("prefill") / 1000.0;
+        assert!((prefill / stored.len() as f64 - mean).abs() < 1e-6);
+        assert_eq!(
+            run.server_timed_requests, run.requests,
+            "{}",
+            step.step.load
+        );
+        let b = step
+            .step
+            .server
+            .latency_breakdown
+            .as_ref()
+            .expect("breakdown");
+        assert!(b.per_request, "{b:?}");
+        let queue = run.server_queue_ms.mean.expect("queue") / 1000.0;
+        assert!((b.ttft.queue_s - queue).abs() < 1e-9, "{b:?}");
+        let parts = b.ttft.queue_s + b.ttft.prefill_s + b.ttft.network_s.expect("outside");
+        assert!((parts - b.ttft.client_s).abs() < 1e-9, "{b:?}");
+        // Outside the server: loopback and the simulator's HTTP layer only
+        // (a few ms in a debug build on 2 busy cores), never negative.
+        let outside = b.ttft.network_s.expect("outside");
+        assert!((0.0..0.05).contains(&outside), "{b:?}");
+        assert!(b.reason.contains("per request"), "{}", b.reason);
+    }
+}
+
 /// Issue 38: a simulated decode instance that reports speculative decoding
 /// and its prefill→decode KV transfers (`SimConfig::pd_spec`); the sweep's
 /// verdicts cite them.

@@ -17,7 +17,7 @@ use std::borrow::Cow;
 
 use serde::Deserialize;
 
-use crate::record::Usage;
+use crate::record::{ServerTiming, ServerTimingSource, Usage};
 
 #[derive(Deserialize)]
 struct Chunk<'a> {
@@ -27,6 +27,75 @@ struct Chunk<'a> {
     usage: Option<UsageWire>,
     #[serde(default)]
     error: Option<serde_json::Value>,
+    /// vLLM `--enable-per-request-metrics`, on the final usage chunk.
+    #[serde(default)]
+    metrics: Option<VllmMetrics>,
+    /// llama.cpp, on its final chunk.
+    #[serde(default)]
+    timings: Option<LlamacppTimings>,
+}
+
+/// vLLM 0.32's `PerRequestMetrics` (fixtures/vllm-live/sse_vllm_*_metrics.txt).
+#[derive(Deserialize)]
+struct VllmMetrics {
+    #[serde(default)]
+    time_to_first_token_ms: Option<f64>,
+    #[serde(default)]
+    generation_time_ms: Option<f64>,
+    #[serde(default)]
+    queue_time_ms: Option<f64>,
+    #[serde(default)]
+    mean_itl_ms: Option<f64>,
+}
+
+/// llama-server's `timings` (fixtures/llamacpp-live/sse_llamacpp_*.txt).
+#[derive(Deserialize)]
+struct LlamacppTimings {
+    #[serde(default)]
+    cache_n: Option<u64>,
+    #[serde(default)]
+    prompt_ms: Option<f64>,
+    #[serde(default)]
+    predicted_ms: Option<f64>,
+    #[serde(default)]
+    predicted_per_token_ms: Option<f64>,
+}
+
+impl From<VllmMetrics> for ServerTiming {
+    fn from(m: VllmMetrics) -> ServerTiming {
+        ServerTiming {
+            source: ServerTimingSource::VllmMetrics,
+            queue_ms: m.queue_time_ms,
+            prefill_ms: m.time_to_first_token_ms,
+            decode_ms: m.generation_time_ms,
+            mean_itl_ms: m.mean_itl_ms,
+            cached_tokens: None,
+        }
+    }
+}
+
+impl From<LlamacppTimings> for ServerTiming {
+    fn from(t: LlamacppTimings) -> ServerTiming {
+        ServerTiming {
+            source: ServerTimingSource::LlamacppTimings,
+            queue_ms: None,
+            prefill_ms: t.prompt_ms,
+            decode_ms: t.predicted_ms,
+            mean_itl_ms: t.predicted_per_token_ms,
+            cached_tokens: t.cache_n,
+        }
+    }
+}
+
+/// The server timing a chunk carries (vLLM's `metrics` first: an engine
+/// sends one or the other).
+fn server_timing(
+    metrics: Option<VllmMetrics>,
+    timings: Option<LlamacppTimings>,
+) -> Option<ServerTiming> {
+    metrics
+        .map(ServerTiming::from)
+        .or_else(|| timings.map(ServerTiming::from))
 }
 
 #[derive(Deserialize)]
@@ -116,6 +185,8 @@ pub struct ChunkInfo {
     pub usage: Option<Usage>,
     /// An in-stream error object (some servers report failures mid-stream).
     pub error: Option<String>,
+    /// The server's own timing of the request (final chunk only).
+    pub server_timing: Option<ServerTiming>,
 }
 
 fn non_empty(s: &Option<Cow<'_, str>>) -> bool {
@@ -136,6 +207,7 @@ pub fn parse_chunk_serde(data: &str) -> Result<ChunkInfo, serde_json::Error> {
     let mut info = ChunkInfo {
         usage: chunk.usage.map(Usage::from),
         error: chunk.error.map(|e| error_message(&e)),
+        server_timing: server_timing(chunk.metrics, chunk.timings),
         ..ChunkInfo::default()
     };
     for choice in chunk.choices.iter().flatten() {
@@ -175,12 +247,15 @@ fn scan(data: &str) -> Option<ChunkInfo> {
         i: 0,
     };
     let mut info = ChunkInfo::default();
-    let mut seen = [false; 3];
+    let mut seen = [false; 5];
+    let (mut metrics, mut timings) = (None, None);
     s.object(|s, key| {
         let slot = match key {
             b"choices" => 0,
             b"usage" => 1,
             b"error" => 2,
+            b"metrics" => 3,
+            b"timings" => 4,
             _ => return s.skip(0),
         };
         if std::mem::replace(&mut seen[slot], true) {
@@ -193,10 +268,20 @@ fn scan(data: &str) -> Option<ChunkInfo> {
                 Some(())
             }
             // A real error object is rare: serde reads it.
-            _ => s.literal(b"null"),
+            2 => s.literal(b"null"),
+            // Once per stream: the validated value goes through serde.
+            3 => {
+                metrics = s.value_with_serde()?;
+                Some(())
+            }
+            _ => {
+                timings = s.value_with_serde()?;
+                Some(())
+            }
         }
     })?;
     s.ws();
+    info.server_timing = server_timing(metrics, timings);
     (s.i == s.b.len()).then_some(info)
 }
 
@@ -544,6 +629,15 @@ impl<'a> Scan<'a> {
 }
 
 impl Scan<'_> {
+    /// The next value (validated by the scan) read by serde into `T`.
+    fn value_with_serde<T: for<'de> Deserialize<'de>>(&mut self) -> Option<T> {
+        self.ws();
+        let start = self.i;
+        self.skip(0)?;
+        let text = std::str::from_utf8(&self.b[start..self.i]).ok()?;
+        serde_json::from_str(text).ok()
+    }
+
     /// One count out of a `…_tokens_details` object (or `null`).
     fn detail(&mut self, name: &[u8]) -> Option<Option<u64>> {
         let (mut seen, mut value) = (false, None);
@@ -726,6 +820,12 @@ mod tests {
             "cached_tokens",
             "completion_tokens_details",
             "reasoning_tokens",
+            "metrics",
+            "queue_time_ms",
+            "time_to_first_token_ms",
+            "timings",
+            "prompt_ms",
+            "cache_n",
             "error",
             "index",
             "id",

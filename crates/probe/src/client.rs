@@ -548,6 +548,9 @@ fn drain_events(
         if let Some(u) = info.usage {
             rec.usage = Some(merge_usage(rec.usage.take(), u));
         }
+        if info.server_timing.is_some() {
+            rec.server_timing = info.server_timing;
+        }
         let at_ns = ns(at.saturating_duration_since(sent));
         if info.output {
             // Continuous usage: this event's tokens are the growth of the

@@ -38,7 +38,8 @@ pub use load::{run, Bound, Load, RecordSink, Records, RunConfig, RunError, RunOp
 pub use measure::{default_workers, MeasuringPool, MeasuringThread, Spin, SpinMode};
 pub use parts::{merge_parts, MergeError, PartOf};
 pub use record::{
-    Api, ErrorKind, OutputEvent, ProbeError, ProbeRecord, RequestInfo, TimeoutPhase, Usage,
+    Api, ErrorKind, OutputEvent, ProbeError, ProbeRecord, RequestInfo, ServerTiming,
+    ServerTimingSource, TimeoutPhase, Usage,
 };
 pub use report::render_table;
 pub use result::{Objectives, RunResult, RunStats};

@@ -55,6 +55,53 @@ pub struct Usage {
     pub reasoning_tokens: Option<u64>,
 }
 
+/// Which server clock a [`ServerTiming`] came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ServerTimingSource {
+    /// vLLM ≥ 0.30 with `--enable-per-request-metrics`: the `metrics`
+    /// object of the final usage chunk (needs `stream_options.include_usage`,
+    /// which every probe sends; there is no request field to ask for it).
+    VllmMetrics,
+    /// llama.cpp's `timings` object on its final chunk (always sent).
+    LlamacppTimings,
+}
+
+/// The server's own account of one request, in its clock, milliseconds.
+/// Lined up with the client's timings of the same request it splits the
+/// client's latency exactly: what the server does not account for is the
+/// network, the HTTP front end, tokenization and the client.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ServerTiming {
+    pub source: ServerTimingSource,
+    /// Waiting for the scheduler (vLLM `queue_time_ms`; llama.cpp has none).
+    pub queue_ms: Option<f64>,
+    /// Scheduled → first token: prompt processing (vLLM
+    /// `time_to_first_token_ms`, which excludes the queue; llama.cpp
+    /// `prompt_ms`).
+    pub prefill_ms: Option<f64>,
+    /// First → last token (vLLM `generation_time_ms`; llama.cpp
+    /// `predicted_ms`).
+    pub decode_ms: Option<f64>,
+    /// vLLM `mean_itl_ms`; llama.cpp `predicted_per_token_ms`.
+    pub mean_itl_ms: Option<f64>,
+    /// Prompt tokens the server took from its cache (llama.cpp `cache_n`).
+    pub cached_tokens: Option<u64>,
+}
+
+impl ServerTiming {
+    /// Queue + prefill: the server's time to the first token, from the
+    /// moment its engine saw the request.
+    pub fn to_first_token_ms(&self) -> Option<f64> {
+        Some(self.queue_ms.unwrap_or(0.0) + self.prefill_ms?)
+    }
+
+    /// Queue + prefill + decode: the time the engine held the request.
+    pub fn total_ms(&self) -> Option<f64> {
+        Some(self.to_first_token_ms()? + self.decode_ms?)
+    }
+}
+
 /// One streamed event that carried generated output.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct OutputEvent {
@@ -229,6 +276,9 @@ pub struct ProbeRecord {
     pub body_bytes: u64,
     /// The last `usage` block seen.
     pub usage: Option<Usage>,
+    /// The server's own timing of this request, where it sent one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub server_timing: Option<ServerTiming>,
     /// `usage.completion_tokens`, else the sum of counted event tokens.
     pub output_tokens: u64,
     /// True when `output_tokens` was counted by the client, not reported.
@@ -257,6 +307,7 @@ impl ProbeRecord {
             total_events: 0,
             body_bytes: 0,
             usage: None,
+            server_timing: None,
             output_tokens: 0,
             output_tokens_estimated: true,
             finish_reason: None,
@@ -357,6 +408,24 @@ impl ProbeRecord {
             .copied()
             .collect();
         per_token_itl_of(&answer)
+    }
+
+    /// Client TTFT − the server's queue + prefill, ms: the network, the
+    /// HTTP front end and tokenization before the first token, exactly, for
+    /// this request (`None` without a server timing).
+    pub fn outside_server_ttft_ms(&self) -> Option<f64> {
+        let server = self.server_timing?.to_first_token_ms()?;
+        Some(self.ttft_ns? as f64 / 1e6 - server)
+    }
+
+    /// Client e2e − the server's queue + prefill + decode, ms (a successful
+    /// request with a server timing only).
+    pub fn outside_server_e2e_ms(&self) -> Option<f64> {
+        if !self.is_ok() {
+            return None;
+        }
+        let server = self.server_timing?.total_ms()?;
+        Some(self.e2e_ns as f64 / 1e6 - server)
     }
 
     pub fn ttfo_from_scheduled_ns(&self) -> Option<u64> {

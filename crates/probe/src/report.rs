@@ -55,6 +55,7 @@ pub fn render_table(r: &RunResult) -> String {
         throughput_section,
         latency_sections,
         reasoning_section,
+        server_timing_section,
         scheduled_section,
         error_section,
         self_check_section,
@@ -224,6 +225,43 @@ fn reasoning_section(out: &mut String, r: &RunResult) {
         line(out, "Requests without an answer token:", r.ttfo_ms.missing);
     }
     line(out, "Objectives judged on:", r.objectives.judged_on.label());
+}
+
+/// The server's own timing per request and what lies outside it; only
+/// when the server sent one (vLLM `--enable-per-request-metrics`,
+/// llama.cpp). Means add up, so the parts are shown as means.
+fn server_timing_section(out: &mut String, r: &RunResult) {
+    if r.server_timed_requests == 0 {
+        return;
+    }
+    title(out, "Server's own timing (per request)", '-');
+    line(
+        out,
+        "Requests timed by the server:",
+        r.server_timed_requests,
+    );
+    line(out, "Mean queue (ms):", num(r.server_queue_ms.mean));
+    line(out, "Mean prefill (ms):", num(r.server_prefill_ms.mean));
+    line(out, "Mean decode (ms):", num(r.server_decode_ms.mean));
+    line(
+        out,
+        "Mean TTFT outside the server (ms):",
+        num(r.outside_server_ttft_ms.mean),
+    );
+    line(
+        out,
+        "P99 TTFT outside the server (ms):",
+        num(r.outside_server_ttft_ms.p99),
+    );
+    line(
+        out,
+        "Mean E2EL outside the server (ms):",
+        num(r.outside_server_e2e_ms.mean),
+    );
+    let _ = writeln!(
+        out,
+        "  (outside = client − server, request by request: network, HTTP front end, tokenizer)"
+    );
 }
 
 /// Latencies from each request's scheduled time (no coordinated omission).

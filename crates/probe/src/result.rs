@@ -90,6 +90,24 @@ pub struct RunResult {
     pub total_reasoning_tokens: u64,
     #[serde(default)]
     pub total_answer_tokens: u64,
+    /// Requests the server timed itself (vLLM per-request metrics,
+    /// llama.cpp timings): the exact breakdown below covers these.
+    #[serde(default)]
+    pub server_timed_requests: u64,
+    /// The server's own queue, prefill (scheduled → first token) and decode
+    /// (first → last token) per request, in its clock.
+    #[serde(default)]
+    pub server_queue_ms: Summary,
+    #[serde(default)]
+    pub server_prefill_ms: Summary,
+    #[serde(default)]
+    pub server_decode_ms: Summary,
+    /// Client − server per request: the network, the HTTP front end and
+    /// tokenization, before the first token and over the whole request.
+    #[serde(default)]
+    pub outside_server_ttft_ms: Summary,
+    #[serde(default)]
+    pub outside_server_e2e_ms: Summary,
     /// Per output token (see `ProbeRecord::tpot_ns`).
     pub tpot_ms: Summary,
     /// Per token: a multi-token event's gap is split over its tokens.
@@ -144,6 +162,12 @@ pub struct RunStats {
     ttft: Distribution,
     ttfo: Distribution,
     ttfr: Distribution,
+    server_timed_requests: u64,
+    server_queue: Distribution,
+    server_prefill: Distribution,
+    server_decode: Distribution,
+    outside_server_ttft: Distribution,
+    outside_server_e2e: Distribution,
     tpot: Distribution,
     itl: Distribution,
     itl_event: Distribution,
@@ -181,6 +205,12 @@ impl RunStats {
             ttft: d(),
             ttfo: d(),
             ttfr: d(),
+            server_timed_requests: 0,
+            server_queue: d(),
+            server_prefill: d(),
+            server_decode: d(),
+            outside_server_ttft: d(),
+            outside_server_e2e: d(),
             tpot: d(),
             itl: d(),
             itl_event: d(),
@@ -244,6 +274,7 @@ impl RunStats {
         opt(&mut self.ttft, r.ttft_ns.map(|v| v as f64));
         opt(&mut self.ttfo, r.ttfo_ns.map(|v| v as f64));
         opt(&mut self.ttfr, r.ttfr_ns.map(|v| v as f64));
+        self.add_server_timing(r);
         opt(&mut self.tpot, r.tpot_ns());
         opt(&mut self.e2e, ok.then_some(r.e2e_ns as f64));
         let ttft_s = r.ttft_from_scheduled_ns().map(|v| v as f64);
@@ -262,6 +293,33 @@ impl RunStats {
         r.gaps().for_each(|(g, _)| self.itl_event.add(g as f64));
     }
 
+    /// The server's own timing of `r`, ns like every distribution here
+    /// (requests without one are missing from these figures only).
+    fn add_server_timing(&mut self, r: &ProbeRecord) {
+        let t = r.server_timing;
+        self.server_timed_requests += u64::from(t.is_some());
+        let ns = |ms: Option<f64>| ms.map(|v| v * 1e6);
+        let pairs = [
+            (&mut self.server_queue, ns(t.and_then(|t| t.queue_ms))),
+            (&mut self.server_prefill, ns(t.and_then(|t| t.prefill_ms))),
+            (&mut self.server_decode, ns(t.and_then(|t| t.decode_ms))),
+            (
+                &mut self.outside_server_ttft,
+                ns(r.outside_server_ttft_ms()),
+            ),
+            (&mut self.outside_server_e2e, ns(r.outside_server_e2e_ms())),
+        ];
+        for (d, v) in pairs {
+            match v {
+                // Client − server may be slightly negative where the two
+                // clocks disagree; the histogram holds only positives, so
+                // such a value is kept as zero.
+                Some(v) => d.add(v.max(0.0)),
+                None => d.add_missing(1),
+            }
+        }
+    }
+
     /// Adds another accumulator's requests.
     pub fn merge(&mut self, o: &RunStats) {
         self.requests += o.requests;
@@ -274,6 +332,7 @@ impl RunStats {
         self.cached_tokens_unreported += o.cached_tokens_unreported;
         self.good_requests += o.good_requests;
         self.reasoning_requests += o.reasoning_requests;
+        self.server_timed_requests += o.server_timed_requests;
         self.total_reasoning_tokens += o.total_reasoning_tokens;
         self.total_answer_tokens += o.total_answer_tokens;
         self.output_events += o.output_events;
@@ -293,6 +352,11 @@ impl RunStats {
             (&mut self.ttft, &o.ttft),
             (&mut self.ttfo, &o.ttfo),
             (&mut self.ttfr, &o.ttfr),
+            (&mut self.server_queue, &o.server_queue),
+            (&mut self.server_prefill, &o.server_prefill),
+            (&mut self.server_decode, &o.server_decode),
+            (&mut self.outside_server_ttft, &o.outside_server_ttft),
+            (&mut self.outside_server_e2e, &o.outside_server_e2e),
             (&mut self.tpot, &o.tpot),
             (&mut self.itl, &o.itl),
             (&mut self.itl_event, &o.itl_event),
@@ -380,6 +444,12 @@ impl RunStats {
             ttft_ms: self.ttft.summary_ms(),
             ttfo_ms: self.ttfo.summary_ms(),
             ttfr_ms: self.ttfr.summary_ms(),
+            server_timed_requests: self.server_timed_requests,
+            server_queue_ms: self.server_queue.summary_ms(),
+            server_prefill_ms: self.server_prefill.summary_ms(),
+            server_decode_ms: self.server_decode.summary_ms(),
+            outside_server_ttft_ms: self.outside_server_ttft.summary_ms(),
+            outside_server_e2e_ms: self.outside_server_e2e.summary_ms(),
             reasoning_requests: self.reasoning_requests,
             total_reasoning_tokens: self.total_reasoning_tokens,
             total_answer_tokens: self.total_answer_tokens,

@@ -590,6 +590,7 @@ fn response_identity(inner: &SimInner, api: Api, prompt_len: usize, arrival: Ins
         prompt_tokens: prompt_len,
         details: inner.config.prompt_tokens_details,
         all_cached: inner.config.report_all_cached,
+        per_request_metrics: inner.config.per_request_metrics,
         reasoning: match api {
             Api::Chat => inner.config.reasoning_tokens,
             Api::Completions => 0,
@@ -703,6 +704,8 @@ struct Out {
     all_cached: bool,
     /// Leading tokens that are reasoning (see `SimConfig::reasoning_tokens`).
     reasoning: usize,
+    /// Send vLLM's per-request `metrics` (see `SimConfig::per_request_metrics`).
+    per_request_metrics: bool,
     flavor: Flavor,
     /// When the request arrived (llama-server's `timings`).
     arrival: Instant,
@@ -787,6 +790,9 @@ impl StreamState {
             return;
         }
         let first = self.completion_tokens == 0;
+        if first {
+            self.first_token_at = Some(ev.at);
+        }
         let text = js(ev.text);
         let finish = ev.finish.map(FinishReason::as_str);
         match self.out.api {
@@ -836,8 +842,13 @@ impl StreamState {
         }
         if ev.finish.is_some() {
             if self.include_usage {
+                let metrics = if self.out.per_request_metrics {
+                    self.per_request_metrics(&ev)
+                } else {
+                    String::new()
+                };
                 let json = format!(
-                    r#"{},"choices":[],"usage":{},"system_fingerprint":"{SYSTEM_FINGERPRINT}"}}"#,
+                    r#"{},"choices":[],"usage":{},"system_fingerprint":"{SYSTEM_FINGERPRINT}"{metrics}}}"#,
                     self.chunk_head,
                     self.out
                         .usage(self.completion_tokens, ev.cached_tokens, true)
@@ -848,6 +859,35 @@ impl StreamState {
                 .push_back(Bytes::from_static(b"data: [DONE]\n\n"));
             self.done = true;
         }
+    }
+}
+
+impl StreamState {
+    /// `,"metrics":{…}` as vLLM 0.32's `build_per_request_timing_metrics`
+    /// makes it from the engine's timestamps (`ev` is the last token).
+    fn per_request_metrics(&self, ev: &TokenEvent) -> String {
+        let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+        let (Some(scheduled), Some(first)) = (ev.scheduled, self.first_token_at) else {
+            return r#","metrics":{}"#.to_string();
+        };
+        let n = self.completion_tokens;
+        let generation = ms(ev.at - first);
+        let mut fields = vec![
+            format!(r#""time_to_first_token_ms":{}"#, ms(first - scheduled)),
+            format!(r#""generation_time_ms":{generation}"#),
+            format!(r#""queue_time_ms":{}"#, ms(scheduled - ev.queued)),
+        ];
+        if n > 1 {
+            fields.push(format!(r#""mean_itl_ms":{}"#, generation / (n - 1) as f64));
+        }
+        let inference = ms(ev.at - scheduled);
+        if inference > 0.0 {
+            fields.push(format!(
+                r#""tokens_per_second":{}"#,
+                n as f64 / inference * 1e3
+            ));
+        }
+        format!(r#","metrics":{{{}}}"#, fields.join(","))
     }
 }
 

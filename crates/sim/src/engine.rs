@@ -33,6 +33,12 @@ pub(crate) struct TokenEvent {
     pub(crate) finish: Option<FinishReason>,
     /// Prompt tokens served from the prefix cache at first admission.
     pub(crate) cached_tokens: usize,
+    /// When the engine queued and first scheduled the sequence (vLLM's
+    /// per-request metrics).
+    pub(crate) queued: Instant,
+    pub(crate) scheduled: Option<Instant>,
+    /// When the engine produced this token.
+    pub(crate) at: Instant,
 }
 
 /// A request handed to the engine.
@@ -402,6 +408,9 @@ impl EngineCore {
                 text,
                 finish,
                 cached_tokens: cached,
+                queued: seq.queued,
+                scheduled: seq.scheduled,
+                at: now,
             });
             if let Some(reason) = finish {
                 observe_finished(&mut st, seq, now, reason);

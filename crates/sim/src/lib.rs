@@ -145,6 +145,11 @@ pub struct SimConfig {
     /// `usage.completion_tokens_details.reasoning_tokens`, as vLLM 0.32
     /// does with a reasoning parser. 0 (the default) turns it off.
     pub reasoning_tokens: usize,
+    /// vLLM's `--enable-per-request-metrics`: the final usage chunk of a
+    /// stream carries `metrics` (queue, time to first token from scheduled,
+    /// generation time, mean ITL, tokens/s) from the engine's own clock.
+    /// Off by default, as in vLLM.
+    pub per_request_metrics: bool,
     /// Share of graded arithmetic prompts answered wrong (see `graded`),
     /// 0..=1; 0 by default.
     pub quality_error_rate: f64,
@@ -171,6 +176,7 @@ impl SimConfig {
             prompt_tokens_details: true,
             report_all_cached: false,
             reasoning_tokens: 0,
+            per_request_metrics: false,
             quality_error_rate: 0.0,
             hostname: "llmwatch-sim".to_string(),
             tokenizer: Arc::new(ToyTokenizer),

@@ -52,7 +52,7 @@ pub use export::{ExportCursor, ExportedProbe, ExportedScrape, RemoteWriteCursor}
 pub use lifecycle::{Pruned, RetentionCutoffs};
 pub use live::{LiveChangeRow, LiveVerdictRow};
 pub use probe_cache::DEFAULT_PROBE_CACHE_BYTES;
-pub use probes::{is_probe_signal, ProbeOrigin, ProbeRow};
+pub use probes::{is_probe_signal, ProbeOrigin, ProbeRow, ServerTimingRow};
 pub use prom_source::{PromLabels, PromLimits, PromSeries, PromSourceError};
 pub use read::{RawSeries, StoredPage};
 use series::SeriesCache;

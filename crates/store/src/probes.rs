@@ -120,14 +120,65 @@ struct HourSlot {
     probes: Option<Arc<HourProbes>>,
 }
 
+/// The server's own timing of one probe, seconds (columns
+/// `server_queue_s`, `server_prefill_s`, `server_decode_s`).
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize)]
+pub struct ServerTimingRow {
+    pub queue_s: Option<f64>,
+    pub prefill_s: Option<f64>,
+    pub decode_s: Option<f64>,
+}
+
+impl ServerTimingRow {
+    /// From the probe record's `server_timing` (milliseconds there); all
+    /// `None` when the record has none or is not JSON.
+    fn from_record_json(record: &str) -> ServerTimingRow {
+        let value: serde_json::Value = serde_json::from_str(record).unwrap_or_default();
+        let timing = &value["server_timing"];
+        let s = |field: &str| timing[field].as_f64().map(|ms| ms / 1000.0);
+        ServerTimingRow {
+            queue_s: s("queue_ms"),
+            prefill_s: s("prefill_ms"),
+            decode_s: s("decode_ms"),
+        }
+    }
+}
+
 impl Store {
+    /// The server's own timing of every probe of one run (sweep step), in
+    /// probe order; probes without one give all-`None` rows.
+    pub async fn probe_server_timings(
+        &self,
+        run_id: i64,
+    ) -> Result<Vec<ServerTimingRow>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT server_queue_s, server_prefill_s, server_decode_s FROM probes
+             WHERE run_id = ? ORDER BY id",
+        )
+        .bind(run_id)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(ServerTimingRow {
+                    queue_s: row.try_get("server_queue_s")?,
+                    prefill_s: row.try_get("server_prefill_s")?,
+                    decode_s: row.try_get("server_decode_s")?,
+                })
+            })
+            .collect()
+    }
+
     /// Stores one probe; returns its id.
     pub async fn write_probe(&self, probe: &ProbeRow) -> Result<i64, StoreError> {
+        let server = ServerTimingRow::from_record_json(&probe.record_json);
         let row = sqlx::query(
             "INSERT INTO probes (target_id, run_id, ts_ms, api, model, shape, ok, error_kind, error,
                 http_status, ttfb_s, ttft_s, tpot_s, e2e_s, itl_s, prompt_tokens, output_tokens,
-                cached_tokens, finish_reason, record)
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                cached_tokens, finish_reason, record, server_queue_s, server_prefill_s,
+                server_decode_s)
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+             RETURNING id",
         )
         .bind(probe.target_id)
         .bind(probe.run_id)
@@ -149,6 +200,9 @@ impl Store {
         .bind(probe.cached_tokens)
         .bind(probe.finish_reason.as_deref())
         .bind(redact_urls_in(&probe.record_json))
+        .bind(server.queue_s)
+        .bind(server.prefill_s)
+        .bind(server.decode_s)
         .fetch_one(&self.pool)
         .await?;
         if probe.run_id.is_none() {

@@ -23,6 +23,13 @@
 //! The e2e breakdown is the same with decode added and the network part
 //! taken as client e2e − server e2e.
 //!
+//! Where the server times each request itself (vLLM
+//! `--enable-per-request-metrics`, llama.cpp's `timings`),
+//! [`per_request_breakdown`] is preferred: queue, prefill and decode are then
+//! the means over exactly the client's requests, and client − server
+//! (request by request) is the network and the HTTP front end, so nothing
+//! depends on which requests a histogram's window caught.
+//!
 //! Means, not quantiles: means add up (the mean of a sum is the sum of the
 //! means); quantiles of the parts do not add up to a quantile of the whole.
 
@@ -158,6 +165,56 @@ pub struct LatencyBreakdown {
     pub dominant_share: f64,
     /// One line: the parts and what dominates.
     pub reason: String,
+    /// True when the parts are the server's own timing of the client's
+    /// requests (exact, request by request); false for histogram means
+    /// over the window.
+    #[serde(default)]
+    pub per_request: bool,
+}
+
+/// The server's own per-request timing, averaged over the client's
+/// requests (seconds): vLLM's queue, scheduled → first token and first →
+/// last token; llama.cpp has no queue (0).
+#[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
+pub struct PerRequestPhases {
+    pub queue_s: f64,
+    pub prefill_s: f64,
+    pub decode_s: Option<f64>,
+}
+
+/// The breakdown of the client's mean TTFT (and e2e) by the server's own
+/// timing of the same requests. The server's account starts when its
+/// engine queues the request, so everything before — network, HTTP front
+/// end, tokenizer — is `network_s` (client − server), and nothing is left
+/// unexplained but the clamping of rounding.
+pub fn per_request_breakdown(
+    server: &PerRequestPhases,
+    client: &ClientMeans,
+) -> Result<LatencyBreakdown, NoBreakdown> {
+    let (queue, prefill) = (server.queue_s, server.prefill_s);
+    if !(queue.is_finite() && prefill.is_finite()) {
+        return Err(NoBreakdown::NoServerTraffic);
+    }
+    let decode = server.decode_s.filter(|d| d.is_finite());
+    let phases = ServerPhases {
+        queue_s: Some(queue),
+        prefill_s: Some(prefill),
+        decode_s: decode,
+        inference_s: decode.map(|d| prefill + d),
+        ttft_s: Some(queue + prefill),
+        e2e_s: decode.map(|d| queue + prefill + d),
+    };
+    let mut b = latency_breakdown(&phases, client, true)?;
+    b.ttft.server_outside_core_s = None;
+    if let Some(e2e) = &mut b.e2e {
+        e2e.server_outside_core_s = None;
+    }
+    b.per_request = true;
+    b.reason = format!(
+        "{} (per request, from the server's own timing; outside = network, HTTP front end, tokenizer)",
+        reason_line(&b.ttft, b.dominant, b.dominant_share)
+    );
+    Ok(b)
 }
 
 impl TtftBreakdown {
@@ -271,6 +328,7 @@ pub fn latency_breakdown(
         dominant,
         dominant_share,
         reason,
+        per_request: false,
     })
 }
 
@@ -395,6 +453,40 @@ mod tests {
         assert!((b.ttft.unexplained_s - 0.3).abs() < 1e-9, "{b:?}");
         assert!(b.ttft.unexplained_fraction() > 0.1);
         assert_eq!(b.dominant, DominantPart::OutsideEngine);
+    }
+
+    /// Per-request timing: the client's mean TTFT splits into the server's
+    /// queue + prefill and the rest, exactly.
+    #[test]
+    fn per_request_timing_splits_the_client_time_exactly() {
+        let server = PerRequestPhases {
+            queue_s: 0.010,
+            prefill_s: 0.040,
+            decode_s: Some(0.300),
+        };
+        let client = ClientMeans {
+            ttft_s: Some(0.070),
+            e2e_s: Some(0.372),
+        };
+        let b = per_request_breakdown(&server, &client).unwrap();
+        assert!(b.per_request);
+        assert!((b.ttft.network_s.unwrap() - 0.020).abs() < 1e-12);
+        assert!((b.ttft.outside_engine_s - 0.020).abs() < 1e-12);
+        assert_eq!(b.ttft.server_outside_core_s, None);
+        assert!(b.ttft.unexplained_s.abs() < 1e-12, "{b:?}");
+        let e2e = b.e2e.unwrap();
+        assert!((e2e.network_s.unwrap() - 0.022).abs() < 1e-12);
+        assert!(e2e.unexplained_s.abs() < 1e-12, "{e2e:?}");
+        assert_eq!(b.dominant, DominantPart::Prefill);
+        assert!(b.reason.contains("per request"), "{}", b.reason);
+        let nan = PerRequestPhases {
+            prefill_s: f64::NAN,
+            ..server
+        };
+        assert_eq!(
+            per_request_breakdown(&nan, &client),
+            Err(NoBreakdown::NoServerTraffic)
+        );
     }
 
     #[test]

@@ -30,8 +30,8 @@ mod saturation;
 
 pub use crate::catalog::EngineCapacity;
 pub use breakdown::{
-    latency_breakdown, ClientMeans, DominantPart, E2eBreakdown, LatencyBreakdown, NoBreakdown,
-    ServerPhases, TtftBreakdown,
+    latency_breakdown, per_request_breakdown, ClientMeans, DominantPart, E2eBreakdown,
+    LatencyBreakdown, NoBreakdown, PerRequestPhases, ServerPhases, TtftBreakdown,
 };
 pub use card::{card_from_info, compare_cards, CardDiff, ExperimentCard, DERIVED_CARD_FIELDS};
 pub use diagnosis::{diagnose, Confidence, Finding, Verdict};

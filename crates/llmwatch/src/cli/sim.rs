@@ -224,6 +224,11 @@ pub async fn start_resolved(
         config.gpus = settings.world_size();
     }
     config.quality_error_rate = split_sim_flags(&args.vllm_args)?.1;
+    // vLLM's flag for the per-request `metrics` object on the final chunk.
+    config.per_request_metrics = args
+        .vllm_args
+        .iter()
+        .any(|flag| flag == "--enable-per-request-metrics");
     let sim = Sim::start(config)?;
     let listener = tokio::net::TcpListener::bind(args.addr)
         .await

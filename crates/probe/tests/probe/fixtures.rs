@@ -5,7 +5,9 @@
 
 use std::time::Instant;
 
-use llmwatch_probe::{Api, ClientConfig, ProbeClient, ProbeRequest};
+use llmwatch_probe::{
+    Api, ClientConfig, ProbeClient, ProbeRecord, ProbeRequest, ServerTimingSource,
+};
 
 use crate::helpers::*;
 
@@ -92,7 +94,7 @@ fn chunks(body: &str, size: Option<usize>) -> Vec<Ev> {
         .collect()
 }
 
-async fn replay(dir: &str, name: &str, api: Api, chunk: Option<usize>) {
+async fn replay(dir: &str, name: &str, api: Api, chunk: Option<usize>) -> ProbeRecord {
     let (body, headers) = load(dir, name);
     let want = expected(&body);
     let events = chunks(&body, chunk);
@@ -135,6 +137,7 @@ async fn replay(dir: &str, name: &str, api: Api, chunk: Option<usize>) {
     if api == Api::Chat {
         assert!(rec.ttft_ns.unwrap() >= rec.ttfb_ns.unwrap());
     }
+    rec
 }
 
 #[test]
@@ -206,6 +209,59 @@ async fn llamacpp_completions() {
         Some(64),
     )
     .await;
+}
+
+/// The server's own timing of the request, as real vLLM 0.32 (with
+/// `--enable-per-request-metrics`) and llama-server send it on their final
+/// chunk, read into one shape; the numbers are the files' own.
+#[tokio::test]
+async fn server_timing_from_vllm_metrics_and_llamacpp_timings() {
+    for (name, api, queue, prefill, decode) in [
+        (
+            "sse_vllm_chat_metrics",
+            Api::Chat,
+            0.101_481_000_456_260_52,
+            42.224_450_000_503_566,
+            71.441_891_999_711_52,
+        ),
+        (
+            "sse_vllm_completions_metrics",
+            Api::Completions,
+            0.025_395_000_193_384_476,
+            13.385_717_998_971_813,
+            49.420_266_999_732_12,
+        ),
+    ] {
+        let rec = replay("vllm-live", name, api, Some(11)).await;
+        let t = rec
+            .server_timing
+            .unwrap_or_else(|| panic!("{name}: no timing"));
+        assert_eq!(t.source, ServerTimingSource::VllmMetrics);
+        // serde_json parses floats to within an ulp, not always the nearest.
+        let close = |a: Option<f64>, b: f64| a.is_some_and(|a| (a - b).abs() < 1e-9);
+        assert!(close(t.queue_ms, queue), "{name}: {t:?}");
+        assert!(close(t.prefill_ms, prefill), "{name}: {t:?}");
+        assert!(close(t.decode_ms, decode), "{name}: {t:?}");
+        assert!(
+            close(t.total_ms(), queue + prefill + decode),
+            "{name}: {t:?}"
+        );
+        // The client's clock (here a replay, so only its own) minus the
+        // server's: defined, whatever its sign on a replay.
+        assert!(rec.outside_server_e2e_ms().is_some());
+    }
+    let rec = replay("llamacpp-live", "sse_llamacpp_chat", Api::Chat, None).await;
+    let t = rec.server_timing.unwrap();
+    assert_eq!(t.source, ServerTimingSource::LlamacppTimings);
+    assert_eq!(
+        (t.queue_ms, t.prefill_ms, t.decode_ms, t.cached_tokens),
+        (None, Some(1.924), Some(9.009), Some(0))
+    );
+    let rec = replay("vllm-live", "sse_vllm_chat", Api::Chat, None).await;
+    assert_eq!(
+        rec.server_timing, None,
+        "a server without the flag sends none"
+    );
 }
 
 /// The reader alone, fed the raw captures one byte at a time.

@@ -191,3 +191,63 @@ async fn a_reasoning_stream_yields_both_first_token_times() {
     on_answer.judged_on = JudgedOn::Output;
     assert_eq!(records.iter().filter(|x| on_answer.met_by(x)).count(), 6);
 }
+
+/// The simulator's per-request `metrics` (vLLM `--enable-per-request-metrics`)
+/// reconcile with the client's own timings of the same requests: the server
+/// accounts for its queue, prefill and decode, and what it does not account
+/// for is the 20 ms serial front end in front of its engine, plus loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_request_server_timing_reconciles_with_the_client() {
+    let mut profile = Profile::named("balanced").unwrap();
+    profile.frontend_per_request_s = 0.040;
+    let mut cfg = SimConfig::new(profile);
+    cfg.time_scale = 2.0;
+    cfg.per_request_metrics = true;
+    let sim = Sim::start(cfg).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(serve(listener, sim.router()));
+    let client = ProbeClient::new(ClientConfig::new(format!("http://{addr}"))).unwrap();
+    let request =
+        |i: u64| llmwatch_probe::ProbeRequest::fixed(Api::Chat, "sim-llama", format!("p {i}"), 16);
+    let r = run(&client, &RunConfig::closed(1, 6), request)
+        .await
+        .unwrap();
+    assert_eq!(r.successful, 6, "{:?}", r.error_examples);
+    assert_eq!(r.server_timed_requests, 6);
+    let frontend_ms = 20.0;
+    for rec in &r.records {
+        let t = rec.server_timing.unwrap();
+        let client_ttft = rec.ttft_ns.unwrap() as f64 / 1e6;
+        let client_e2e = rec.e2e_ns as f64 / 1e6;
+        // What the server does not account for is the front end's 20 ms
+        // and the loopback hop: never less, and not much more.
+        let outside = rec.outside_server_ttft_ms().unwrap();
+        assert!(
+            (frontend_ms - 1.0..frontend_ms + 15.0).contains(&outside),
+            "outside {outside} ms of client TTFT {client_ttft} ms: {t:?}"
+        );
+        let outside_e2e = rec.outside_server_e2e_ms().unwrap();
+        assert!(
+            (outside_e2e - outside).abs() < 5.0,
+            "{outside_e2e} vs {outside}"
+        );
+        // The server's decode is the client's first-to-last token time.
+        let client_decode = client_e2e - client_ttft;
+        let decode = t.decode_ms.unwrap();
+        assert!(
+            (decode - client_decode).abs() < 5.0,
+            "{decode} vs {client_decode}"
+        );
+        let itl = t.mean_itl_ms.unwrap();
+        assert!((itl - decode / 15.0).abs() < 1e-6, "{itl} ms");
+        assert!(t.queue_ms.unwrap() >= 0.0 && t.prefill_ms.unwrap() > 0.0);
+    }
+    let table = render_table(&r);
+    for needle in [
+        "Requests timed by the server:            6",
+        "Mean TTFT outside the server (ms):",
+    ] {
+        assert!(table.contains(needle), "missing {needle:?} in\n{table}");
+    }
+}

@@ -34,9 +34,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use llmwatch_core::analysis::{
-    analyze_sweep, cache_hygiene, cache_hygiene_from_counters, latency_breakdown, summary_lines,
-    ClientMeans, EngineCapacity, ExperimentCard, Load, Objectives, StepResult, SweepVerdict,
-    WorkloadHints,
+    analyze_sweep, cache_hygiene, cache_hygiene_from_counters, latency_breakdown,
+    per_request_breakdown, summary_lines, ClientMeans, EngineCapacity, ExperimentCard, Load,
+    Objectives, PerRequestPhases, StepResult, SweepVerdict, WorkloadHints,
 };
 use llmwatch_probe::{
     Bound, Calibrator, ClientConfig, MeasuringThread, Monitored, ProbeClient, PromptKind,
@@ -625,7 +625,13 @@ fn add_breakdown_and_hygiene(
         ttft_s: run.ttft_ms.mean.map(|ms| ms / 1000.0),
         e2e_s: run.e2e_ms.mean.map(|ms| ms / 1000.0),
     };
-    match latency_breakdown(&step.server.phases, &client, has_phase_histograms(scraped)) {
+    // The server's own timing of these very requests beats its histograms'
+    // means over the window (which may hold other traffic).
+    let breakdown = match per_request_phases(run) {
+        Some(phases) => per_request_breakdown(&phases, &client),
+        None => latency_breakdown(&step.server.phases, &client, has_phase_histograms(scraped)),
+    };
+    match breakdown {
         Ok(breakdown) => step.server.latency_breakdown = Some(breakdown),
         Err(why) => step.server.latency_breakdown_missing = Some(why.to_string()),
     }
@@ -668,6 +674,20 @@ async fn run_counted(
             workload.request(base + i)
         })
         .await;
+/// The server's per-request timing averaged over the run, when it timed
+/// every successful request.
+fn per_request_phases(run: &RunResult) -> Option<PerRequestPhases> {
+    if run.successful == 0 || run.server_timed_requests < run.successful {
+        return None;
+    }
+    let s = |ms: Option<f64>| ms.map(|v| v / 1000.0);
+    Some(PerRequestPhases {
+        queue_s: s(run.server_queue_ms.mean).unwrap_or(0.0),
+        prefill_s: s(run.server_prefill_ms.mean)?,
+        decode_s: s(run.server_decode_ms.mean),
+    })
+}
+
     *next_seq = base + used.load(Ordering::Relaxed);
     result
 }

@@ -660,7 +660,7 @@ fn api_plan(program: &str, extra: &str) -> String {
 name = "api-plan"
 repeats = 1
 [server]
-command = ["{program}", "sim", "--port", "{{port}}", "--time-scale", "4", "--"]
+command = ["{program}", "sim", "--port", "{{port}}", "--gpu-port", "{{gpu_port}}", "--time-scale", "4", "--"]
 ready_timeout = "20s"
 {extra}
 [sweep]
@@ -670,8 +670,8 @@ slo_ttft_p95 = "1s"
 slo_itl_p95 = "50ms"
 requests_per_step = 8
 requests_per_slot = 1
-min_step_duration = "100ms"
-scrape_interval = "100ms"
+min_step_duration = "300ms"
+scrape_interval = "50ms"
 client_self_check = false
 [[variant]]
 name = "baseline"
@@ -745,6 +745,10 @@ async fn experiments_run_from_the_api_only_with_an_allowed_program() {
     let result = &done["result"];
     assert_eq!(result["ranking"][0]["variant"], "seqs-8", "{result}");
     assert_eq!(result["runs_done"], 2);
+    // `{gpu_port}`: the simulated GPU page's power gives energy per token.
+    let joules = result["variants"][1]["energy_j_per_token"].as_f64();
+    assert!(joules.is_some_and(|j| j > 0.0), "{result}");
+    assert_eq!(result["checklist"][3][1], "NVIDIA H100 80GB HBM3", "GPU model from the page");
     let listed = api.ok("/api/v1/experiments").await;
     assert_eq!(listed["experiments"][0]["id"], id);
     let page = api

@@ -11,6 +11,7 @@
 
 pub mod bootstrap;
 pub mod decision;
+pub mod energy;
 pub mod quality;
 pub mod result;
 pub mod settings;
@@ -20,6 +21,7 @@ pub use bootstrap::{
     StepSample, DEFAULT_RESAMPLES,
 };
 pub use decision::{answer, compare_with_baseline, next_step, rank};
+pub use energy::joules_per_token;
 pub use quality::{
     accuracy, builtin_set, grade, quality_drop, Accuracy, GradedItem, BUILTIN_ARITH_50,
 };

@@ -9,6 +9,7 @@
 //! A start that fails or hangs makes that variant failed (with its log
 //! tail), never the experiment: the others still run.
 
+mod power;
 mod quality;
 pub mod render;
 mod run;
@@ -84,6 +85,8 @@ pub enum ExperimentError {
 struct Kept {
     samples: Vec<RunSample>,
     kv: Vec<BTreeMap<u32, (f64, f64)>>,
+    /// Joules per output token per load level, per run (with a GPU page).
+    energy: Vec<BTreeMap<u32, f64>>,
     card: Option<ExperimentCard>,
 }
 
@@ -321,7 +324,9 @@ pub fn decide_again(result: &mut ExperimentResult) {
 fn conclude(exp: &mut Experiment<'_>, resamples: u32) {
     let plan = exp.plan;
     for (i, v) in exp.result.variants.iter_mut().enumerate() {
-        finish_variant(v, &exp.kept[i].samples, &exp.kept[i].kv, plan, resamples);
+        let kept = &exp.kept[i];
+        finish_variant(v, &kept.samples, &kept.kv, plan, resamples);
+        v.energy_j_per_token = run::energy_at_objective(v, &kept.energy);
     }
     run::quality_marks(&mut exp.result.variants, plan);
     compare_with_baseline(&mut exp.result.variants);

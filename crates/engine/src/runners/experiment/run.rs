@@ -6,18 +6,19 @@ use std::time::Duration;
 
 use llmwatch_config::experiment::{ExperimentPlan, PlanTarget, PlanVariant};
 use llmwatch_core::analysis::experiment::{
-    capacity_intervals, card_contradicts_flags, changed_settings, pooled_curve, quality_drop,
-    Binding, CurvePoint, GradedItem, RequestSample, Resolved, RunRecord, RunSample, StepSample,
-    VariantResult, VariantStatus,
+    capacity_intervals, card_contradicts_flags, changed_settings, joules_per_token, pooled_curve,
+    quality_drop, Binding, CurvePoint, GradedItem, RequestSample, Resolved, RunRecord, RunSample,
+    StepSample, VariantResult, VariantStatus,
 };
 use llmwatch_core::analysis::{AnalysisConfig, ExperimentCard, Objectives};
 use llmwatch_probe::{Api, SelfCheckLimits, Shape};
 
+use super::power::PowerSampler;
 use super::server::{command_line, free_port, log_tail, ServerProcess};
 use super::{quality, refuse_if_many, Experiment, ExperimentOptions};
-use crate::runners::canary::discover_model;
 use crate::runners::sweep::card::{collect_card, CardSettings};
 use crate::runners::sweep::{run_sweep, Ladder, StepReport, SweepSettings};
+use crate::sources::server_facts::discover_model;
 
 /// Where a variant's server is, for one run.
 struct Started {
@@ -179,10 +180,21 @@ async fn measure(
         return None;
     }
     let reset = reset_prefix_cache(http, &started.url).await;
+    let power = started
+        .gpu_url
+        .clone()
+        .map(|url| PowerSampler::start(http.clone(), url, plan.sweep.scrape_interval));
     let mut samples = RunSample::default();
     let mut kv = BTreeMap::new();
+    let mut windows = Vec::new();
     let report = run_sweep(settings, exp.store, |step: &StepReport| {
         samples.steps.push(step_sample(step));
+        windows.push((
+            step.step.load.value() as u32,
+            step.step.start_unix_ms,
+            step.step.end_unix_ms,
+            step.run.total_output_tokens,
+        ));
         if let (Some(mean), Some(max)) = (
             step.step.server.kv_cache_usage_mean,
             step.step.server.kv_cache_usage_max,
@@ -191,9 +203,18 @@ async fn measure(
         }
     })
     .await;
+    let watts = power.map(PowerSampler::stop).unwrap_or_default();
     let kept = &mut exp.kept[idx];
     kept.samples.push(samples);
     kept.kv.push(kv);
+    kept.energy.push(
+        windows
+            .iter()
+            .filter_map(|&(level, start, end, tokens)| {
+                Some((level, joules_per_token(&watts, start, end, tokens)?))
+            })
+            .collect(),
+    );
     if let (Some(items), Some(q), true) = (items, &plan.quality, repeat == 0) {
         let acc = quality::evaluate(http, &started.url, &model, items, q.max_tokens).await;
         exp.result.variants[idx].accuracy = Some(acc);
@@ -428,6 +449,17 @@ pub fn finish_variant(
         _ => None,
     };
     v.binding = most_common_binding(&v.runs);
+}
+
+/// Joules per output token at the variant's max sustainable load, the
+/// mean over the runs that measured it (where GPU power was scraped).
+pub(crate) fn energy_at_objective(v: &VariantResult, energy: &[BTreeMap<u32, f64>]) -> Option<f64> {
+    let level = v.capacity.as_ref()?.max_sustainable.estimate as u32;
+    let seen: Vec<f64> = energy
+        .iter()
+        .filter_map(|m| m.get(&level).copied())
+        .collect();
+    (!seen.is_empty()).then(|| seen.iter().sum::<f64>() / seen.len() as f64)
 }
 
 /// The binding limit most runs named (the latest on a tie).

@@ -485,8 +485,8 @@ mod kube_api {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::{Arc, Mutex};
 
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio::net::{TcpListener, TcpStream};
+    use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+    use tokio::net::TcpListener;
     use tokio::sync::mpsc;
 
     pub const TOKEN: &str = "sa-token-5f0c9d2e";
@@ -512,8 +512,14 @@ mod kube_api {
     }
 
     pub async fn start() -> KubeApi {
+        start_with(None).await
+    }
+
+    /// As [`start`], over TLS with `acceptor` (an https API server).
+    pub async fn start_with(acceptor: Option<tokio_rustls::TlsAcceptor>) -> KubeApi {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("binds");
-        let url = format!("http://{}", listener.local_addr().expect("address"));
+        let scheme = if acceptor.is_some() { "https" } else { "http" };
+        let url = format!("{scheme}://{}", listener.local_addr().expect("address"));
         let (watch, lines) = mpsc::unbounded_channel();
         let requests = Arc::new(Mutex::new(Vec::new()));
         let state = Arc::new(State {
@@ -523,7 +529,18 @@ mod kube_api {
         });
         tokio::spawn(async move {
             while let Ok((socket, _)) = listener.accept().await {
-                tokio::spawn(serve(socket, state.clone()));
+                let (state, acceptor) = (state.clone(), acceptor.clone());
+                tokio::spawn(async move {
+                    match acceptor {
+                        Some(acceptor) => {
+                            // A client that refuses the certificate ends here.
+                            if let Ok(tls) = acceptor.accept(socket).await {
+                                serve(tls, state).await;
+                            }
+                        }
+                        None => serve(socket, state).await,
+                    }
+                });
             }
         });
         KubeApi {
@@ -540,7 +557,7 @@ mod kube_api {
         }
     }
 
-    async fn serve(mut socket: TcpStream, state: Arc<State>) {
+    async fn serve<S: AsyncRead + AsyncWrite + Unpin>(mut socket: S, state: Arc<State>) {
         let mut head = Vec::new();
         let mut buf = [0u8; 4096];
         while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 65_536 {
@@ -576,7 +593,7 @@ mod kube_api {
         respond(&mut socket, "200 OK", &page).await;
     }
 
-    async fn respond(socket: &mut TcpStream, status: &str, body: &str) {
+    async fn respond<S: AsyncWrite + Unpin>(socket: &mut S, status: &str, body: &str) {
         let answer = format!(
             "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\
              Connection: close\r\n\r\n{body}",
@@ -585,7 +602,7 @@ mod kube_api {
         let _ = socket.write_all(answer.as_bytes()).await;
     }
 
-    async fn stream_watch(socket: &mut TcpStream, state: &State) {
+    async fn stream_watch<S: AsyncWrite + Unpin>(socket: &mut S, state: &State) {
         let head = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n\
                     Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n";
         if socket.write_all(head.as_bytes()).await.is_err() {
@@ -766,4 +783,140 @@ scrape_interval = "60s"
         own_metric(&base, "llmwatch_discovery_targets").await,
         Some(2.0)
     );
+}
+
+/// A CA and a server certificate for 127.0.0.1 it signed, made by the
+/// `openssl` CLI in `dir`: (CA PEM path, server acceptor).
+fn tls_for_loopback(
+    dir: &std::path::Path,
+    name: &str,
+) -> (std::path::PathBuf, tokio_rustls::TlsAcceptor) {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let path = |file: &str| dir.join(format!("{name}-{file}"));
+    let openssl = |args: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(args)
+            .output()
+            .expect("openssl runs");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let s = |p: std::path::PathBuf| p.display().to_string();
+    std::fs::write(
+        path("ext"),
+        "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .expect("extensions written");
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &s(path("ca.key")),
+        "-out",
+        &s(path("ca.pem")),
+        "-days",
+        "1",
+        "-subj",
+        &format!("/CN={name}-ca"),
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:P-256",
+        "-nodes",
+        "-keyout",
+        &s(path("server.key")),
+        "-out",
+        &s(path("server.csr")),
+        "-subj",
+        "/CN=kubernetes",
+    ]);
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        &s(path("server.csr")),
+        "-CA",
+        &s(path("ca.pem")),
+        "-CAkey",
+        &s(path("ca.key")),
+        "-CAcreateserial",
+        "-out",
+        &s(path("server.pem")),
+        "-days",
+        "1",
+        "-extfile",
+        &s(path("ext")),
+    ]);
+    let chain: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(&std::fs::read(path("server.pem")).expect("cert"))
+            .collect::<Result<_, _>>()
+            .expect("certificate PEM");
+    let key = PrivateKeyDer::from_pem_slice(&std::fs::read(path("server.key")).expect("key"))
+        .expect("key PEM");
+    let config = tokio_rustls::rustls::ServerConfig::builder()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .expect("server config");
+    (
+        path("ca.pem"),
+        tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+    )
+}
+
+/// https to the API server trusts the configured CA bundle and nothing
+/// else: against a server whose certificate that CA signed, the pods are
+/// listed; against one signed by another CA, nothing is, and the failure
+/// is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_sd_over_https_trusts_only_its_ca() {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let (cluster_ca, acceptor) = tls_for_loopback(dir.path(), "cluster");
+    let (other_ca, _) = tls_for_loopback(dir.path(), "other");
+    let token_file = dir.path().join("token");
+    std::fs::write(&token_file, kube_api::TOKEN).expect("token written");
+    let config = |url: &str, ca: &std::path::Path| {
+        format!(
+            "[[discovery]]\nname = \"k8s\"\nrefresh_interval = \"1s\"\n\
+             [discovery.kubernetes]\nrole = \"pod\"\nnamespaces = [\"ml\"]\n\
+             api_server = \"{url}\"\ntoken_file = \"{}\"\nca_file = \"{}\"\n\
+             [discovery.target]\nscrape_interval = \"60s\"\n",
+            token_file.display(),
+            ca.display()
+        )
+    };
+    let api = kube_api::start_with(Some(acceptor)).await;
+    assert!(api.url.starts_with("https://"));
+    let trusted = common::spawn_daemon(&config(&api.url, &cluster_ca)).await;
+    common::wait_for("pods listed over https", WITHIN, || {
+        let listed = k8s_targets(&trusted).len();
+        async move { (listed > 0).then_some(()) }
+    })
+    .await;
+    let untrusted = common::spawn_daemon(&config(&api.url, &other_ca)).await;
+    let base = untrusted.base_url();
+    common::wait_for("the refused certificate counted", WITHIN, || {
+        let base = base.clone();
+        async move {
+            (own_metric(&base, "llmwatch_discovery_failures_total").await >= Some(1.0))
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(k8s_targets(&untrusted).is_empty());
 }

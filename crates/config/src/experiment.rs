@@ -77,6 +77,8 @@ pub struct PlanSweep {
     /// Judge the load generator's own CPU and lags (on by default; off
     /// only where the host is shared and slow, e.g. CI).
     pub client_self_check: bool,
+    /// A dcgm-exporter page of the server's GPUs (card, energy per token).
+    pub gpu_url: Option<String>,
 }
 
 /// `[quality]`: graded answers beside speed.
@@ -169,6 +171,7 @@ struct RawSweep {
     scrape_interval: String,
     #[serde(default = "default_true")]
     client_self_check: bool,
+    gpu_url: Option<String>,
 }
 
 fn default_requests_per_slot() -> u64 {
@@ -405,6 +408,13 @@ fn parse_sweep(path: &Path, raw: &RawSweep) -> Result<PlanSweep, ConfigError> {
         warmup: raw.warmup,
         scrape_interval: duration(path, "sweep.scrape_interval", &raw.scrape_interval)?,
         client_self_check: raw.client_self_check,
+        gpu_url: match &raw.gpu_url {
+            Some(u) => {
+                url::Url::parse(u).map_err(|e| invalid(path, "sweep.gpu_url", e.to_string()))?;
+                Some(u.clone())
+            }
+            None => None,
+        },
     })
 }
 
@@ -514,6 +524,10 @@ env = { VLLM_X = "1" }
         let cases = [
             (PLAN.replace("512x128", "512"), "sweep.shape"),
             (PLAN.replace("[1, 2, 4, 8]", "[4, 2]"), "sweep.concurrency"),
+            (
+                PLAN.replace("[1, 2, 4, 8]", "[1, 2]\ngpu_url = \"not a url\""),
+                "sweep.gpu_url",
+            ),
             (
                 PLAN.replace("repeats = 2", "repeats = 0"),
                 "experiment.repeats",

@@ -579,6 +579,57 @@ async fn every_page_renders_what_the_store_holds() {
     assert_eq!(status, 200);
     assert!(css.contains(".v.bad"));
 
+    // "Predict a change" on a finished sweep's page: the form starts a
+    // prediction and shows it; a bad flag is refused, naming it.
+    let (_, html) = get(&client, &format!("{base}/sweeps/2")).await;
+    assert!(html.contains("id=\"predict\""), "the predict form");
+    let csrf_at = html.find("name=\"csrf\" value=\"").expect("a CSRF field") + 20;
+    let csrf = &html[csrf_at..csrf_at + html[csrf_at..].find('"').expect("closing quote")];
+    let no_redirect = reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .expect("client");
+    let post = |change: &'static str, csrf: String| {
+        no_redirect
+            .post(format!("{base}/sweeps/2/predict"))
+            .form(&[("csrf", csrf.as_str()), ("vllm_args", change)])
+            .send()
+    };
+    let refused = post("--max-num-seqz 2", csrf.to_string())
+        .await
+        .expect("POST");
+    assert_eq!(refused.status(), 400);
+    assert!(refused
+        .text()
+        .await
+        .expect("body")
+        .contains("--max-num-seqz"));
+    let forged = post("--max-num-seqs 2", "forged".into())
+        .await
+        .expect("POST");
+    assert_eq!(forged.status(), 403);
+    let started_prediction = post("--max-num-seqs 2", csrf.to_string())
+        .await
+        .expect("POST");
+    assert_eq!(started_prediction.status(), 303);
+    let location = started_prediction.headers()["location"]
+        .to_str()
+        .expect("location")
+        .to_string();
+    assert!(location.starts_with("/predictions/"), "{location}");
+    let (status, html) = get(&client, &format!("{base}{location}")).await;
+    assert_eq!(status, 200, "{html}");
+    assert!(
+        html.contains("<code id=\"change\">--max-num-seqs 2</code>"),
+        "{html}"
+    );
+    assert!(html.contains("href=\"/sweeps/2\""));
+    let (_, html) = get(&client, &format!("{base}/sweeps/2")).await;
+    assert!(
+        html.contains(&format!("href=\"{location}\"")),
+        "listed on the sweep page"
+    );
+
     for task in &f.load {
         task.abort();
     }

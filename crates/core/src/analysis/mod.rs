@@ -410,8 +410,10 @@ pub struct WorkloadHints {
     pub capacity: EngineCapacity,
 }
 
-/// Thresholds of the analysis; [`Default`] gives the documented constants.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// Thresholds of the analysis; [`Default`] gives the documented constants
+/// (also for a field missing from a stored sweep's settings).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct AnalysisConfig {
     /// See [`DEFAULT_SATURATION_GAIN`].
     pub saturation_gain_threshold: f64,

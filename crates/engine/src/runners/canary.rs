@@ -13,6 +13,7 @@ use llmwatch_probe::{
 use llmwatch_store::{ProbeRow, Store};
 use tokio::sync::watch;
 
+use crate::sources::server_facts::{context_limit, discover_model};
 use crate::ticker::JitteredTicker;
 use llmwatch_config::{ProbeApi, ProbeConfig, TargetConfig};
 
@@ -63,67 +64,6 @@ pub fn probe_row(
         finish_reason: record.finish_reason.clone(),
         record_json: serde_json::to_string(record).unwrap_or_else(|_| "{}".to_string()),
     }
-}
-
-/// Asks `/v1/models` for the first model a server serves.
-pub async fn discover_model(client: &reqwest::Client, base_url: &str) -> Result<String, String> {
-    let url = llmwatch_config::join_url(base_url.trim_end_matches("/v1"), "/v1/models");
-    let json = get_small_json(client, &url).await?;
-    json.pointer("/data/0/id")
-        .and_then(|id| id.as_str())
-        .map(str::to_string)
-        .ok_or_else(|| format!("{url}: no model in `data`"))
-}
-
-/// The model's context in tokens and where it was read: vLLM/SGLang's
-/// `max_model_len` in `/v1/models`, else llama-server's per-slot `n_ctx`
-/// in `/props`. `None` when the target states neither.
-pub async fn context_limit(
-    client: &reqwest::Client,
-    base_url: &str,
-    model: &str,
-) -> Option<(u64, String)> {
-    let root = base_url.trim_end_matches("/v1");
-    let models_url = llmwatch_config::join_url(root, "/v1/models");
-    if let Ok(json) = get_small_json(client, &models_url).await {
-        let entries = json.get("data").and_then(|d| d.as_array());
-        let entry = entries.and_then(|e| {
-            e.iter()
-                .find(|m| m.get("id").and_then(|id| id.as_str()) == Some(model))
-                .or_else(|| e.first())
-        });
-        if let Some(len) = entry
-            .and_then(|m| m.get("max_model_len"))
-            .and_then(|l| l.as_u64())
-        {
-            return Some((len, format!("max_model_len in {models_url}")));
-        }
-    }
-    let props_url = llmwatch_config::join_url(root, "/props");
-    let json = get_small_json(client, &props_url).await.ok()?;
-    json.pointer("/default_generation_settings/n_ctx")
-        .or_else(|| json.get("n_ctx"))
-        .and_then(|n| n.as_u64())
-        .map(|n| (n, format!("n_ctx per slot in {props_url}")))
-}
-
-/// GET `url` as JSON: 5 s timeouts, at most 1 MiB.
-async fn get_small_json(client: &reqwest::Client, url: &str) -> Result<serde_json::Value, String> {
-    let response = tokio::time::timeout(Duration::from_secs(5), client.get(url).send())
-        .await
-        .map_err(|_| format!("{url}: timed out"))?
-        .map_err(|err| format!("{url}: {err}"))?;
-    if !response.status().is_success() {
-        return Err(format!("{url}: HTTP {}", response.status().as_u16()));
-    }
-    let body = tokio::time::timeout(Duration::from_secs(5), response.bytes())
-        .await
-        .map_err(|_| format!("{url}: timed out reading the body"))?
-        .map_err(|err| format!("{url}: {err}"))?;
-    if body.len() > 1 << 20 {
-        return Err(format!("{url}: answer larger than 1 MiB"));
-    }
-    serde_json::from_slice(&body).map_err(|err| format!("{url}: not JSON: {err}"))
 }
 
 /// Everything one target's canary loop needs.

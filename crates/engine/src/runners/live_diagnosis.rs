@@ -10,14 +10,12 @@ use llmwatch_core::analysis::{
     live_diagnosis, AnalysisConfig, EngineCapacity, LiveSample, LiveVerdict, Objectives,
     WorkloadHints, LIVE_ENGINE_SIGNALS, LIVE_GPU_SIGNALS,
 };
-use llmwatch_core::catalog::engine_capacity;
-use llmwatch_core::exposition::{detect_format, parse_lenient};
-use llmwatch_core::redact::{redact_url, redact_urls_in};
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{LiveVerdictRow, Point, Range, Store, StoreError};
 use tokio::sync::watch;
 
-use crate::sources::scrape::{fetch_page, now_ms, scrape_client};
+use crate::sources::scrape::{now_ms, scrape_client};
+use crate::sources::server_facts::read_capacity;
 use crate::targets::TargetSet;
 use crate::ticker::JitteredTicker;
 use llmwatch_config::TargetConfig;
@@ -63,40 +61,9 @@ impl LiveJob {
     }
 }
 
-/// Pages larger than this are not read for the capacity.
-const CAPACITY_PAGE_MAX_BYTES: u64 = 16 << 20;
-const CAPACITY_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often a target's capacity is read again (it changes only when the
 /// server restarts with other settings).
 const CAPACITY_REFRESH: Duration = Duration::from_secs(60);
-
-/// The capacity the target's page reports now; `None` when the page could
-/// not be read (the last known capacity then stands).
-pub async fn read_capacity(http: &reqwest::Client, metrics_url: &str) -> Option<EngineCapacity> {
-    match fetch_page(
-        http,
-        metrics_url,
-        CAPACITY_FETCH_TIMEOUT,
-        CAPACITY_PAGE_MAX_BYTES,
-    )
-    .await
-    {
-        Ok(page) => {
-            let format = detect_format(page.content_type.as_deref(), &page.body);
-            let (parsed, _) = parse_lenient(&page.body, format);
-            Some(engine_capacity(&parsed))
-        }
-        Err(err) => {
-            // reqwest's errors carry the URL, credentials and all.
-            tracing::debug!(
-                url = %redact_url(metrics_url),
-                error = %redact_urls_in(&err.to_string()),
-                "live diagnosis: reading the engine's capacity failed"
-            );
-            None
-        }
-    }
-}
 
 /// Reads the window's samples for one target (engine, probes, GPU merged by
 /// instant).

@@ -6,3 +6,4 @@ pub mod discovery;
 pub mod gpu_nvml;
 pub mod kubernetes;
 pub mod scrape;
+pub mod server_facts;

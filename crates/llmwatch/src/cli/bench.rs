@@ -16,7 +16,7 @@ use llmwatch_probe::{
 
 use llmwatch_config::parse_duration;
 use llmwatch_core::analysis::{cache_hygiene, cache_hygiene_from_counters};
-use llmwatch_engine::runners::canary::{context_limit, discover_model};
+use llmwatch_engine::sources::server_facts::{context_limit, discover_model};
 use llmwatch_engine::runners::sweep::default_metrics_url;
 use llmwatch_engine::runners::sweep::evidence::{evidence_for_window, Scraper};
 

@@ -359,9 +359,9 @@ pub fn get_sweep() -> Value {
 /// stored yet when the answer was due.
 pub fn start_sweep() -> Value {
     object(json!({
-        "id": nullable("integer"),
+        "id": integer(),
         "status": enumeration(&["running"]),
-        "href": nullable("string"),
+        "href": string(),
     }))
 }
 

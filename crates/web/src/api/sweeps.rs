@@ -1,7 +1,5 @@
 //! Sweeps and their runs through the API: list, detail, start.
 
-use std::time::Duration;
-
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -17,10 +15,8 @@ use super::params::parse_id;
 use super::{params, time_fields, ApiError, ApiResult, RawQuery};
 use crate::AppState;
 use llmwatch_config::SweepLimits;
-use llmwatch_engine::runners::sweep::schedule::{check_limits, settings_for_target};
-use llmwatch_engine::runners::sweep::{
-    run_sweep, Ladder, SweepError, SweepSettings, DEFAULT_CONCURRENCY_LADDER,
-};
+use llmwatch_engine::runners::sweep::start::{RequestError, StartError, SweepRequest};
+use llmwatch_engine::runners::sweep::{Ladder, SweepError, DEFAULT_CONCURRENCY_LADDER};
 
 fn parse_json(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or(Value::Null)
@@ -209,51 +205,68 @@ fn whole_number(n: f64) -> Option<u64> {
     (n.is_finite() && n >= 0.0 && n.fract() == 0.0 && n <= u64::MAX as f64).then_some(n as u64)
 }
 
-/// The request's overrides of the target's sweep settings.
-fn apply_request(settings: &mut SweepSettings, request: StartSweep) -> Result<(), ApiError> {
-    if request.model.is_some() {
-        settings.model = request.model;
-    }
-    if let Some(shape) = &request.shape {
-        settings.shape =
-            Shape::parse(shape).map_err(|err| ApiError::bad_request(format!("shape: {err}")))?;
-    }
-    let concurrency = request
-        .concurrency
-        .map(|levels| {
-            levels
-                .iter()
-                .map(|&c| whole_number(c).and_then(|c| u32::try_from(c).ok()))
-                .collect::<Option<Vec<u32>>>()
-                .ok_or_else(|| ApiError::bad_request("concurrency: expected whole numbers"))
-        })
-        .transpose()?;
-    match (concurrency, request.rate) {
-        (Some(c), None) => settings.ladder = Ladder::Concurrency(c),
-        (None, Some(r)) => settings.ladder = Ladder::Rate(r),
-        (None, None) => {}
-        (Some(_), Some(_)) => {
-            return Err(ApiError::bad_request(
-                "give either concurrency or rate, not both",
-            ))
-        }
-    }
-    if let Some(reuse) = request.reuse_prompts {
-        settings.reuse_prompts = reuse;
-    }
-    if let Some(n) = request.requests_per_step {
-        settings.requests_per_step = whole_number(n)
-            .ok_or_else(|| ApiError::bad_request("requests_per_step: expected a whole number"))?;
-    }
-    if let Some(text) = &request.min_step_duration {
-        settings.min_step_duration = llmwatch_config::parse_duration(text)
-            .map_err(|err| ApiError::bad_request(format!("min_step_duration: {err}")))?;
-    }
-    Ok(())
-}
+/// The body as the one sweep request (see `runners::sweep::start`).
+impl TryFrom<StartSweep> for SweepRequest {
+    type Error = RequestError;
 
-/// How long the answer waits for the sweep row to exist.
-const START_WAIT: Duration = Duration::from_secs(30);
+    fn try_from(body: StartSweep) -> Result<SweepRequest, RequestError> {
+        let shape = body
+            .shape
+            .as_deref()
+            .map(|text| {
+                Shape::parse(text).map_err(|err| RequestError::new("shape", err.to_string()))
+            })
+            .transpose()?;
+        let concurrency = body
+            .concurrency
+            .map(|levels| {
+                levels
+                    .iter()
+                    .map(|&c| whole_number(c).and_then(|c| u32::try_from(c).ok()))
+                    .collect::<Option<Vec<u32>>>()
+                    .ok_or_else(|| RequestError::new("concurrency", "expected whole numbers"))
+            })
+            .transpose()?;
+        let ladder = match (concurrency, body.rate) {
+            (Some(c), None) => Some(Ladder::Concurrency(c)),
+            (None, Some(r)) => Some(Ladder::Rate(r)),
+            (None, None) => None,
+            (Some(_), Some(_)) => {
+                return Err(RequestError::new(
+                    "concurrency",
+                    "give either concurrency or rate, not both",
+                ))
+            }
+        };
+        let requests_per_step = body
+            .requests_per_step
+            .map(|n| {
+                whole_number(n).ok_or_else(|| {
+                    RequestError::new("requests_per_step", "expected a whole number")
+                })
+            })
+            .transpose()?;
+        let min_step_duration = body
+            .min_step_duration
+            .as_deref()
+            .map(|text| {
+                llmwatch_config::parse_duration(text)
+                    .map_err(|err| RequestError::new("min_step_duration", err.to_string()))
+            })
+            .transpose()?;
+        Ok(SweepRequest {
+            target: body.target,
+            model: body.model,
+            shape,
+            ladder,
+            reuse_prompts: body.reuse_prompts,
+            requests_per_step,
+            min_step_duration,
+            ttft_p95: None,
+            itl_p95: None,
+        })
+    }
+}
 
 pub(super) async fn start_sweep(
     State(state): State<AppState>,
@@ -265,85 +278,51 @@ pub(super) async fn start_sweep(
         status: err.status(),
         message: format!("body: {}", err.body_text()),
     })?;
-    let request: StartSweep = serde_json::from_value(body)
+    let body: StartSweep = serde_json::from_value(body)
         .map_err(|err| ApiError::bad_request(format!("body: {err}")))?;
+    let request =
+        SweepRequest::try_from(body).map_err(|err| ApiError::bad_request(err.to_string()))?;
     let target = state.api.targets.find(&request.target).ok_or_else(|| {
         ApiError::not_found(format!("no watched target named {:?}", request.target))
     })?;
-    let mut settings = settings_for_target(&state.api.config, &target);
-    apply_request(&mut settings, request)?;
-    settings
-        .validate()
-        .map_err(|err| ApiError::bad_request(err.to_string()))?;
-    check_limits(&settings, &state.api.config.server.sweep_limits)
-        .map_err(ApiError::bad_request)?;
-    let permit = state.api.sweeps.try_acquire().ok_or_else(|| ApiError {
-        status: StatusCode::CONFLICT,
-        message:
-            "another sweep (from the API or the schedule) is still running; try again when it ends"
-                .into(),
-    })?;
-    let store = state.api.store.clone();
-    let before = store.sweeps(1).await?.first().map(|s| s.id).unwrap_or(0);
-    let name = target.name.clone();
-    settings.cancel = permit.cancel.clone();
-    let mut task = tokio::spawn(async move {
-        let _permit = permit;
-        let result = run_sweep(settings, Some(&store), |_| {}).await;
-        match &result {
-            Ok(report) => {
-                tracing::info!(target = %name, sweep = ?report.sweep_id, status = report.status.as_str(), "API sweep ended")
-            }
-            Err(err) => tracing::warn!(target = %name, error = %err, "API sweep failed"),
-        }
-        result.map(|report| report.sweep_id)
-    });
-    let deadline = tokio::time::Instant::now() + START_WAIT;
-    loop {
-        tokio::select! {
-            done = &mut task => {
-                return match done {
-                    Ok(Ok(id)) => Ok(accepted(id)),
-                    Ok(Err(err)) => Err(start_error(err)),
-                    Err(err) => Err(ApiError { status: StatusCode::INTERNAL_SERVER_ERROR, message: format!("the sweep task failed: {err}") }),
-                };
-            }
-            _ = tokio::time::sleep(Duration::from_millis(100)) => {}
-        }
-        if let Some(row) = state.api.store.sweeps(1).await?.first() {
-            if row.id > before {
-                return Ok(accepted(Some(row.id)));
-            }
-        }
-        if tokio::time::Instant::now() >= deadline {
-            return Ok(accepted(None));
-        }
-    }
+    let id = state
+        .api
+        .sweep_starter()
+        .start(&state.api.config, &target, &request)
+        .await
+        .map_err(start_error)?;
+    Ok(accepted(id))
 }
 
-fn accepted(id: Option<i64>) -> Response {
+fn accepted(id: i64) -> Response {
     (
         StatusCode::ACCEPTED,
         Json(json!({
             "id": id,
             "status": "running",
-            "href": id.map(|id| format!("/api/v1/sweeps/{id}")),
+            "href": format!("/api/v1/sweeps/{id}"),
         })),
     )
         .into_response()
 }
 
-fn start_error(err: SweepError) -> ApiError {
-    let status = match err {
-        SweepError::Ladder(_)
-        | SweepError::AboveCap { .. }
-        | SweepError::Settings(_)
-        | SweepError::Card(_) => StatusCode::BAD_REQUEST,
-        _ => StatusCode::BAD_GATEWAY,
+fn start_error(err: StartError) -> ApiError {
+    let status = match &err {
+        StartError::UnknownTarget(_) => StatusCode::NOT_FOUND,
+        StartError::Refused(_) => StatusCode::BAD_REQUEST,
+        StartError::Busy => StatusCode::CONFLICT,
+        StartError::Failed(
+            SweepError::Ladder(_)
+            | SweepError::AboveCap { .. }
+            | SweepError::Settings(_)
+            | SweepError::Card(_),
+        ) => StatusCode::BAD_REQUEST,
+        StartError::Failed(_) => StatusCode::BAD_GATEWAY,
+        StartError::Task(_) => StatusCode::INTERNAL_SERVER_ERROR,
     };
     ApiError {
         status,
-        message: format!("the sweep could not start: {err}"),
+        message: err.to_string(),
     }
 }
 

@@ -24,9 +24,9 @@ use crate::auth::CsrfToken;
 use crate::urls::path_segment;
 use crate::AppState;
 use llmwatch_engine::runners::sweep::card::card_from_json;
-use llmwatch_engine::runners::sweep::schedule::check_limits;
+use llmwatch_engine::runners::sweep::start::{RequestError, StartError, SweepRequest};
 use llmwatch_engine::runners::sweep::{
-    compare_sweeps, load_sweep, run_sweep, Ladder, StoredSweep, SweepError,
+    compare_sweeps, load_sweep, Ladder, StoredSweep, SweepError,
 };
 
 const SATURATION: Style = Style::new(4, Dash::Dashed, Marker::None);
@@ -39,6 +39,8 @@ const KV: Style = Style::new(1, Dash::Dotted, Marker::Cross);
 #[derive(Debug, Clone, Default)]
 pub struct StoredSettings {
     pub objectives: Objectives,
+    /// The thresholds it was judged with (defaults for older sweeps).
+    pub analysis: AnalysisConfig,
     pub hints: WorkloadHints,
     pub shape: String,
     pub prompt: String,
@@ -81,6 +83,10 @@ pub fn stored_settings(json: &str) -> StoredSettings {
     };
     StoredSettings {
         objectives,
+        analysis: v
+            .get("analysis")
+            .and_then(|a| serde_json::from_value(a.clone()).ok())
+            .unwrap_or_default(),
         hints,
         shape: shape.to_string(),
         prompt: prompt.to_string(),
@@ -364,9 +370,9 @@ fn opt(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
         .unwrap_or_else(|| "–".into())
 }
 
-/// The verdict of a stored sweep, recomputed from its steps with its own
-/// objectives (the stored verdict is the same analysis; recomputing gives
-/// the typed values the charts mark).
+/// The verdict of a stored sweep, judged again from its steps with its own
+/// objectives, card and thresholds: the stored verdict's analysis, exactly
+/// (a pure function of those), with the typed values the charts mark.
 pub fn verdict_of(sweep: &StoredSweep) -> (StoredSettings, SweepVerdict) {
     let mut settings = stored_settings(&sweep.row.settings_json);
     // The same capacity the runner judged with: the card it stored.
@@ -377,7 +383,7 @@ pub fn verdict_of(sweep: &StoredSweep) -> (StoredSettings, SweepVerdict) {
         &sweep.steps,
         &settings.objectives,
         &settings.hints,
-        &AnalysisConfig::default(),
+        &settings.analysis,
     );
     (settings, verdict)
 }
@@ -665,11 +671,6 @@ pub struct SweepListPage {
     pub csrf: String,
 }
 
-#[derive(Debug, Deserialize, Default)]
-pub struct ListQuery {
-    pub started: Option<String>,
-}
-
 pub async fn sweep_list_page(
     store: &Store,
     config: &PagesConfig,
@@ -703,14 +704,10 @@ pub async fn sweep_list_page(
 pub async fn list_handler(
     State(state): State<AppState>,
     csrf: Option<Extension<CsrfToken>>,
-    Query(q): Query<ListQuery>,
 ) -> Response {
-    let message = q.started.map(|t| {
-        format!("Sweep of {t} started; it appears below once its first step is measured.")
-    });
     // The daemon's one sweep slot (shared with the API and schedules).
     let running = state.api.sweeps.is_running();
-    match sweep_list_page(&state.store, &state.pages, running, message).await {
+    match sweep_list_page(&state.store, &state.pages, running, None).await {
         Ok(mut page) => {
             page.csrf = crate::auth::form_token(csrf);
             page.into_response()
@@ -761,80 +758,80 @@ pub async fn start_handler(
             "this server does not start sweeps from the page",
         );
     }
-    let daemon_config = &state.api.config;
-    let Some(target) = state.api.targets.find(&form.target) else {
+    let request = match SweepRequest::try_from(form) {
+        Ok(request) => request,
+        Err(err) => {
+            return error_response(
+                StatusCode::BAD_REQUEST,
+                "Cannot start the sweep",
+                err.to_string(),
+            )
+        }
+    };
+    let Some(target) = state.api.targets.find(&request.target) else {
         return error_response(
             StatusCode::BAD_REQUEST,
             "Unknown target",
-            format!("no watched target is named {:?}", form.target),
+            format!("no watched target is named {:?}", request.target),
         );
     };
-    let bad = |msg: String| error_response(StatusCode::BAD_REQUEST, "Cannot start the sweep", msg);
-    // The same starting settings as API and scheduled sweeps of this target.
-    let mut settings =
-        llmwatch_engine::runners::sweep::schedule::settings_for_target(daemon_config, &target);
-    settings.ladder = match Ladder::parse_concurrency(&form.concurrency) {
-        Ok(l) => l,
-        Err(err) => return bad(err.to_string()),
-    };
-    settings.shape = match Shape::parse(&form.shape) {
-        Ok(s) => s,
-        Err(err) => return bad(format!("shape: {err}")),
-    };
-    settings.requests_per_step = form.requests_per_step;
-    for (text, slot, name) in [
-        (
-            &form.slo_ttft_p95,
-            &mut settings.objectives.ttft_p95,
-            "p95 TTFT objective",
-        ),
-        (
-            &form.slo_itl_p95,
-            &mut settings.objectives.itl_p95,
-            "p95 ITL objective",
-        ),
-    ] {
-        match llmwatch_config::parse_duration(text) {
-            Ok(d) if !d.is_zero() => *slot = Some(d.as_secs_f64()),
-            Ok(_) => return bad(format!("{name} must be positive")),
-            Err(err) => return bad(format!("{name}: {err}")),
-        }
-    }
-    if let Err(err) = settings.validate() {
-        return bad(err.to_string());
-    }
-    if let Err(err) = check_limits(&settings, &daemon_config.server.sweep_limits) {
-        return bad(err);
-    }
-    // One sweep at a time across the daemon: the API's and the schedules'
-    // slot.
-    let Some(permit) = state.api.sweeps.try_acquire() else {
-        return error_response(
+    // The same entry point as the API's: one sweep at a time across the
+    // daemon (the API's and the schedules' slot).
+    match state
+        .api
+        .sweep_starter()
+        .start(&state.api.config, &target, &request)
+        .await
+    {
+        Ok(id) => (
+            StatusCode::SEE_OTHER,
+            [(header::LOCATION, format!("/sweeps/{id}"))],
+        )
+            .into_response(),
+        Err(StartError::Busy) => error_response(
             StatusCode::CONFLICT,
             "A sweep is running",
             "one sweep at a time: wait for the running one to finish",
-        );
-    };
-    settings.cancel = permit.cancel.clone();
-    let store = state.store.clone();
-    let name = target.name.clone();
-    tokio::spawn(async move {
-        match run_sweep(settings, Some(&store), |_| {}).await {
-            Ok(report) => {
-                tracing::info!(sweep = ?report.sweep_id, target = %name, "sweep finished")
-            }
-            Err(err) => tracing::warn!(target = %name, error = %err, "sweep failed"),
-        }
-        drop(permit);
-    });
-    (
-        StatusCode::SEE_OTHER,
-        [(
-            header::LOCATION,
-            format!("/sweeps?started={}", super::path_segment(&form.target)),
-        )],
-    )
-        .into_response()
+        ),
+        Err(StartError::Failed(err)) => error_response(
+            StatusCode::BAD_GATEWAY,
+            "The sweep could not start",
+            err.to_string(),
+        ),
+        Err(err) => error_response(
+            StatusCode::BAD_REQUEST,
+            "Cannot start the sweep",
+            err.to_string(),
+        ),
+    }
+}
+
+/// The form as the one sweep request (see `runners::sweep::start`): a
+/// concurrency ladder, a shape, requests per step and both objectives.
+impl TryFrom<StartForm> for SweepRequest {
+    type Error = RequestError;
+
+    fn try_from(form: StartForm) -> Result<SweepRequest, RequestError> {
+        let ladder = Ladder::parse_concurrency(&form.concurrency)
+            .map_err(|err| RequestError::new("concurrency", err.to_string()))?;
+        let shape =
+            Shape::parse(&form.shape).map_err(|err| RequestError::new("shape", err.to_string()))?;
+        let objective =
+            |field: &'static str, text: &str| match llmwatch_config::parse_duration(text) {
+                Ok(d) if !d.is_zero() => Ok(d.as_secs_f64()),
+                Ok(_) => Err(RequestError::new(field, "must be positive")),
+                Err(err) => Err(RequestError::new(field, err.to_string())),
+            };
+        Ok(SweepRequest {
+            ttft_p95: Some(objective("p95 TTFT objective", &form.slo_ttft_p95)?),
+            itl_p95: Some(objective("p95 ITL objective", &form.slo_itl_p95)?),
+            target: form.target,
+            shape: Some(shape),
+            ladder: Some(ladder),
+            requests_per_step: Some(form.requests_per_step),
+            ..SweepRequest::default()
+        })
+    }
 }
 
 #[derive(Debug, Deserialize)]

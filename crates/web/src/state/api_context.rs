@@ -33,6 +33,14 @@ pub struct ApiContext {
 }
 
 impl ApiContext {
+    /// Starts sweeps in this daemon's one slot.
+    pub fn sweep_starter(&self) -> llmwatch_engine::runners::sweep::start::SweepStarter {
+        llmwatch_engine::runners::sweep::start::SweepStarter {
+            store: self.store.clone(),
+            slots: self.sweeps.clone(),
+        }
+    }
+
     pub async fn new(
         config: &Config,
         store: Store,

@@ -61,7 +61,7 @@ async fn start_server(
             }
             return Some(Started {
                 url: url.clone(),
-                gpu_url: None,
+                gpu_url: exp.plan.sweep.gpu_url.clone(),
                 process: None,
             });
         }
@@ -117,7 +117,9 @@ async fn start_server(
     }
     Some(Started {
         url,
-        gpu_url: gpu_port.map(|p| format!("http://127.0.0.1:{p}/metrics")),
+        gpu_url: gpu_port
+            .map(|p| format!("http://127.0.0.1:{p}/metrics"))
+            .or_else(|| exp.plan.sweep.gpu_url.clone()),
         process: Some(process),
     })
 }

@@ -12,10 +12,8 @@ use llmwatch_core::exposition::{detect_format, parse_lenient, Exposition};
 use serde_json::Value;
 
 use crate::sources::scrape::fetch_page;
-use llmwatch_config::join_url;
+use crate::sources::server_facts::{model_entry, server_version};
 
-/// Small JSON answers (`/v1/models`, `/version`) larger than this are refused.
-const MAX_JSON_BYTES: u64 = 1 << 20;
 /// Metrics pages larger than this are refused.
 const MAX_PAGE_BYTES: u64 = 16 << 20;
 const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
@@ -218,25 +216,14 @@ pub async fn collect_card(
         apply_capacity(&mut card, page);
     }
 
-    // /v1/models: the served model and its context length.
-    if let Some(models) = fetch_json(http, &join_url(base, "/v1/models")).await {
-        let entries = models.get("data").and_then(Value::as_array);
-        let entry = entries.and_then(|data| {
-            data.iter()
-                .find(|m| m.get("id").and_then(Value::as_str) == Some(settings.model))
-                .or(data.first())
-        });
-        if let Some(entry) = entry {
-            if card.max_context_len.is_none() {
-                card.max_context_len = entry.get("max_model_len").and_then(Value::as_u64);
-            }
-        }
+    // The served model's context length and the server's version.
+    if card.max_context_len.is_none() {
+        card.max_context_len = model_entry(http, base, settings.model)
+            .await
+            .and_then(|m| m.get("max_model_len").and_then(Value::as_u64));
     }
-    // /version: vLLM and the sim answer {"version": "..."}.
-    if let Some(version) = fetch_json(http, &join_url(base, "/version")).await {
-        if let Some(v) = version.get("version").and_then(Value::as_str) {
-            card.engine_version = Some(v.to_string());
-        }
+    if let Some(version) = server_version(http, base).await {
+        card.engine_version = Some(version);
     }
 
     card.model = Some(settings.model.to_string());
@@ -326,11 +313,6 @@ async fn fetch(http: &reqwest::Client, url: &str, max: u64) -> Option<(Vec<u8>, 
             None
         }
     }
-}
-
-async fn fetch_json(http: &reqwest::Client, url: &str) -> Option<Value> {
-    let (body, _) = fetch(http, url, MAX_JSON_BYTES).await?;
-    serde_json::from_slice(&body).ok()
 }
 
 #[cfg(test)]

@@ -28,6 +28,7 @@ pub mod rejudge;
 mod report;
 pub mod schedule;
 mod settings;
+pub mod start;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -44,7 +45,8 @@ use llmwatch_probe::{
 };
 use llmwatch_store::{NewSweep, Store, SweepEnd, SweepStatus, TargetKind};
 
-use crate::runners::canary::{discover_model, probe_row};
+use crate::runners::canary::probe_row;
+use crate::sources::server_facts::discover_model;
 use crate::sources::scrape::{now_ms, scrape_client};
 
 use self::card::{card_to_json, collect_card, CardSettings};
@@ -74,13 +76,37 @@ pub use self::settings::{
 pub async fn run_sweep(
     settings: SweepSettings,
     store: Option<&Store>,
+    progress: impl FnMut(&StepReport),
+) -> Result<SweepReport, SweepError> {
+    run_sweep_inner(settings, store, progress, None).await
+}
+
+/// [`run_sweep`] that sends the sweep's id on `recorded` as soon as its row
+/// is stored, before the first step (see [`start::SweepStarter`]).
+pub async fn run_sweep_with_id(
+    settings: SweepSettings,
+    store: Option<&Store>,
+    progress: impl FnMut(&StepReport),
+    recorded: tokio::sync::oneshot::Sender<i64>,
+) -> Result<SweepReport, SweepError> {
+    run_sweep_inner(settings, store, progress, Some(recorded)).await
+}
+
+async fn run_sweep_inner(
+    settings: SweepSettings,
+    store: Option<&Store>,
     mut progress: impl FnMut(&StepReport),
+    recorded: Option<tokio::sync::oneshot::Sender<i64>>,
 ) -> Result<SweepReport, SweepError> {
     settings.validate()?;
     let prepared = prepare(&settings).await?;
     let started_ms = now_ms();
     let settings_json = settings.to_json();
     let recorder = Recorder::start(store, &settings, started_ms, &settings_json, &prepared).await?;
+    if let (Some(tx), Some(id)) = (recorded, recorder.sweep_id) {
+        // The caller may have stopped waiting; the sweep goes on.
+        let _ = tx.send(id);
+    }
     let LadderEnd {
         steps,
         stop_reason,

@@ -112,7 +112,12 @@ pub fn rejudge_json(value: &Value) -> Result<Rejudged, SweepError> {
             .map(str::to_string);
         steps.push(result);
     }
-    let verdict = analyze_sweep(&steps, &objectives, &hints, &AnalysisConfig::default());
+    // Its own thresholds where it stored them (older sweeps: the defaults).
+    let analysis: AnalysisConfig = settings
+        .get("analysis")
+        .and_then(|a| serde_json::from_value(a.clone()).ok())
+        .unwrap_or_default();
+    let verdict = analyze_sweep(&steps, &objectives, &hints, &analysis);
     let summary = summary_lines(&verdict);
     Ok(Rejudged {
         steps,

@@ -342,6 +342,9 @@ impl SweepSettings {
                 "ttft_p95_s": self.stop.ttft_p95.map(|d| d.as_secs_f64()),
             },
             "self_check": self.self_check,
+            // The thresholds it was judged with, so a page judges it again
+            // exactly as the runner did.
+            "analysis": self.analysis,
             "scrape_interval_s": self.scrape_interval.as_secs_f64(),
             "seed": self.seed,
             "reuse_prompts": self.reuse_prompts,

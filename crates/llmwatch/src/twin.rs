@@ -27,8 +27,7 @@ impl PredictRunner for TwinRunner {
         // Applied to a default profile, so an unknown flag or a bad value
         // is refused now, naming the flag, not minutes later.
         let base = Profile::named("balanced").map_err(|e| e.to_string())?;
-        apply_vllm_args(&base, &VllmSettings::default(), &flags)
-            .map_err(|e| e.to_string())?;
+        apply_vllm_args(&base, &VllmSettings::default(), &flags).map_err(|e| e.to_string())?;
         Ok(flags)
     }
 
@@ -113,7 +112,9 @@ fn args_of(settings: &Value, source: &str) -> anyhow::Result<PredictArgs> {
         })
         .unwrap_or_default();
     if ladder.is_empty() {
-        anyhow::bail!("{source} has no concurrency ladder to predict (rate sweeps are not predicted)");
+        anyhow::bail!(
+            "{source} has no concurrency ladder to predict (rate sweeps are not predicted)"
+        );
     }
     Ok(PredictArgs {
         profile_file: PathBuf::from(source),

@@ -129,7 +129,13 @@ pub async fn run(args: PredictArgs) -> anyhow::Result<()> {
         ),
     }
     if let Some(path) = &args.json {
-        let json = prediction_json(&report, &args.profile_file.display().to_string(), &flags, &changed, ts);
+        let json = prediction_json(
+            &report,
+            &args.profile_file.display().to_string(),
+            &flags,
+            &changed,
+            ts,
+        );
         std::fs::write(path, serde_json::to_string_pretty(&json)?)
             .with_context(|| format!("writing {}", path.display()))?;
     }

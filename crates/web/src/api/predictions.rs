@@ -12,8 +12,8 @@ use llmwatch_config::SweepLimits;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
-use super::RouteDoc;
 use super::params::parse_id;
+use super::RouteDoc;
 use super::{params, path, time_fields, ApiError, RawQuery, BAD, ID};
 use crate::state::predictions::{PredictRefusal, Prediction};
 use crate::AppState;
@@ -44,7 +44,10 @@ pub fn prediction_json(p: &Prediction) -> Value {
     time_fields(&mut out, "started", Some(p.started_ms));
     time_fields(&mut out, "ended", p.ended_ms);
     out.insert("result".into(), p.result.clone().unwrap_or(Value::Null));
-    out.insert("href".into(), json!(format!("/api/v1/predictions/{}", p.id)));
+    out.insert(
+        "href".into(),
+        json!(format!("/api/v1/predictions/{}", p.id)),
+    );
     Value::Object(out)
 }
 

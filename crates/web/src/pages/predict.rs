@@ -55,7 +55,11 @@ pub async fn start_handler(
         );
     }
     let Ok(id) = id.parse::<i64>() else {
-        return error_response(StatusCode::NOT_FOUND, "No such sweep", "sweep ids are numbers");
+        return error_response(
+            StatusCode::NOT_FOUND,
+            "No such sweep",
+            "sweep ids are numbers",
+        );
     };
     match state.store.sweep(id).await {
         Ok(Some(_)) => {}
@@ -168,7 +172,12 @@ impl PredictionPage {
         let verdict = &result["verdict"];
         let strings = |v: &Value| -> Vec<String> {
             v.as_array()
-                .map(|a| a.iter().filter_map(Value::as_str).map(str::to_string).collect())
+                .map(|a| {
+                    a.iter()
+                        .filter_map(Value::as_str)
+                        .map(str::to_string)
+                        .collect()
+                })
                 .unwrap_or_default()
         };
         let prediction = &result["prediction"];

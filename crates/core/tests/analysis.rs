@@ -1532,15 +1532,17 @@ mod evidence_2026 {
     fn low_spec_decode_acceptance_is_said_where_itl_is_high() {
         let low = decode_slow_with_acceptance(0.2);
         assert!(
-            low.evidence
-                .contains("speculative decoding accepts 20 % of draft tokens (1.60 tokens a step), low"),
+            low.evidence.contains(
+                "speculative decoding accepts 20 % of draft tokens (1.60 tokens a step), low"
+            ),
             "{}",
             low.evidence
         );
         let good = decode_slow_with_acceptance(0.8);
         assert!(
-            good.evidence
-                .contains("accepts 80 % of draft tokens (3.40 tokens a step), so speculation is not"),
+            good.evidence.contains(
+                "accepts 80 % of draft tokens (3.40 tokens a step), so speculation is not"
+            ),
             "{}",
             good.evidence
         );

@@ -686,6 +686,16 @@ args = ["--max-num-seqs", "8"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn experiments_run_from_the_api_only_with_an_allowed_program() {
     let program = env!("CARGO_BIN_EXE_llmwatch");
+    // Off by default: no program listed, nothing parsed, 403.
+    let off = common::spawn_daemon(&format!("[server]\ntoken = \"{TOKEN}\"\n")).await;
+    let (status, body) = Api {
+        base: off.base_url(),
+        client: reqwest::Client::new(),
+    }
+    .post("/api/v1/experiments", json!({ "plan": api_plan(program, "") }))
+    .await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    assert!(body["error"]["message"].as_str().unwrap_or("").contains("are off"), "{body}");
     let daemon = common::spawn_daemon(&format!(
         "[server]\ntoken = \"{TOKEN}\"\nexperiment_programs = [{program:?}]\n"
     ))

@@ -374,23 +374,37 @@ async fn autoscaling_gauges_follow_the_last_sweep() {
         })
         .collect();
     let url = format!("{}/metrics", test.base_url());
-    let text = wait_for("the gauges from the sweep", Duration::from_secs(20), || async {
-        let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
-        sample_value(&text, "llmwatch_autoscale_predicted_ttft_seconds", &[("source", "sweep")])
+    let text = wait_for(
+        "the gauges from the sweep",
+        Duration::from_secs(20),
+        || async {
+            let text = reqwest::get(&url).await.ok()?.text().await.ok()?;
+            sample_value(
+                &text,
+                "llmwatch_autoscale_predicted_ttft_seconds",
+                &[("source", "sweep")],
+            )
             .is_some()
             .then_some(text)
-    })
+        },
+    )
     .await;
     test.daemon.shutdown().await;
     let get = |name: &str| sample_value(&text, name, &[("target", "sim")]).expect(name);
     let in_flight = get("llmwatch_autoscale_in_flight_requests");
     let predicted = get("llmwatch_autoscale_predicted_ttft_seconds");
     let expected = predict_ttft_p95(&curve, in_flight).expect("a curve");
-    assert!((predicted - expected).abs() <= 1e-9 * expected, "{predicted} vs {expected}");
+    assert!(
+        (predicted - expected).abs() <= 1e-9 * expected,
+        "{predicted} vs {expected}"
+    );
     // The daemon's objective is the server's default p95 TTFT, 1 s.
     let ratio = get("llmwatch_autoscale_ttft_objective_ratio");
     assert!((ratio - predicted).abs() <= 1e-12, "{ratio} vs {predicted}");
-    assert_eq!(get("llmwatch_autoscale_load_ratio"), in_flight / sustainable);
+    assert_eq!(
+        get("llmwatch_autoscale_load_ratio"),
+        in_flight / sustainable
+    );
     let mut child = Command::new(PROMTOOL)
         .args(["check", "metrics"])
         .stdin(Stdio::piped())
@@ -398,7 +412,12 @@ async fn autoscaling_gauges_follow_the_last_sweep() {
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success() && out.stdout.is_empty() && out.stderr.is_empty(),

@@ -76,7 +76,9 @@ pub(crate) struct DisaggState {
 impl DisaggState {
     pub(crate) fn new() -> DisaggState {
         // 2 KiB … 8 GiB, every other power of two (vLLM's bytes buckets).
-        let bytes = (1..25).step_by(2).map(|i| f64::from(1u32 << 10) * f64::from(1u32 << i));
+        let bytes = (1..25)
+            .step_by(2)
+            .map(|i| f64::from(1u32 << 10) * f64::from(1u32 << i));
         DisaggState {
             transfers: Mutex::new((
                 Histogram::new(XFER_TIME_BOUNDS.to_vec()),
@@ -122,11 +124,19 @@ pub(crate) fn render(inner: &SimInner, stats: &Stats) -> String {
     let spec = inner.config.pd_spec;
     let labels = format!(
         "engine=\"0\",model_name=\"{}\"",
-        inner.config.model.replace('\\', "\\\\").replace('"', "\\\"")
+        inner
+            .config
+            .model
+            .replace('\\', "\\\\")
+            .replace('"', "\\\"")
     );
     let mut out = String::new();
     if spec.kv_transfer_s > 0.0 {
-        let t = inner.disagg.transfers.lock().unwrap_or_else(|e| e.into_inner());
+        let t = inner
+            .disagg
+            .transfers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
         histogram(&mut out, "vllm:nixl_xfer_time_seconds", &labels, &t.0);
         histogram(&mut out, "vllm:nixl_bytes_transferred", &labels, &t.1);
         counter(&mut out, "vllm:nixl_num_failed_transfers", &labels, 0.0);
@@ -178,7 +188,12 @@ fn counter(out: &mut String, name: &str, labels: &str, value: f64) {
 
 fn histogram(out: &mut String, name: &str, labels: &str, h: &Histogram) {
     out.push_str(&format!("# TYPE {name} histogram\n"));
-    for le in h.bounds.iter().copied().chain(std::iter::once(f64::INFINITY)) {
+    for le in h
+        .bounds
+        .iter()
+        .copied()
+        .chain(std::iter::once(f64::INFINITY))
+    {
         let bound = if le.is_infinite() {
             "+Inf".to_string()
         } else {
@@ -210,7 +225,10 @@ mod tests {
         let mut out = String::new();
         speculation(&mut out, "engine=\"0\"", spec, 1750);
         // 0.5 + 0.25 + 0.125 accepted a draft: 1750 / 1.875 = 933 drafts.
-        assert!(out.contains("vllm:spec_decode_num_drafts_total{engine=\"0\"} 933.0"), "{out}");
+        assert!(
+            out.contains("vllm:spec_decode_num_drafts_total{engine=\"0\"} 933.0"),
+            "{out}"
+        );
         assert!(out.contains("vllm:spec_decode_num_draft_tokens_total{engine=\"0\"} 2799.0"));
         // 466 + 233 + 116 = 815 accepted.
         assert!(out.contains("vllm:spec_decode_num_accepted_tokens_total{engine=\"0\"} 815.0"));

@@ -91,16 +91,14 @@ impl TtftSplit {
     }
 
     pub(super) fn outside_dominated(&self) -> bool {
-        self.outside.is_some_and(|o| {
-            o > self.queue && o > self.prefill && o > self.transfer.unwrap_or(0.0)
-        })
+        self.outside
+            .is_some_and(|o| o > self.queue && o > self.prefill && o > self.transfer.unwrap_or(0.0))
     }
 
     /// The prefill→decode KV transfer is the largest part of TTFT.
     pub(super) fn transfer_dominated(&self) -> bool {
-        self.transfer.is_some_and(|t| {
-            t > self.queue && t > self.prefill && t > self.outside.unwrap_or(0.0)
-        })
+        self.transfer
+            .is_some_and(|t| t > self.queue && t > self.prefill && t > self.outside.unwrap_or(0.0))
     }
 
     pub(super) fn words(&self) -> String {

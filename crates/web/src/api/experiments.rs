@@ -29,7 +29,9 @@ use super::{params, path, time_fields, ApiError, RawQuery, RouteDoc, BAD, ID};
 use crate::AppState;
 
 /// The largest plan taken.
-const MAX_PLAN_BYTES: usize = 64 * 1024;
+/// The largest plan taken: below the body limit (64 KiB), so a longer
+/// plan is answered 400 naming the field rather than 413.
+const MAX_PLAN_BYTES: usize = 32 * 1024;
 /// Environment variables an API plan may set: the engines' own.
 const ENV_PREFIXES: [&str; 6] = ["VLLM_", "CUDA_", "HF_", "NCCL_", "OMP_", "TORCH_"];
 
@@ -103,6 +105,12 @@ async fn start_experiment(
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
     params(query, &[])?;
+    // Off (no program listed): refused before the body is read at all.
+    if state.api.config.server.experiment_programs.is_empty() {
+        return Err(forbidden(
+            "experiments through the API are off: list the server programs they may start in [server] experiment_programs".into(),
+        ));
+    }
     let Json(body) = body.map_err(|err| ApiError {
         status: err.status(),
         message: format!("body: {}", err.body_text()),
@@ -269,7 +277,7 @@ pub(super) fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
                 params: vec![],
                 errors: &[
                     BAD,
-                    (403, "The plan's program is not in [server] experiment_programs."),
+                    (403, "Experiments through the API are off (no [server] experiment_programs), or the plan's program is not listed there."),
                     (409, "Another experiment is still running."),
                     (413, "The body is over the size limit."),
                     (415, "The body is not `application/json`."),

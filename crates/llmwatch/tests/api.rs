@@ -692,10 +692,19 @@ async fn experiments_run_from_the_api_only_with_an_allowed_program() {
         base: off.base_url(),
         client: reqwest::Client::new(),
     }
-    .post("/api/v1/experiments", json!({ "plan": api_plan(program, "") }))
+    .post(
+        "/api/v1/experiments",
+        json!({ "plan": api_plan(program, "") }),
+    )
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap_or("").contains("are off"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap_or("")
+            .contains("are off"),
+        "{body}"
+    );
     let daemon = common::spawn_daemon(&format!(
         "[server]\ntoken = \"{TOKEN}\"\nexperiment_programs = [{program:?}]\n"
     ))

@@ -851,7 +851,10 @@ mod tests {
         ];
         let charts = build_charts(&series, &[], &[], TargetObjectives::default(), range);
         let ids: Vec<&str> = charts.iter().map(|c| c.id.as_str()).collect();
-        assert!(ids.contains(&"spec_decode") && ids.contains(&"kv_transfer"), "{ids:?}");
+        assert!(
+            ids.contains(&"spec_decode") && ids.contains(&"kv_transfer"),
+            "{ids:?}"
+        );
         assert!(!ids.contains(&"kv_traffic"), "{ids:?}");
         let spec = charts.iter().find(|c| c.id == "spec_decode").unwrap();
         assert_eq!(spec.series[0].points, vec![[point(0.0).ts_ms as f64, 25.0]]);

@@ -38,6 +38,7 @@ fn sweep_settings(url: &str, gpu_url: &str, shape: Shape, ladder: &[u32]) -> Swe
     s.requests_per_slot = 2;
     s.min_step_duration = Duration::from_millis(300);
     s.scrape_interval = Duration::from_millis(50);
+    s.price.per_gpu_hour = Some(2.5);
     s.objectives = Objectives {
         ttft_p95: Some(1.0),
         itl_p95: Some(0.050),
@@ -358,6 +359,21 @@ async fn every_page_renders_what_the_store_holds() {
     let (status, html) = get(&client, &format!("{base}/sweeps/1")).await;
     assert_eq!(status, 200, "{html}");
     assert!(html.contains("Sweep 1 of kv"));
+    // Goodput, energy (from the simulated dcgm page) and cost per step.
+    for (class, unit) in [("energy", " J<"), ("cost", "<"), ("goodput", "<")] {
+        let at = html
+            .find(&format!("class=\"{class}\">"))
+            .unwrap_or_else(|| panic!("no {class} cell"));
+        let cell = &html[at..at + 40];
+        let value = cell.split('>').nth(1).unwrap_or_default();
+        assert!(
+            value.contains(unit)
+                && value
+                    .trim_start_matches('$')
+                    .starts_with(|c: char| c.is_ascii_digit()),
+            "{class}: {cell}"
+        );
+    }
     let objectives_at = html
         .find("p95 e2e ≤ ")
         .expect("the e2e objective is stated");

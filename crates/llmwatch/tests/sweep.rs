@@ -749,6 +749,45 @@ async fn ttft_breakdown_prefers_the_servers_per_request_timing() {
     }
 }
 
+/// Goodput, energy and cost per step from the simulated dcgm page: the
+/// GPUs' mean power over each step ÷ its output rate, and the configured
+/// prices on top.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn energy_and_cost_per_token_from_the_gpu_page() {
+    use llmwatch_core::analysis::Price;
+    let _serial = SERIAL.lock().await;
+    let t = sim("balanced", 4.0).await;
+    let mut s = settings(&t, shape(128, 32), &[1, 4]);
+    s.objectives.ttft_p95 = Some(10.0);
+    s.price = Price {
+        per_gpu_hour: Some(2.0),
+        per_kwh: Some(0.25),
+    };
+    let report = run_sweep(s, None, |_| {}).await.expect("sweep runs");
+    for step in &report.steps {
+        let (ev, s) = (&step.step.server, &step.step);
+        let power = ev
+            .gpu_power_w_mean
+            .expect("power from DCGM_FI_DEV_POWER_USAGE");
+        assert!(power > 0.0, "{power}");
+        let joules = ev.economics.energy_j_per_output_token.expect("energy");
+        assert!((joules - power / s.output_token_throughput).abs() < 1e-9);
+        let gpus = f64::from(ev.gpu_count.expect("gpus"));
+        let per_s = 2.0 * gpus / 3600.0 + 0.25 * power / 1000.0 / 3600.0;
+        let cost = ev.economics.cost_per_million_output_tokens.expect("cost");
+        assert!((cost - per_s / s.output_token_throughput * 1e6).abs() < 1e-9);
+        // Generous objectives: every request is good.
+        assert_eq!(step.run.good_requests, step.run.requests);
+        assert!(step.run.goodput > 0.0);
+    }
+    let text = render_report(&report);
+    assert!(text.contains("J/out tok"), "{text}");
+    // The card states the prices the costs came from.
+    assert!(text.contains("user.price_per_gpu_hour=$2"), "{text}");
+    assert!(text.contains("user.price_per_kwh=$0.25"), "{text}");
+    assert!(text.contains("Best goodput"), "{text}");
+}
+
 /// Issue 38: a simulated decode instance that reports speculative decoding
 /// and its prefill→decode KV transfers (`SimConfig::pd_spec`); the sweep's
 /// verdicts cite them.

@@ -10,7 +10,7 @@
 //! No threshold is repeated here: [`AnalysisConfig`] is the one place.
 
 use super::diagnosis::{diagnose, Confidence, Verdict};
-use super::WorkloadHints;
+use super::{StepEconomics, WorkloadHints};
 use super::{
     fin, fmt, latency_breakdown, AnalysisConfig, ClientMeans, DominantPart, Load, Objectives,
     Quantiles, ServerEvidence, ServerPhases, StepResult,
@@ -371,6 +371,8 @@ fn band_evidence(members: &[&LiveSample], stat: &dyn Fn(Signal) -> Stat) -> Serv
         phases,
         latency_breakdown_missing: None,
         prompt_tokens_rate: stat(Signal::PromptTokensRate).mean,
+        gpu_power_w_mean: stat(Signal::GpuPowerW).mean,
+        economics: StepEconomics::default(),
     }
 }
 

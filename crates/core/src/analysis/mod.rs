@@ -22,6 +22,7 @@
 mod breakdown;
 mod card;
 mod diagnosis;
+mod economics;
 pub mod experiment;
 mod fmt;
 mod live;
@@ -35,6 +36,7 @@ pub use breakdown::{
 };
 pub use card::{card_from_info, compare_cards, CardDiff, ExperimentCard, DERIVED_CARD_FIELDS};
 pub use diagnosis::{diagnose, Confidence, Finding, Verdict};
+pub use economics::{step_economics, Price, StepEconomics};
 pub use live::{
     band_steps, live_diagnosis, LiveKind, LiveSample, LiveVerdict, DEFAULT_LIVE_WINDOW_S,
     LIVE_ENGINE_SIGNALS, LIVE_GPU_SIGNALS, MIN_SAMPLES_PER_BAND,
@@ -227,6 +229,12 @@ pub struct ServerEvidence {
     pub gpu_mem_bw_util_mean: Option<f64>,
     /// GPUs seen in the window.
     pub gpu_count: Option<u32>,
+    /// GPU power over the window, watts summed over the GPUs, mean (dcgm
+    /// `DCGM_FI_DEV_POWER_USAGE`, NVML).
+    pub gpu_power_w_mean: Option<f64>,
+    /// Energy per output token and cost per million output tokens at this
+    /// load (see [`step_economics`]).
+    pub economics: StepEconomics,
     /// The engine's phase means (queue, prefill, decode, inference, TTFT,
     /// e2e) over the window, from histogram deltas.
     pub phases: ServerPhases,

@@ -57,6 +57,14 @@ pub struct SweepArgs {
     /// Error-rate objective (0..1).
     #[arg(long, default_value_t = llmwatch_core::analysis::DEFAULT_MAX_ERROR_RATE)]
     pub slo_error_rate: f64,
+    /// Price of one GPU-hour in dollars: each step's cost per million output
+    /// tokens.
+    #[arg(long)]
+    pub price_gpu_hour: Option<f64>,
+    /// Price of a kWh in dollars, on the GPUs' measured power (needs a GPU
+    /// page).
+    #[arg(long)]
+    pub price_kwh: Option<f64>,
     /// Hard stop: end the sweep when a step's error rate passes this (0..1).
     #[arg(long, default_value_t = sweep_defaults::DEFAULT_STOP_ERROR_RATE)]
     pub max_error_rate: f64,
@@ -140,6 +148,16 @@ pub fn settings_from_args(args: &SweepArgs) -> anyhow::Result<SweepSettings> {
         None => None,
     };
     s.objectives.max_error_rate = args.slo_error_rate;
+    for (flag, price) in [
+        ("--price-gpu-hour", args.price_gpu_hour),
+        ("--price-kwh", args.price_kwh),
+    ] {
+        if price.is_some_and(|p| !(p.is_finite() && p >= 0.0)) {
+            anyhow::bail!("{flag} must be a number of dollars >= 0, got {price:?}");
+        }
+    }
+    s.price.per_gpu_hour = args.price_gpu_hour;
+    s.price.per_kwh = args.price_kwh;
     s.stop.max_error_rate = args.max_error_rate;
     s.stop.ttft_p95 = Some(duration("stop-ttft-p95", &args.stop_ttft_p95)?);
     s.scrape_interval = duration("scrape-interval", &args.scrape_interval)?;

@@ -129,7 +129,50 @@ pub fn render_report(r: &SweepReport) -> String {
         let _ = writeln!(out, "{}", step_line(s));
     }
     out.push('\n');
+    out.push_str(&economics_lines(r));
     out.push_str(&render_verdict(r));
+    out
+}
+
+/// Goodput per step and the best of the sweep, with energy per output
+/// token and cost per million output tokens where the GPU page and a price
+/// give them.
+pub fn economics_lines(r: &SweepReport) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "{:>8} {:>9} {:>9} {:>10} {:>10}",
+        "load", "goodput", "GPU W", "J/out tok", "$/M out"
+    );
+    let opt = |v: Option<f64>, digits: usize| match v {
+        Some(v) => format!("{v:.digits$}"),
+        None => "-".to_string(),
+    };
+    for s in &r.steps {
+        let ev = &s.step.server;
+        let _ = writeln!(
+            out,
+            "{:>8} {:>9.2} {:>9} {:>10} {:>10}",
+            load_cell(&s.step.load),
+            s.run.goodput,
+            opt(ev.gpu_power_w_mean, 0),
+            opt(ev.economics.energy_j_per_output_token, 3),
+            opt(ev.economics.cost_per_million_output_tokens, 3),
+        );
+    }
+    let best = r
+        .steps
+        .iter()
+        .max_by(|a, b| a.run.goodput.total_cmp(&b.run.goodput));
+    if let Some(best) = best {
+        let _ = writeln!(
+            out,
+            "Best goodput (requests/s meeting every objective): {:.2} at {}",
+            best.run.goodput,
+            load_cell(&best.step.load).trim()
+        );
+    }
+    out.push('\n');
     out
 }
 

@@ -306,6 +306,12 @@ pub struct StepRow {
     pub requests: String,
     pub req_s: String,
     pub tok_s: String,
+    /// Requests/s meeting every objective.
+    pub goodput: String,
+    /// Joules per output token and dollars per million output tokens (GPU
+    /// page; a configured price).
+    pub energy: String,
+    pub cost: String,
     pub ttft: String,
     pub itl: String,
     pub errors: String,
@@ -419,6 +425,13 @@ fn step_rows(sweep: &StoredSweep, verdict: &SweepVerdict) -> Vec<StepRow> {
             requests: format!("{} ok / {} failed", s.requests_ok, s.requests_failed),
             req_s: format!("{:.2}", s.request_throughput),
             tok_s: format!("{:.0}", s.output_token_throughput),
+            goodput: format!("{:.2}", run.goodput),
+            energy: opt(s.server.economics.energy_j_per_output_token, |j| {
+                format!("{j:.3} J")
+            }),
+            cost: opt(s.server.economics.cost_per_million_output_tokens, |c| {
+                format!("${c:.3}")
+            }),
             ttft: format!(
                 "{} / {}",
                 opt(s.ttft.p50, format::seconds),

@@ -267,6 +267,7 @@ pub fn evidence_for_window(
     let mut mem_max = Stat::default();
     let mut util = Stat::default();
     let mut bw = Stat::default();
+    let mut power = Stat::default();
     let mut peaks: BTreeMap<Vec<(String, String)>, f64> = BTreeMap::new();
     let mut count: Option<u32> = None;
     for snap in gauge_window(&scraped.gpu, start_ms, load_end_ms, end_ms) {
@@ -275,6 +276,7 @@ pub fn evidence_for_window(
         mem_max.add(get(&signals, Signal::GpuMemUsedRatioMax));
         util.add(get(&signals, Signal::GpuUtil));
         bw.add(get(&signals, Signal::GpuMemBwUtil));
+        power.add(get(&signals, Signal::GpuPowerW));
         if let Some(n) = get(&signals, Signal::GpuCount) {
             let n = n.round().clamp(0.0, f64::from(u32::MAX)) as u32;
             count = Some(count.map_or(n, |c| c.max(n)));
@@ -288,6 +290,7 @@ pub fn evidence_for_window(
     ev.gpu_mem_used_ratio_max = mem_max.max;
     ev.gpu_util_mean = util.mean();
     ev.gpu_mem_bw_util_mean = bw.mean();
+    ev.gpu_power_w_mean = power.mean();
     ev.per_gpu_peak_mem_ratio_min = peaks.values().copied().reduce(f64::min);
     ev.per_gpu_peak_mem_ratio_max = peaks.values().copied().reduce(f64::max);
     ev.gpu_count = count;

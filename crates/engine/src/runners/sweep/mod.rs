@@ -36,8 +36,8 @@ use std::time::Duration;
 
 use llmwatch_core::analysis::{
     analyze_sweep, cache_hygiene, cache_hygiene_from_counters, latency_breakdown,
-    per_request_breakdown, summary_lines, ClientMeans, EngineCapacity, ExperimentCard, Load,
-    Objectives, PerRequestPhases, StepResult, SweepVerdict, WorkloadHints,
+    per_request_breakdown, step_economics, summary_lines, ClientMeans, EngineCapacity,
+    ExperimentCard, Load, Objectives, PerRequestPhases, StepResult, SweepVerdict, WorkloadHints,
 };
 use llmwatch_probe::{
     Bound, Calibrator, ClientConfig, MeasuringThread, Monitored, ProbeClient, PromptKind,
@@ -46,8 +46,8 @@ use llmwatch_probe::{
 use llmwatch_store::{NewSweep, Store, SweepEnd, SweepStatus, TargetKind};
 
 use crate::runners::canary::probe_row;
-use crate::sources::server_facts::discover_model;
 use crate::sources::scrape::{now_ms, scrape_client};
+use crate::sources::server_facts::discover_model;
 
 use self::card::{card_to_json, collect_card, CardSettings};
 use self::evidence::{evidence_for_window, has_phase_histograms, Scraped, Scraper};
@@ -177,7 +177,7 @@ async fn prepare(settings: &SweepSettings) -> Result<Prepared, SweepError> {
             output_tokens: settings.shape.output_tokens,
             prompt_kind: settings.prompt.label(),
             temperature: settings.temperature,
-            user: &settings.card,
+            user: &user_card_fields(settings),
         },
     )
     .await?;
@@ -651,6 +651,12 @@ fn add_breakdown_and_hygiene(
         ttft_s: run.ttft_ms.mean.map(|ms| ms / 1000.0),
         e2e_s: run.e2e_ms.mean.map(|ms| ms / 1000.0),
     };
+    step.server.economics = step_economics(
+        step.server.gpu_power_w_mean,
+        step.server.gpu_count,
+        step.output_token_throughput,
+        &settings.price,
+    );
     // The server's own timing of these very requests beats its histograms'
     // means over the window (which may hold other traffic).
     let breakdown = match per_request_phases(run) {
@@ -672,6 +678,37 @@ fn add_breakdown_and_hygiene(
             cache_hygiene(intended, run.total_input_tokens, run.total_cached_tokens)
         }
     });
+}
+
+/// The user's card fields, with the configured prices (the cost per token
+/// of each step depends on them, so the card says what they were).
+fn user_card_fields(settings: &SweepSettings) -> Vec<(String, String)> {
+    let mut fields = settings.card.clone();
+    for (key, price) in [
+        ("price_per_gpu_hour", settings.price.per_gpu_hour),
+        ("price_per_kwh", settings.price.per_kwh),
+    ] {
+        if let Some(price) = price {
+            if !fields.iter().any(|(k, _)| k == key) {
+                fields.push((key.to_string(), format!("${price}")));
+            }
+        }
+    }
+    fields
+}
+
+/// The server's per-request timing averaged over the run, when it timed
+/// every successful request.
+fn per_request_phases(run: &RunResult) -> Option<PerRequestPhases> {
+    if run.successful == 0 || run.server_timed_requests < run.successful {
+        return None;
+    }
+    let s = |ms: Option<f64>| ms.map(|v| v / 1000.0);
+    Some(PerRequestPhases {
+        queue_s: s(run.server_queue_ms.mean).unwrap_or(0.0),
+        prefill_s: s(run.server_prefill_ms.mean)?,
+        decode_s: s(run.server_decode_ms.mean),
+    })
 }
 
 /// Where a sweep's steps run.
@@ -700,20 +737,6 @@ async fn run_counted(
             workload.request(base + i)
         })
         .await;
-/// The server's per-request timing averaged over the run, when it timed
-/// every successful request.
-fn per_request_phases(run: &RunResult) -> Option<PerRequestPhases> {
-    if run.successful == 0 || run.server_timed_requests < run.successful {
-        return None;
-    }
-    let s = |ms: Option<f64>| ms.map(|v| v / 1000.0);
-    Some(PerRequestPhases {
-        queue_s: s(run.server_queue_ms.mean).unwrap_or(0.0),
-        prefill_s: s(run.server_prefill_ms.mean)?,
-        decode_s: s(run.server_decode_ms.mean),
-    })
-}
-
     *next_seq = base + used.load(Ordering::Relaxed);
     result
 }

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use llmwatch_core::analysis::{AnalysisConfig, Load, Objectives};
+use llmwatch_core::analysis::{AnalysisConfig, Load, Objectives, Price};
 use llmwatch_probe::{Api, PromptKind, Secret, SelfCheckLimits, Shape, Spin};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -165,6 +165,9 @@ pub struct SweepSettings {
     pub max_duration: Option<Duration>,
     /// Lets another task cancel the sweep (the API, the page, shutdown).
     pub cancel: SweepCancel,
+    /// What the GPUs cost: each step's cost per million output tokens
+    /// comes from it (see `llmwatch_core::analysis::step_economics`).
+    pub price: Price,
 }
 
 /// A handle that cancels a running sweep: the step in flight is dropped,
@@ -242,6 +245,7 @@ impl SweepSettings {
             spin: Spin::Auto,
             max_duration: None,
             cancel: SweepCancel::default(),
+            price: Price::default(),
         }
     }
 
@@ -342,6 +346,7 @@ impl SweepSettings {
                 "ttft_p95_s": self.stop.ttft_p95.map(|d| d.as_secs_f64()),
             },
             "self_check": self.self_check,
+            "price": self.price,
             // The thresholds it was judged with, so a page judges it again
             // exactly as the runner did.
             "analysis": self.analysis,

@@ -236,9 +236,10 @@ fn chart_svg(chart: &Chart<'_>, result: &ExperimentResult) -> String {
     let x = |c: u32| PAD_L + (f64::from(c).log2() - lo) / span * (W - PAD_L - PAD_R);
     let y = |v: f64| H - PAD_B - v / ymax * (H - PAD_B - PAD_T);
     let mut svg = format!(
-        r#"<svg data-chart="{}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{}"><text x="{PAD_L}" y="16" class="t">{}</text>"#,
+        r#"<svg data-chart="{}" viewBox="0 0 {W} {H}" width="{W}" height="{H}" role="img" aria-label="{} ({}) against concurrency"><text x="{PAD_L}" y="16" class="t">{}</text>"#,
         chart.id,
         esc(chart.title),
+        esc(chart.unit),
         esc(chart.title)
     );
     let _ = write!(
@@ -267,10 +268,9 @@ fn chart_svg(chart: &Chart<'_>, result: &ExperimentResult) -> String {
     }
     let _ = write!(
         svg,
-        r#"<text x="{}" y="{}" class="l" text-anchor="middle">concurrency ({})</text>"#,
+        r#"<text x="{}" y="{}" class="l" text-anchor="middle">concurrency</text>"#,
         (W + PAD_L) / 2.0,
-        H - 4.0,
-        esc(chart.unit)
+        H - 4.0
     );
     for (i, v) in result.variants.iter().enumerate() {
         let colour = COLOURS[i % COLOURS.len()];

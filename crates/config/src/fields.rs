@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use llmwatch_core::redact::redact_url;
+use llmwatch_probe::Shape;
 use serde::{Deserialize, Deserializer};
 
 pub(crate) fn duration<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
@@ -89,16 +90,11 @@ pub(crate) fn check_positive(duration: Duration) -> Result<(), String> {
     }
 }
 
-pub(crate) fn check_shape(shape: &str) -> Result<(), String> {
-    let parsed = shape.split_once('x').and_then(|(input, output)| {
-        Some((input.parse::<u32>().ok()?, output.parse::<u32>().ok()?))
-    });
-    match parsed {
-        Some((input, output)) if input > 0 && output > 0 => Ok(()),
-        _ => Err(format!(
-            "invalid shape {shape:?}: expected INPUTxOUTPUT tokens, e.g. \"64x16\""
-        )),
-    }
+/// A request shape, `INPUTxOUTPUT` tokens, parsed once here (the probe's
+/// own parser): the config hands out a [`Shape`].
+pub(crate) fn shape<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Shape, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    Shape::parse(&text).map_err(serde::de::Error::custom)
 }
 
 #[cfg(test)]

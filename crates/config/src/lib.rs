@@ -57,9 +57,21 @@ impl Config {
 
     /// Parses and validates config text; `path` is only for messages.
     pub fn parse(text: &str, path: &Path) -> Result<Config, ConfigError> {
-        let config: Config = toml::from_str(text).map_err(|err| ConfigError::Syntax {
+        let syntax = |message: String| ConfigError::Syntax {
             path: path.to_path_buf(),
-            message: err.to_string().trim_end().to_string(),
+            message: message.trim_end().to_string(),
+        };
+        let deserializer = toml::Deserializer::parse(text).map_err(|err| syntax(err.to_string()))?;
+        // The path names the field a value was refused for (e.g.
+        // `targets[0].probe.shape`); the TOML error shows the line.
+        let config: Config = serde_path_to_error::deserialize(deserializer).map_err(|err| {
+            let field = err.path().to_string();
+            let inner = err.into_inner().to_string();
+            syntax(if field == "." {
+                inner
+            } else {
+                format!("{field}: {inner}")
+            })
         })?;
         config
             .validate()
@@ -367,7 +379,7 @@ timeout = "3s"
         let ok = parse(&format!("{base}every = \"24h\"\nconcurrency = [1, 2, 4]\n")).unwrap();
         let sweep = ok.targets[0].sweep.as_ref().unwrap();
         assert_eq!(sweep.every, Duration::from_secs(86_400));
-        assert_eq!(sweep.shape, "512x128");
+        assert_eq!(sweep.shape, llmwatch_probe::Shape::new(512, 128));
         let err = error_of(&format!("{base}every = \"1m\"\n"));
         assert!(
             err.contains("targets[0].sweep.every") && err.contains("too often"),

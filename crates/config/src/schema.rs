@@ -9,9 +9,10 @@ use std::time::Duration;
 use llmwatch_core::alerts::Op;
 use llmwatch_core::catalog::Engine;
 use llmwatch_core::signals::Signal;
+use llmwatch_probe::Shape;
 use serde::{Deserialize, Deserializer};
 
-use crate::fields::{duration, optional_duration, parse_duration};
+use crate::fields::{duration, optional_duration, parse_duration, shape};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -376,8 +377,8 @@ fn default_discovery_refresh() -> Duration {
 pub struct ProbeConfig {
     #[serde(default = "default_probe_interval", deserialize_with = "duration")]
     pub interval: Duration,
-    #[serde(default = "default_probe_shape")]
-    pub shape: String,
+    #[serde(default = "default_probe_shape", deserialize_with = "shape")]
+    pub shape: Shape,
     #[serde(default = "default_probe_api")]
     pub api: ProbeApi,
     /// Model to ask for; defaults to the first of `/v1/models`.
@@ -394,8 +395,8 @@ pub struct ProbeConfig {
 pub struct SweepScheduleConfig {
     #[serde(deserialize_with = "duration")]
     pub every: Duration,
-    #[serde(default = "default_sweep_shape")]
-    pub shape: String,
+    #[serde(default = "default_sweep_shape", deserialize_with = "shape")]
+    pub shape: Shape,
     #[serde(default = "default_probe_api")]
     pub api: ProbeApi,
     /// Concurrency ladder; default 1, 2, 4 … 64.
@@ -428,8 +429,8 @@ pub struct SweepScheduleConfig {
 /// loads the server hard.
 pub const MIN_SWEEP_PERIOD: Duration = Duration::from_secs(600);
 
-fn default_sweep_shape() -> String {
-    "512x128".to_string()
+fn default_sweep_shape() -> Shape {
+    Shape::new(512, 128)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -700,8 +701,8 @@ fn default_probe_interval() -> Duration {
 fn default_probe_timeout() -> Duration {
     Duration::from_secs(60)
 }
-fn default_probe_shape() -> String {
-    "64x16".to_string()
+fn default_probe_shape() -> Shape {
+    Shape::new(64, 16)
 }
 fn default_probe_api() -> ProbeApi {
     ProbeApi::Chat

@@ -7,7 +7,7 @@ use std::time::Duration;
 use llmwatch_core::redact::origin_only;
 
 use crate::fields::{
-    check_http_url, check_http_url_shown, check_label_name, check_name, check_positive, check_shape,
+    check_http_url, check_http_url_shown, check_label_name, check_name, check_positive,
 };
 use crate::schema::{Config, MIN_SWEEP_PERIOD};
 
@@ -141,7 +141,6 @@ fn validate_targets<'a>(config: &'a Config, names: &mut HashSet<&'a str>) -> Res
                     ),
                 ));
             }
-            check_shape(&sweep.shape).map_err(|m| (field("sweep.shape"), m))?;
             let cap = sweep.max_concurrency.unwrap_or(64);
             if let Some(ladder) = &sweep.concurrency {
                 if ladder.is_empty() || ladder.contains(&0) {
@@ -162,7 +161,6 @@ fn validate_targets<'a>(config: &'a Config, names: &mut HashSet<&'a str>) -> Res
         }
         if let Some(probe) = &target.probe {
             check_positive(probe.interval).map_err(|m| (field("probe.interval"), m))?;
-            check_shape(&probe.shape).map_err(|m| (field("probe.shape"), m))?;
         }
     }
     Ok(())
@@ -277,12 +275,12 @@ fn validate_server(config: &Config) -> Result<(), Invalid> {
         .map_err(|m| ("server.live_interval".to_string(), m))?;
     let bucket_ms =
         i64::try_from(config.server.downsample_interval.as_millis()).unwrap_or(i64::MAX);
-    if bucket_ms > llmwatch_store::MAX_DOWNSAMPLE_BUCKET_MS {
+    if bucket_ms > llmwatch_core::staleness::MAX_DOWNSAMPLE_BUCKET_MS {
         return Err((
             "server.downsample_interval".to_string(),
             format!(
                 "at most {} s: a signal looks 5 min back for a scrape (\"0s\" turns downsampling off)",
-                llmwatch_store::MAX_DOWNSAMPLE_BUCKET_MS / 1000
+                llmwatch_core::staleness::MAX_DOWNSAMPLE_BUCKET_MS / 1000
             ),
         ));
     }

@@ -10,4 +10,5 @@ pub mod probe_signals;
 pub mod redact;
 pub mod signals;
 pub mod stable_hash;
+pub mod staleness;
 pub mod stats;

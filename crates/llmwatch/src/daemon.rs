@@ -177,6 +177,7 @@ struct Wiring {
 /// start here.
 fn check_access(config: &Config) -> anyhow::Result<(Option<String>, Vec<Option<String>>)> {
     let token = config.access_token()?;
+    config.check_target_secrets()?;
     let discovery_tokens = config
         .discovery
         .iter()

@@ -191,12 +191,8 @@ impl Range {
 /// The shortest window probe signals are rolled over in a range query.
 pub const PROBE_WINDOW_MIN_MS: i64 = 60 * 1000;
 
-/// How far back a signal query looks for a scrape before calling the value stale.
-pub(crate) const STALENESS_MS: i64 = 5 * 60 * 1000;
-
-/// The coarsest downsampling bucket: a thinned range must still have a
-/// scrape within [`STALENESS_MS`] of every instant.
-pub const MAX_DOWNSAMPLE_BUCKET_MS: i64 = STALENESS_MS / 2;
+pub use llmwatch_core::staleness::MAX_DOWNSAMPLE_BUCKET_MS;
+pub(crate) use llmwatch_core::staleness::STALENESS_MS;
 
 /// The store: a pool of SQLite connections plus the in-memory series index.
 #[derive(Clone)]

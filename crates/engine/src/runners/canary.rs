@@ -71,18 +71,20 @@ pub struct CanaryJob {
     pub target_id: i64,
     pub name: String,
     pub base_url: String,
-    pub api_key: Option<Secret>,
+    /// The key, or why it cannot be read.
+    pub api_key: Result<Option<Secret>, String>,
     pub probe: ProbeConfig,
 }
 
 impl CanaryJob {
     pub fn from_config(target_id: i64, target: &TargetConfig) -> Option<CanaryJob> {
         let probe = target.probe.clone()?;
+        // A key named but unset fails closed: the canary stores why it
+        // cannot start rather than probing without it.
         let api_key = target
-            .api_key_env
-            .as_ref()
-            .and_then(|var| std::env::var(var).ok())
-            .map(Secret::new);
+            .api_key()
+            .map(|key| key.map(Secret::new))
+            .map_err(|err| err.to_string());
         Some(CanaryJob {
             target_id,
             name: target.name.clone(),
@@ -104,6 +106,10 @@ async fn prepare_canary(
     api: Api,
     shape: Shape,
 ) -> Result<Canary, String> {
+    // Its key named but unreadable: never probe without it.
+    if let Err(why) = &job.api_key {
+        return Err(why.clone());
+    }
     let model = match &job.probe.model {
         Some(model) => model.clone(),
         None => discover_model(client.http(), &job.base_url)
@@ -165,16 +171,9 @@ pub async fn run_canary_loop(
     store: Store,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let shape = match Shape::parse(&job.probe.shape) {
-        Ok(shape) => shape,
-        Err(err) => {
-            // check-config refuses this; guard anyway.
-            tracing::error!(target = %job.name, error = %err, "canary disabled");
-            return;
-        }
-    };
+    let shape = job.probe.shape;
     let mut client_config = ClientConfig::new(job.base_url.clone());
-    client_config.api_key = job.api_key.clone();
+    client_config.api_key = job.api_key.clone().unwrap_or_default();
     client_config.timeout = job.probe.timeout;
     let clients = ProbeClient::new(client_config.clone())
         .and_then(|setup| Ok((setup, ProbeClient::new(client_config)?)));
@@ -202,7 +201,7 @@ pub async fn run_canary_loop(
                 Err(reason) => {
                     // Never silence: the reason is stored as a failed probe.
                     tracing::warn!(target = %job.name, error = %reason, "canary cannot start");
-                    let row = setup_error_row(job.target_id, api, &job.probe.shape, &reason);
+                    let row = setup_error_row(job.target_id, api, &job.probe.shape.to_string(), &reason);
                     if let Err(err) = store.write_probe(&row).await {
                         tracing::error!(target = %job.name, error = %err, "storing a canary error failed");
                     }
@@ -218,7 +217,7 @@ pub async fn run_canary_loop(
         let store = store.clone();
         let name = job.name.clone();
         let target_id = job.target_id;
-        let shape_label = job.probe.shape.clone();
+        let shape_label = job.probe.shape.to_string();
         let probe = thread.spawn(async move { current.probe().await });
         tokio::spawn(async move {
             match probe.await {

@@ -851,7 +851,7 @@ fn probe_json(id: i64, probe: &ProbeRow) -> Value {
         ("run_id", json!(probe.run_id)),
         ("api", json!(probe.api)),
         ("model", json!(probe.model)),
-        ("shape", json!(probe.shape)),
+        ("shape", json!(probe.shape.to_string())),
         ("ok", json!(probe.ok)),
         ("error_kind", json!(probe.error_kind)),
         ("error", json!(probe.error)),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use llmwatch_probe::record::Api;
-use llmwatch_probe::{Secret, Shape};
+use llmwatch_probe::Secret;
 use llmwatch_store::Store;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
@@ -16,7 +16,10 @@ use llmwatch_config::{Config, ProbeApi, SweepLimits, SweepScheduleConfig, Target
 
 /// The settings a daemon sweep of `target` starts from: its URLs (metrics,
 /// GPU page), API key and probe model, DESIGN.md's defaults for the rest.
-pub fn settings_for_target(config: &Config, target: &TargetConfig) -> SweepSettings {
+pub fn settings_for_target(
+    config: &Config,
+    target: &TargetConfig,
+) -> Result<SweepSettings, llmwatch_config::ConfigError> {
     let mut settings = SweepSettings::new(target.url.clone());
     settings.target_name = Some(target.name.clone());
     settings.metrics_url = Some(target.metrics_url());
@@ -27,11 +30,7 @@ pub fn settings_for_target(config: &Config, target: &TargetConfig) -> SweepSetti
             .find(|gpu| &gpu.name == name)
             .and_then(|gpu| gpu.dcgm_url.clone())
     });
-    settings.api_key = target
-        .api_key_env
-        .as_ref()
-        .and_then(|var| std::env::var(var).ok())
-        .map(Secret::new);
+    settings.api_key = target.api_key()?.map(Secret::new);
     settings.model = target.probe.as_ref().and_then(|p| p.model.clone());
     // The target's objectives, else the server's; `[targets.sweep]` may
     // still set its own (apply_schedule).
@@ -44,7 +43,7 @@ pub fn settings_for_target(config: &Config, target: &TargetConfig) -> SweepSetti
         settings.reuse_prompts = sweep.reuse_prompts;
     }
     settings.max_duration = Some(config.server.sweep_limits.max_sweep_duration);
-    settings
+    Ok(settings)
 }
 
 /// Checks a daemon sweep (API, page, schedule) against `[server.sweep_limits]`;
@@ -97,8 +96,7 @@ pub fn apply_schedule(
     settings: &mut SweepSettings,
     schedule: &SweepScheduleConfig,
 ) -> Result<(), SweepError> {
-    settings.shape = Shape::parse(&schedule.shape)
-        .map_err(|err| SweepError::Settings(format!("shape: {err}")))?;
+    settings.shape = schedule.shape;
     settings.api = match schedule.api {
         ProbeApi::Chat => Api::Chat,
         ProbeApi::Completions => Api::Completions,
@@ -202,7 +200,13 @@ pub async fn run_schedule(
     slots: SweepSlots,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut settings = settings_for_target(&config, &target);
+    let mut settings = match settings_for_target(&config, &target) {
+        Ok(settings) => settings,
+        Err(err) => {
+            tracing::error!(target = %target.name, error = %err, "scheduled sweeps disabled");
+            return;
+        }
+    };
     if let Err(err) = apply_schedule(&mut settings, &schedule) {
         // check-config refuses this; guard anyway.
         tracing::error!(target = %target.name, error = %err, "scheduled sweeps disabled");

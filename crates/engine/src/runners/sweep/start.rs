@@ -111,7 +111,8 @@ impl SweepStarter {
         target: &TargetConfig,
         request: &SweepRequest,
     ) -> Result<i64, StartError> {
-        let mut settings = settings_for_target(config, target);
+        let mut settings = settings_for_target(config, target)
+            .map_err(|err| StartError::Refused(err.to_string()))?;
         request.apply(&mut settings);
         settings
             .validate()

@@ -283,12 +283,17 @@ async fn every_page_renders_what_the_store_holds() {
         "Token throughput",
         "GPU utilisation and memory",
         "Canary mean TTFT by phase",
+        // The simulator's page is vLLM 0.32's: its prompt tokens by source
+        // (issue 38) are charted; its MFU counters and sleep state read 0
+        // and are not.
+        "Prompt tokens by source",
     ] {
         assert!(html.contains(title), "chart {title:?}");
     }
-    // Nine over time, and the passive curve's three (throughput, TTFT, ITL
+    assert!(!html.contains("Engines asleep"), "all-zero families stay off");
+    // Ten over time, and the passive curve's three (throughput, TTFT, ITL
     // against concurrency).
-    assert_eq!(html.matches("<svg").count(), 12, "twelve inline charts");
+    assert_eq!(html.matches("<svg").count(), 13, "thirteen inline charts");
     assert!(html.contains("objective p95 ≤ 1.00 s"));
     assert!(html.contains("objective p95 ≤ 50 ms"));
     for legend in [

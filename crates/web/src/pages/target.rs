@@ -414,8 +414,8 @@ const TARGET_CHARTS: &[ChartSpec] = &[
 
 /// Charts of signals only some engines report (issue 38: speculative
 /// decoding, P/D transfer, KV offloading, prompt-token sources, the MFU
-/// counters, sleep mode): drawn when any of their lines has a point in the
-/// range, so a page shows what its engine has and no empty frames.
+/// counters, sleep mode): drawn when any of their lines has a non-zero point
+/// in the range, so a page shows what its engine uses and no empty frames.
 const CHARTS_WHEN_PRESENT: &[ChartSpec] = &[
     ChartSpec {
         id: "spec_decode",
@@ -595,10 +595,15 @@ pub fn build_charts(
         from_ms: range.from_ms,
         to_ms: range.to_ms,
     };
+    // Present = some line has a non-zero point: vLLM 0.32 exposes its MFU
+    // counters and sleep state at 0 whether or not they are in use.
     let when_present = CHARTS_WHEN_PRESENT.iter().filter(|spec| {
-        spec.lines
-            .iter()
-            .any(|l| !chart_series(series, l).points.is_empty())
+        spec.lines.iter().any(|l| {
+            chart_series(series, l)
+                .points
+                .iter()
+                .any(|[_, value]| *value != 0.0)
+        })
     });
     let mut charts: Vec<Chart> = TARGET_CHARTS
         .iter()
@@ -841,6 +846,15 @@ mod tests {
         let range = range_of("1h", 3_600_000 * 10).unwrap();
         let none = build_charts(&[], &[], &[], TargetObjectives::default(), range);
         assert!(!none.iter().any(|c| c.id == "spec_decode"));
+        let zero = vec![(
+            Signal::AchievedTflops,
+            vec![Point {
+                ts_ms: range.to_ms,
+                value: 0.0,
+            }],
+        )];
+        let idle = build_charts(&zero, &[], &[], TargetObjectives::default(), range);
+        assert!(!idle.iter().any(|c| c.id == "achieved_tflops"), "all zero");
         let point = |v: f64| Point {
             ts_ms: range.to_ms - 60_000,
             value: v,

@@ -290,7 +290,10 @@ async fn every_page_renders_what_the_store_holds() {
     ] {
         assert!(html.contains(title), "chart {title:?}");
     }
-    assert!(!html.contains("Engines asleep"), "all-zero families stay off");
+    assert!(
+        !html.contains("Engines asleep"),
+        "all-zero families stay off"
+    );
     // Ten over time, and the passive curve's three (throughput, TTFT, ITL
     // against concurrency).
     assert_eq!(html.matches("<svg").count(), 13, "thirteen inline charts");

@@ -104,6 +104,10 @@ pub struct ProbeRequest {
     /// Ask for `stream_options.continuous_usage_stats` (vLLM): usage in
     /// every chunk, the only way to know how many tokens an event carried.
     pub continuous_usage_stats: bool,
+    /// Earlier turns of a conversation, oldest first, alternating user and
+    /// assistant (chat: sent as messages before `prompt`; completions:
+    /// prepended to it). Empty for a one-shot request.
+    pub history: Vec<String>,
 }
 
 impl ProbeRequest {
@@ -124,6 +128,7 @@ impl ProbeRequest {
             ignore_eos: true,
             temperature: 0.0,
             continuous_usage_stats: true,
+            history: Vec::new(),
         }
     }
 
@@ -141,9 +146,25 @@ impl ProbeRequest {
             "stream_options": stream_options,
         });
         match self.api {
-            Api::Completions => body["prompt"] = self.prompt.clone().into(),
+            Api::Completions if self.history.is_empty() => {
+                body["prompt"] = self.prompt.clone().into()
+            }
+            Api::Completions => {
+                let mut text = self.history.join("\n\n");
+                text.push_str("\n\n");
+                text.push_str(&self.prompt);
+                body["prompt"] = text.into();
+            }
             Api::Chat => {
-                body["messages"] = serde_json::json!([{ "role": "user", "content": self.prompt }])
+                let roles = ["user", "assistant"].into_iter().cycle();
+                let mut messages: Vec<serde_json::Value> = self
+                    .history
+                    .iter()
+                    .zip(roles)
+                    .map(|(content, role)| serde_json::json!({ "role": role, "content": content }))
+                    .collect();
+                messages.push(serde_json::json!({ "role": "user", "content": self.prompt }));
+                body["messages"] = messages.into();
             }
         }
         if self.ignore_eos {
@@ -761,5 +782,21 @@ mod tests {
         assert_eq!(b["ignore_eos"], true);
         let r = ProbeRequest::fixed(Api::Completions, "m", "hi", 4);
         assert_eq!(r.body()["prompt"], "hi");
+        // A conversation's history goes before the new turn.
+        let mut r = ProbeRequest::fixed(Api::Chat, "m", "3?", 4);
+        r.history = vec!["1?".into(), "one".into()];
+        let roles: Vec<_> = r.body()["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| (m["role"].clone(), m["content"].clone()))
+            .collect();
+        assert_eq!(
+            roles,
+            [("user", "1?"), ("assistant", "one"), ("user", "3?")]
+                .map(|(r, c)| (r.into(), c.into()))
+        );
+        r.api = Api::Completions;
+        assert_eq!(r.body()["prompt"], "1?\n\none\n\n3?");
     }
 }

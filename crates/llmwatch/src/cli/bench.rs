@@ -7,6 +7,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
+use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::record::Api;
 use llmwatch_probe::{
     Bound, Calibrator, ClientConfig, Load, MeasuringPool, Objectives, Part, PartOf, ProbeClient,
@@ -107,6 +108,11 @@ pub struct BenchArgs {
     /// Requests in flight (closed loop); with --rate, the cap on in-flight requests.
     #[arg(long, default_value_t = 8)]
     pub concurrency: u32,
+    /// multi-turn:TURNS[,think=DUR]: --concurrency conversations, each
+    /// resending its history with a new turn (per-turn input, cached
+    /// tokens, TTFT, prefix-cache hit ratio).
+    #[arg(long = "workload", value_parser = MultiTurn::parse)]
+    pub conversation: Option<MultiTurn>,
     /// Measured requests (warm-up not counted).
     #[arg(long, default_value_t = 200)]
     pub requests: u64,
@@ -437,6 +443,9 @@ pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
         return merge_cli(merge);
     }
     let (result, records_path) = bench(&args).await?;
+    if let Some(workload) = args.conversation {
+        return super::conversation::run(&args, workload).await;
+    }
     print!(
         "{}",
         llmwatch_core::redact::redact_urls_in(&llmwatch_probe::render_table(&result))

@@ -1,6 +1,7 @@
 //! The one-shot commands: `bench`, `sweep`, `inspect`, `sim`, `predict`, `experiment`, `db`.
 
 pub mod bench;
+pub mod conversation;
 pub mod db;
 pub mod experiment;
 pub mod inspect;

@@ -92,3 +92,61 @@ async fn every_request_gets_the_exact_input_length_on_a_real_bpe() {
     }
     assert!(failures.is_empty(), "{failures:#?}");
 }
+
+/// A 5-turn conversation on the real BPE: each turn resends the history, so
+/// input grows turn by turn; with the prefix cache on the cached input
+/// grows with it, with it off it stays zero.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn multi_turn_cached_input_grows_with_prefix_caching_and_is_zero_without() {
+    use llmwatch_probe::conversation::{run_conversations, ConversationSpec, MultiTurn};
+    for caching in [true, false] {
+        let mut profile = Profile::named("balanced").unwrap();
+        profile.enable_prefix_caching = caching;
+        let mut config = SimConfig::new(profile);
+        config.time_scale = 50.0;
+        config.tokenizer = Arc::new(bpe());
+        let sim = Sim::start(config).unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(serve(listener, sim.router()));
+        let spec = ConversationSpec {
+            api: Api::Chat,
+            model: "sim-llama".into(),
+            shape: Shape::new(64, 8),
+            sessions: 3,
+            workload: MultiTurn::parse("multi-turn:5,think=5ms").unwrap(),
+            seed: 0,
+        };
+        let client = ClientConfig::new(format!("http://{addr}"));
+        let r = run_conversations(&client, &spec).await.unwrap();
+        let table = llmwatch_probe::conversation::render_turns(&r);
+        assert_eq!(r.turns.len(), 5, "{table}");
+        assert!(
+            r.turns.iter().all(|t| t.requests == 3 && t.failed == 0),
+            "{table}"
+        );
+        let input: Vec<f64> = r
+            .turns
+            .iter()
+            .map(|t| t.input_tokens_mean.unwrap())
+            .collect();
+        let cached: Vec<f64> = r
+            .turns
+            .iter()
+            .map(|t| t.cached_tokens_mean.unwrap())
+            .collect();
+        assert!(input.windows(2).all(|w| w[1] > w[0] + 50.0), "{table}");
+        if caching {
+            // A first turn shares at most the chat template's opening block
+            // (16 tokens) with the other sessions.
+            assert!(cached[0] <= 16.0, "{table}");
+            assert!(cached.windows(2).all(|w| w[1] > w[0]), "{table}");
+            // Everything but the new turn (and the last partial block).
+            let last = &r.turns[4];
+            assert!(last.hit_ratio.unwrap() > 0.6, "{table}");
+        } else {
+            assert!(cached.iter().all(|c| *c == 0.0), "{table}");
+        }
+        println!("prefix caching {caching}:\n{table}");
+    }
+}

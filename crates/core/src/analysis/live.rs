@@ -10,11 +10,11 @@
 //! No threshold is repeated here: [`AnalysisConfig`] is the one place.
 
 use super::diagnosis::{diagnose, Confidence, Verdict};
-use super::{StepEconomics, WorkloadHints};
 use super::{
     fin, fmt, latency_breakdown, AnalysisConfig, ClientMeans, DominantPart, Load, Objectives,
     Quantiles, ServerEvidence, ServerPhases, StepResult,
 };
+use super::{StepEconomics, WorkloadHints};
 use crate::signals::Signal;
 
 /// Default length of the live window, seconds (5 minutes).

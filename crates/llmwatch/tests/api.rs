@@ -716,22 +716,40 @@ async fn experiments_run_from_the_api_only_with_an_allowed_program() {
     // Refused: a program not listed, an environment beyond the engines', a
     // graded set read from the daemon's disk, a server restarted by hand.
     let (status, body) = api
-        .post("/api/v1/experiments", json!({ "plan": api_plan("/bin/sh", "") }))
+        .post(
+            "/api/v1/experiments",
+            json!({ "plan": api_plan("/bin/sh", "") }),
+        )
         .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap_or("").contains("experiment_programs"));
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .contains("experiment_programs"));
     for (extra, needle) in [
         ("env = { LD_PRELOAD = \"/tmp/x.so\" }", "env.LD_PRELOAD"),
         ("[quality]\nset = \"/etc/passwd\"", "quality.set"),
     ] {
         let (status, body) = api
-            .post("/api/v1/experiments", json!({ "plan": api_plan(program, extra) }))
+            .post(
+                "/api/v1/experiments",
+                json!({ "plan": api_plan(program, extra) }),
+            )
             .await;
         assert_eq!(status, StatusCode::BAD_REQUEST, "{extra}: {body}");
-        assert!(body["error"]["message"].as_str().unwrap_or("").contains(needle), "{body}");
+        assert!(
+            body["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains(needle),
+            "{body}"
+        );
     }
     let (status, body) = api
-        .post("/api/v1/experiments", json!({ "plan": "[experiment]\nname = 1" }))
+        .post(
+            "/api/v1/experiments",
+            json!({ "plan": "[experiment]\nname = 1" }),
+        )
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
     // Another site's page may not start one, even with the token.
@@ -747,19 +765,29 @@ async fn experiments_run_from_the_api_only_with_an_allowed_program() {
     assert_eq!(cross.status(), StatusCode::FORBIDDEN);
 
     let (status, started) = api
-        .post("/api/v1/experiments", json!({ "plan": api_plan(program, "") }))
+        .post(
+            "/api/v1/experiments",
+            json!({ "plan": api_plan(program, "") }),
+        )
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{started}");
     let id = started["id"].as_i64().expect("id");
     let (busy, _) = api
-        .post("/api/v1/experiments", json!({ "plan": api_plan(program, "") }))
+        .post(
+            "/api/v1/experiments",
+            json!({ "plan": api_plan(program, "") }),
+        )
         .await;
     assert_eq!(busy, StatusCode::CONFLICT, "one experiment at a time");
     let path = format!("/api/v1/experiments/{id}");
-    let done = wait_for("the API experiment to complete", Duration::from_secs(60), || async {
-        let body = api.ok(&path).await;
-        (body["status"] == "completed").then_some(body)
-    })
+    let done = wait_for(
+        "the API experiment to complete",
+        Duration::from_secs(60),
+        || async {
+            let body = api.ok(&path).await;
+            (body["status"] == "completed").then_some(body)
+        },
+    )
     .await;
     let result = &done["result"];
     assert_eq!(result["ranking"][0]["variant"], "seqs-8", "{result}");
@@ -767,7 +795,10 @@ async fn experiments_run_from_the_api_only_with_an_allowed_program() {
     // `{gpu_port}`: the simulated GPU page's power gives energy per token.
     let joules = result["variants"][1]["energy_j_per_token"].as_f64();
     assert!(joules.is_some_and(|j| j > 0.0), "{result}");
-    assert_eq!(result["checklist"][3][1], "NVIDIA H100 80GB HBM3", "GPU model from the page");
+    assert_eq!(
+        result["checklist"][3][1], "NVIDIA H100 80GB HBM3",
+        "GPU model from the page"
+    );
     let listed = api.ok("/api/v1/experiments").await;
     assert_eq!(listed["experiments"][0]["id"], id);
     let page = api
@@ -779,6 +810,11 @@ async fn experiments_run_from_the_api_only_with_an_allowed_program() {
         .unwrap();
     assert_eq!(page.status(), StatusCode::OK);
     let html = page.text().await.unwrap();
-    assert!(html.contains("data-variant=\"seqs-8\"") && html.contains("<svg data-chart=\"throughput\""));
-    assert!(!html.contains("http-equiv=\"refresh\""), "a finished experiment does not reload");
+    assert!(
+        html.contains("data-variant=\"seqs-8\"") && html.contains("<svg data-chart=\"throughput\"")
+    );
+    assert!(
+        !html.contains("http-equiv=\"refresh\""),
+        "a finished experiment does not reload"
+    );
 }

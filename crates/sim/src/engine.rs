@@ -440,7 +440,11 @@ impl EngineCore {
     /// Resets the prefix cache if `POST /reset_prefix_cache` asked (only
     /// while idle, as vLLM refuses while blocks are in use).
     fn take_prefix_cache_reset(&mut self) {
-        if self.shared.reset_prefix_cache.swap(false, Ordering::Relaxed) {
+        if self
+            .shared
+            .reset_prefix_cache
+            .swap(false, Ordering::Relaxed)
+        {
             self.pool.reset_prefix_cache();
         }
     }

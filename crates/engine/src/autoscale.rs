@@ -17,6 +17,7 @@ use llmwatch_core::autoscale::{
 use llmwatch_core::signals::Signal;
 use llmwatch_store::{Store, StoreError};
 
+use crate::events::Failure;
 use crate::passive::{read_passive_curve, PassiveQuery};
 use crate::runners::sweep::{load_sweep, SweepError};
 
@@ -119,7 +120,7 @@ async fn sweep_reference(
         Ok(stored) => stored.steps,
         Err(SweepError::Store(err)) => return Err(err),
         Err(err) => {
-            tracing::warn!(sweep = row.id, error = %err, "autoscale: the last sweep's steps are unreadable");
+            Failure::StoreRead.emit(None, &format!("sweep {}: {err}", row.id));
             Vec::new()
         }
     };

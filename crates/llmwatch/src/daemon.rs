@@ -3,7 +3,6 @@
 //! handle so tests and `llmwatch demo` can run it in-process.
 
 use llmwatch_core::redact::redact_url;
-use llmwatch_store::{Pruned, RetentionCutoffs};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,13 +13,13 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use llmwatch_config::{Config, EngineChoice};
+use llmwatch_engine::runners::retention::{run_retention, Retention};
 use llmwatch_engine::runners::supervisor::{start_supervisor, TargetTasks};
 use llmwatch_engine::runners::sweep::schedule::{run_schedule, SweepSlots};
 use llmwatch_engine::sources::discovery::{run_discovery, DiscoveryCounters, DiscoveryJob};
-use llmwatch_engine::sources::gpu_nvml::{readings_to_samples, NvmlSource};
+use llmwatch_engine::sources::gpu_nvml::{run_nvml_loop, NvmlSource};
 use llmwatch_engine::sources::scrape::{self, now_ms, ScrapeCounters, ScrapeJob};
 use llmwatch_engine::targets::TargetSet;
-use llmwatch_engine::ticker::JitteredTicker;
 use llmwatch_web as web;
 
 /// A running daemon.
@@ -481,109 +480,4 @@ async fn api_context(
         *slot = remote_write;
     }
     Ok(api)
-}
-
-async fn run_nvml_loop(
-    source: Arc<NvmlSource>,
-    target_id: i64,
-    interval: Duration,
-    records: mpsc::Sender<ScrapeRecord>,
-    mut shutdown: watch::Receiver<bool>,
-) {
-    // One local source: nothing to spread out, so no phase and no jitter.
-    let mut ticker = JitteredTicker::starting_now(interval);
-    while ticker.tick(&mut shutdown).await {
-        let ts_ms = now_ms();
-        let started = std::time::Instant::now();
-        let reader = source.clone();
-        let read = tokio::task::spawn_blocking(move || reader.read()).await;
-        let mut record = ScrapeRecord {
-            target_id,
-            ts_ms,
-            up: false,
-            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
-            body_bytes: 0,
-            error: None,
-            engine: Some("nvml".to_string()),
-            samples: Vec::new(),
-            raw: Vec::new(),
-        };
-        match read {
-            Ok(Ok(readings)) => {
-                record.up = true;
-                record.samples = readings_to_samples(&readings);
-            }
-            Ok(Err(err)) => record.error = Some(err),
-            Err(err) => record.error = Some(format!("NVML reader task failed: {err}")),
-        }
-        if records.send(record).await.is_err() {
-            return;
-        }
-    }
-}
-
-/// What the hourly maintenance does to old scrapes.
-#[derive(Debug, Clone)]
-struct Retention {
-    keep: Duration,
-    probes: Duration,
-    sweeps: Duration,
-    alert_history: Duration,
-    /// The GPU sources and the watched targets: their series stay.
-    gpu_sources: Vec<i64>,
-    targets: TargetSet,
-    downsample_after: Duration,
-    /// Zero: never thin.
-    downsample_interval: Duration,
-}
-
-fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// Once an hour (and once at start): deletes scrapes past the retention,
-/// then thins those past `downsample_after`.
-async fn run_retention(store: Store, retention: Retention, mut shutdown: watch::Receiver<bool>) {
-    let mut ticker = tokio::time::interval(Duration::from_secs(3600));
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            _ = shutdown.changed() => return,
-        }
-        let now = now_ms();
-        let before = |keep: Duration| now.saturating_sub(ms(keep));
-        let cutoffs = RetentionCutoffs {
-            scrapes_before_ms: before(retention.keep),
-            probes_before_ms: before(retention.probes),
-            sweeps_before_ms: before(retention.sweeps),
-            alert_events_before_ms: before(retention.alert_history),
-        };
-        let mut active = retention.gpu_sources.clone();
-        for name in retention.targets.names() {
-            match store.target_by_name(&name).await {
-                Ok(Some(row)) => active.push(row.id),
-                Ok(None) => {}
-                Err(err) => {
-                    tracing::warn!(target = %name, error = %err, "retention: reading a target failed")
-                }
-            }
-        }
-        match store.run_retention(&cutoffs, &active).await {
-            Ok(pruned) if pruned == Pruned::default() => {}
-            Ok(pruned) => tracing::info!(?pruned, "retention: old rows deleted"),
-            Err(err) => tracing::error!(error = %err, "retention failed"),
-        }
-        if retention.downsample_interval.is_zero() {
-            continue;
-        }
-        let cutoff = now.saturating_sub(ms(retention.downsample_after));
-        match store
-            .downsample(cutoff, ms(retention.downsample_interval))
-            .await
-        {
-            Ok(0) => {}
-            Ok(deleted) => tracing::info!(deleted, "downsampling: old scrapes thinned"),
-            Err(err) => tracing::error!(error = %err, "downsampling failed"),
-        }
-    }
 }

@@ -217,6 +217,19 @@ async fn a_canary_past_llama_servers_slot_context_names_the_limit() {
         (!probes.is_empty()).then_some(probes)
     })
     .await;
+    // The failure is an event too: counted by name on the own /metrics.
+    let metrics = reqwest::get(format!("{}/metrics", test.base_url()))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let counted = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("llmwatch_failures_total{event=\"canary_setup\"} "))
+        .and_then(|v| v.trim().parse::<f64>().ok());
+    assert!(counted.is_some_and(|n| n >= 1.0), "{metrics}");
+    assert!(metrics.contains("llmwatch_failures_total{event=\"retention\"}"));
     test.daemon.shutdown().await;
     let first = &probes[0];
     assert!(!first.ok);

@@ -607,7 +607,8 @@ async fn every_page_renders_what_the_store_holds() {
     // prediction and shows it; a bad flag is refused, naming it.
     let (_, html) = get(&client, &format!("{base}/sweeps/2")).await;
     assert!(html.contains("id=\"predict\""), "the predict form");
-    let csrf_at = html.find("name=\"csrf\" value=\"").expect("a CSRF field") + 20;
+    let field = "name=\"csrf\" value=\"";
+    let csrf_at = html.find(field).expect("a CSRF field") + field.len();
     let csrf = &html[csrf_at..csrf_at + html[csrf_at..].find('"').expect("closing quote")];
     let no_redirect = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())

@@ -14,6 +14,7 @@ use llmwatch_store::{ProbeRow, Store, StoreError, SweepStatus, TargetKind, Targe
 
 use llmwatch_engine::alerts::AlertsHandle;
 use llmwatch_engine::autoscale::CapacityReferences;
+use llmwatch_engine::events::failure_counts;
 use llmwatch_engine::sinks::remote_write::RemoteWriteCounters;
 use llmwatch_engine::sources::discovery::DiscoveryCounters;
 use llmwatch_engine::sources::scrape::ScrapeCounters;
@@ -195,6 +196,13 @@ impl OwnMetrics {
             "llmwatch_store_write_duration_seconds",
             "Duration of one batched scrape write (one transaction).",
             [(Vec::new(), &Hist::from(counters.write_latency.snapshot()))],
+        );
+        page.counter(
+            "llmwatch_failures_total",
+            "Failures the daemon survived, by event (each is logged too): retention, canaries, live diagnosis, sweeps, scrape writes, alerts, store reads.",
+            failure_counts()
+                .into_iter()
+                .map(|(event, n)| (vec![("event", event.to_string())], n)),
         );
         page.counter(
             "llmwatch_metrics_render_failures_total",

@@ -18,6 +18,7 @@ use llmwatch_store::{
 use tokio::sync::watch;
 
 use super::{duration_ms, rule_signal, AlertsHandle, CurrentAlert, Rule, RuleSignal};
+use crate::events::Failure;
 use crate::sinks::notify::{NotifierHandle, OutAlert};
 use crate::sources::scrape::now_ms;
 use crate::targets::TargetSet;
@@ -147,7 +148,7 @@ pub async fn run_evaluator(
                 );
             }
             if let Err(err) = store.apply_alert_changes(&stale).await {
-                tracing::error!(error = %err, "removing alerts of deleted rules failed");
+                Failure::Alerts.emit(None, &format!("removing alerts of deleted rules: {err}"));
             }
             if !entries.is_empty() {
                 tracing::info!(
@@ -158,7 +159,10 @@ pub async fn run_evaluator(
         }
         Err(err) => {
             handle.counters.failures.fetch_add(1, Ordering::Relaxed);
-            tracing::error!(error = %err, "reading stored alert states failed; starting empty");
+            Failure::Alerts.emit(
+                None,
+                &format!("reading stored alert states (starting empty): {err}"),
+            );
         }
     }
     let mut ticker = tokio::time::interval(settings.interval);
@@ -183,7 +187,7 @@ pub async fn run_evaluator(
                 }
                 Err(err) => {
                     handle.counters.failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(error = %err, "alerts: reading targets failed");
+                    Failure::StoreRead.emit(None, &err);
                     continue;
                 }
             }
@@ -263,7 +267,10 @@ async fn evaluate_round(
                 Err(err) => {
                     // Unknown is not "fine": keep the state as it is.
                     handle.counters.failures.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(rule = %rule.name, target = %target, error = %err, "alert: reading the signal failed");
+                    Failure::Alerts.emit(
+                        Some(target),
+                        &format!("rule {}: reading the signal: {err}", rule.name),
+                    );
                 }
             }
         }
@@ -293,7 +300,7 @@ async fn evaluate_round(
     let current = settle(entries, &mut outcome.changes, now);
     if let Err(err) = store.apply_alert_changes(&outcome.changes).await {
         handle.counters.failures.fetch_add(1, Ordering::Relaxed);
-        tracing::error!(error = %err, "storing alert states failed");
+        Failure::Alerts.emit(None, &format!("storing alert states: {err}"));
     }
     dispatch(handle, notifiers, outcome);
     // Published last: whoever sees an alert firing may rely on it being
@@ -317,7 +324,7 @@ async fn sweeps_in_windows(store: &Store, rules: &[Rule], now: i64) -> Vec<Sweep
     {
         Ok(sweeps) => sweeps,
         Err(err) => {
-            tracing::warn!(error = %err, "alerts: reading the sweeps in progress failed");
+            Failure::StoreRead.emit(None, &err);
             Vec::new()
         }
     }

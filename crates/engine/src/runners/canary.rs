@@ -13,6 +13,7 @@ use llmwatch_probe::{
 use llmwatch_store::{ProbeRow, Store};
 use tokio::sync::watch;
 
+use crate::events::Failure;
 use crate::sources::server_facts::{context_limit, discover_model};
 use crate::ticker::JitteredTicker;
 use llmwatch_config::{ProbeApi, ProbeConfig, TargetConfig};
@@ -180,7 +181,7 @@ pub async fn run_canary_loop(
     let (client, probe_client) = match clients {
         Ok(clients) => clients,
         Err(err) => {
-            tracing::error!(target = %job.name, error = %err, "canary disabled");
+            Failure::CanarySetup.emit(Some(&job.name), &err);
             return;
         }
     };
@@ -200,10 +201,11 @@ pub async fn run_canary_loop(
                 Ok(ready) => canary = Some(Arc::new(ready)),
                 Err(reason) => {
                     // Never silence: the reason is stored as a failed probe.
-                    tracing::warn!(target = %job.name, error = %reason, "canary cannot start");
-                    let row = setup_error_row(job.target_id, api, &job.probe.shape.to_string(), &reason);
+                    Failure::CanarySetup.emit(Some(&job.name), &reason);
+                    let row =
+                        setup_error_row(job.target_id, api, &job.probe.shape.to_string(), &reason);
                     if let Err(err) = store.write_probe(&row).await {
-                        tracing::error!(target = %job.name, error = %err, "storing a canary error failed");
+                        Failure::CanaryStore.emit(Some(&job.name), &err);
                     }
                     continue;
                 }
@@ -227,7 +229,7 @@ pub async fn run_canary_loop(
                     }
                     let row = probe_row(target_id, None, &shape_label, &record);
                     if let Err(err) = store.write_probe(&row).await {
-                        tracing::error!(target = %name, error = %err, "storing a canary probe failed");
+                        Failure::CanaryStore.emit(Some(&name), &err);
                     }
                 }
                 Ok(Err(busy)) => tracing::debug!(target = %name, "{busy}: tick skipped"),
@@ -236,9 +238,7 @@ pub async fn run_canary_loop(
                 Err(err) if err.is_cancelled() => {
                     tracing::debug!(target = %name, "canary probe cancelled")
                 }
-                Err(err) => {
-                    tracing::error!(target = %name, error = %err, "canary probe task failed")
-                }
+                Err(err) => Failure::CanaryTask.emit(Some(&name), &err),
             }
         });
     }

@@ -14,6 +14,7 @@ use llmwatch_core::signals::Signal;
 use llmwatch_store::{LiveVerdictRow, Point, Range, Store, StoreError};
 use tokio::sync::watch;
 
+use crate::events::Failure;
 use crate::sources::scrape::{now_ms, scrape_client};
 use crate::sources::server_facts::read_capacity;
 use crate::targets::TargetSet;
@@ -173,7 +174,7 @@ pub async fn run_live_diagnosis(
             match jobs_for(&current, &store).await {
                 Ok(jobs) => jobs_of = Some((current, jobs)),
                 Err(err) => {
-                    tracing::warn!(error = %err, "live diagnosis: reading targets failed");
+                    Failure::StoreRead.emit(None, &err);
                     continue;
                 }
             }
@@ -193,7 +194,7 @@ pub async fn run_live_diagnosis(
         }
         for job in jobs_of.iter().flat_map(|(_, jobs)| jobs) {
             if let Err(err) = evaluate(&store, job, window).await {
-                tracing::warn!(target = %job.name, error = %err, "live diagnosis failed");
+                Failure::LiveDiagnosis.emit(Some(&job.name), &err);
             }
         }
     }

@@ -14,6 +14,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 
 use crate::clock::now_ms;
+use crate::events::Failure;
 use crate::runners::canary::{run_canary_loop, CanaryJob};
 use crate::sources::scrape::{run_scrape_loop, ScrapeCounters, ScrapeJob};
 use crate::targets::TargetSet;
@@ -76,7 +77,7 @@ impl Supervisor {
                 }
                 Err(err) => {
                     // Retried at the next change of the set.
-                    tracing::error!(target = %target.name, error = %err, "could not start watching the target");
+                    Failure::TargetStart.emit(Some(&target.name), &err);
                 }
             }
         }
@@ -111,9 +112,7 @@ impl Supervisor {
                     store.clone(),
                     stopped.clone(),
                 ))),
-                Err(err) => {
-                    tracing::error!(target = %target.name, error = %err, "no thread for canary probes")
-                }
+                Err(err) => Failure::TargetStart.emit(Some(&target.name), &err),
             }
         }
         tasks.push(tokio::spawn(run_scrape_loop(

@@ -5,6 +5,14 @@
 use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part, SampleLabels};
 use nvml_wrapper::enum_wrappers::device::TemperatureSensor;
 use nvml_wrapper::Nvml;
+use std::sync::Arc;
+use std::time::Duration;
+
+use llmwatch_store::ScrapeRecord;
+use tokio::sync::{mpsc, watch};
+
+use crate::clock::now_ms;
+use crate::ticker::JitteredTicker;
 
 /// One GPU's counters as NVML reports them (NVML units).
 #[derive(Debug, Clone, PartialEq)]
@@ -122,6 +130,48 @@ impl NvmlSource {
             });
         }
         Ok(readings)
+    }
+}
+
+/// Reads the local GPUs through NVML every `interval` and sends each
+/// reading as a scrape record of `target_id` (a reading that fails is a
+/// record that is down, with its reason).
+pub async fn run_nvml_loop(
+    source: Arc<NvmlSource>,
+    target_id: i64,
+    interval: Duration,
+    records: mpsc::Sender<ScrapeRecord>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    // One local source: nothing to spread out, so no phase and no jitter.
+    let mut ticker = JitteredTicker::starting_now(interval);
+    while ticker.tick(&mut shutdown).await {
+        let ts_ms = now_ms();
+        let started = std::time::Instant::now();
+        let reader = source.clone();
+        let read = tokio::task::spawn_blocking(move || reader.read()).await;
+        let mut record = ScrapeRecord {
+            target_id,
+            ts_ms,
+            up: false,
+            duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+            body_bytes: 0,
+            error: None,
+            engine: Some("nvml".to_string()),
+            samples: Vec::new(),
+            raw: Vec::new(),
+        };
+        match read {
+            Ok(Ok(readings)) => {
+                record.up = true;
+                record.samples = readings_to_samples(&readings);
+            }
+            Ok(Err(err)) => record.error = Some(err),
+            Err(err) => record.error = Some(format!("NVML reader task failed: {err}")),
+        }
+        if records.send(record).await.is_err() {
+            return;
+        }
     }
 }
 

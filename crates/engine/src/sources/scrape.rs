@@ -14,6 +14,7 @@ use llmwatch_core::exposition::{detect_format, parse_lenient, PageTemplate, Temp
 use llmwatch_store::{RawSample, ScrapeRecord, Store};
 use tokio::sync::{mpsc, watch};
 
+use crate::events::Failure;
 use crate::ticker::JitteredTicker;
 use llmwatch_config::EngineChoice;
 
@@ -510,7 +511,7 @@ pub async fn run_writer(
             }
             Err(err) => {
                 counters.write_failures.fetch_add(1, Ordering::Relaxed);
-                tracing::error!(error = %err, records = batch.len(), "writing scrapes failed");
+                Failure::ScrapeWrite.emit(None, &format!("{err} ({} records)", batch.len()));
             }
         }
         batch.clear();

@@ -11,6 +11,7 @@ use llmwatch_store::Store;
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use super::{run_sweep, Ladder, SweepCancel, SweepError, SweepSettings};
+use crate::events::Failure;
 use crate::ticker::schedule_offset;
 use llmwatch_config::{Config, ProbeApi, SweepLimits, SweepScheduleConfig, TargetConfig};
 
@@ -203,13 +204,13 @@ pub async fn run_schedule(
     let mut settings = match settings_for_target(&config, &target) {
         Ok(settings) => settings,
         Err(err) => {
-            tracing::error!(target = %target.name, error = %err, "scheduled sweeps disabled");
+            Failure::ScheduledSweep.emit(Some(&target.name), &err);
             return;
         }
     };
     if let Err(err) = apply_schedule(&mut settings, &schedule) {
         // check-config refuses this; guard anyway.
-        tracing::error!(target = %target.name, error = %err, "scheduled sweeps disabled");
+        Failure::ScheduledSweep.emit(Some(&target.name), &err);
         return;
     }
     let first = schedule.every + schedule_offset(&format!("{}/sweep", target.name), schedule.every);
@@ -245,9 +246,7 @@ pub async fn run_schedule(
                 status = report.status.as_str(),
                 "scheduled sweep ended"
             ),
-            Err(err) => {
-                tracing::warn!(target = %target.name, error = %err, "scheduled sweep failed")
-            }
+            Err(err) => Failure::ScheduledSweep.emit(Some(&target.name), &err),
         }
     }
 }

@@ -11,6 +11,8 @@ use llmwatch_probe::Shape;
 use llmwatch_store::Store;
 use tokio::sync::oneshot;
 
+use crate::events::Failure;
+
 use super::schedule::{check_limits, settings_for_target, SweepSlots};
 use super::{run_sweep_with_id, Ladder, SweepError, SweepSettings};
 
@@ -130,7 +132,7 @@ impl SweepStarter {
                 Ok(report) => {
                     tracing::info!(target = %name, sweep = ?report.sweep_id, status = report.status.as_str(), "sweep ended")
                 }
-                Err(err) => tracing::warn!(target = %name, error = %err, "sweep failed"),
+                Err(err) => Failure::StartedSweep.emit(Some(&name), &err),
             }
             result.map(|_| ())
         });

@@ -32,6 +32,7 @@ pub mod sink;
 mod spin;
 pub mod sse;
 pub mod stats;
+pub mod trace;
 
 pub use canary::{Canary, CanaryBusy};
 pub use client::{ClientConfig, ClientError, ProbeClient, ProbeRequest, Secret};

@@ -165,7 +165,7 @@ impl PromptKind {
 
 /// Common short English words: mostly one token each in BPE vocabularies,
 /// so word count tracks token count closely.
-const WORDS: &[&str] = &[
+pub(crate) const WORDS: &[&str] = &[
     "the", "of", "and", "to", "in", "is", "was", "for", "on", "are", "with", "as", "his", "they",
     "be", "at", "one", "have", "this", "from", "or", "had", "by", "word", "but", "what", "some",
     "we", "can", "out", "other", "were", "all", "there", "when", "up", "use", "your", "how",

@@ -113,6 +113,14 @@ pub struct BenchArgs {
     /// tokens, TTFT, prefix-cache hit ratio).
     #[arg(long = "workload", value_parser = MultiTurn::parse)]
     pub conversation: Option<MultiTurn>,
+    /// Replay a Mooncake-format trace (JSON Lines: timestamp ms,
+    /// input_length, output_length, hash_ids of 512-token blocks) through
+    /// /v1/completions, prompts exact to the token (needs /tokenize).
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// Replay the trace this many times as fast as recorded.
+    #[arg(long, default_value_t = 1.0)]
+    pub trace_speed: f64,
     /// Measured requests (warm-up not counted).
     #[arg(long, default_value_t = 200)]
     pub requests: u64,
@@ -446,6 +454,10 @@ pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(workload) = args.conversation {
         return super::conversation::run(&args, workload).await;
     }
+    if let Some(trace) = &args.trace {
+        return super::trace::run(&args, trace, args.trace_speed).await;
+    }
+    let (result, records_path) = bench(&args).await?;
     print!(
         "{}",
         llmwatch_core::redact::redact_urls_in(&llmwatch_probe::render_table(&result))

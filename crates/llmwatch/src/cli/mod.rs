@@ -9,3 +9,4 @@ pub mod predict;
 pub mod sim;
 pub mod sweep;
 pub mod sweep_render;
+pub mod trace;

@@ -450,7 +450,6 @@ pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(BenchCommand::Merge(merge)) = &args.command {
         return merge_cli(merge);
     }
-    let (result, records_path) = bench(&args).await?;
     if let Some(workload) = args.conversation {
         return super::conversation::run(&args, workload).await;
     }

@@ -113,6 +113,22 @@ fn running_plateau(ctx: &Ctx<'_>, i: usize, s: &StepResult) -> Option<f64> {
     Some(above)
 }
 
+/// Whether this level runs as many sequences as the KV cache fits (by
+/// arithmetic) while a request waits: the cache, not prompt compute, holds
+/// the rest back, however small the queue's share of TTFT still is.
+pub(super) fn cache_full_here(s: &StepResult, workload: &WorkloadHints) -> bool {
+    let waiting = fin(s.server.requests_waiting_max).unwrap_or(0.0);
+    let running = fin(s.server.requests_running_max);
+    let fit = tokens_per_request(s, workload)
+        .and_then(|(input, output, _)| fit_of(&workload.capacity, input, output));
+    match (running, fit) {
+        (Some(running), Some(fit)) => {
+            waiting >= 1.0 && fit.at_peak >= 1.0 && running >= fit.at_peak
+        }
+        _ => false,
+    }
+}
+
 /// Why this level's engine steps are full of prompt work: each step (one
 /// token gap, p50) carried at least [`PROMPT_TOKENS_PER_DECODE`] prompt
 /// tokens for every sequence it decoded. A cap on running sequences or a

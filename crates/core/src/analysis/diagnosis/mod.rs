@@ -578,6 +578,7 @@ fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
                 });
         if waits
             || near.is_some_and(|(sp, _)| sp.outside_dominated() || sp.transfer_dominated())
+            || capacity::cache_full_here(s, workload)
         {
             return None;
         }

@@ -45,9 +45,16 @@ impl Config {
     }
 }
 
+/// The environment variable `name`, if set and valid Unicode: the one read
+/// of the environment outside secrets (e.g. Kubernetes' in-cluster
+/// settings).
+pub fn env_var(name: &str) -> Option<String> {
+    std::env::var(name).ok()
+}
+
 /// The value of the environment variable `var` holding a secret for
 /// `field`: unset or empty is an error (fail closed), never "none".
-fn secret_from_env(var: &str, field: String) -> Result<String, ConfigError> {
+pub fn secret_from_env(var: &str, field: String) -> Result<String, ConfigError> {
     match std::env::var(var) {
         Ok(value) if !value.trim().is_empty() => Ok(value),
         _ => Err(ConfigError::AtStart {

@@ -30,6 +30,7 @@
 //! is in neither peer's figure (and no drain runs then).
 //!
 //! `cargo bench --bench remote_write_peer`
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 #[path = "common/fleet.rs"]
 mod fleet;

@@ -24,6 +24,7 @@
 //! older commit's) to the same run; `PEERS=llmwatch,prometheus` picks peers.
 //!
 //! `cargo bench -p llmwatch --bench scrape_fleet`
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 use std::io::Write as _;
 use std::net::SocketAddr;

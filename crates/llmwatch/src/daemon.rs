@@ -231,7 +231,7 @@ fn spawn_discovery(
             // In-cluster settings come from the environment: missing ones
             // stop the start here, naming the section.
             let connection = kubernetes
-                .connection(|var| std::env::var(var).ok())
+                .connection(llmwatch_config::env_var)
                 .map_err(|m| anyhow::anyhow!("discovery[{index}].kubernetes: {m}"))?;
             tracing::info!(discovery = %discovery.name, role = ?kubernetes.role, namespaces = ?kubernetes.namespaces, api_server = %redact_url(&connection.api_server), "kubernetes service discovery");
             wiring.tasks.push(tokio::spawn(

@@ -2,6 +2,7 @@
 //! route, pagination, times in both forms, bad parameters answered 400 with
 //! a message, the bearer token, a sweep started through the API, and the
 //! OpenAPI document covering every route.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 mod common;
 
@@ -465,7 +466,13 @@ window = "10s"
         .post(&predict, json!({ "vllm_args": "--no-such-flag 1" }))
         .await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
-    assert!(body["error"]["message"].as_str().unwrap().contains("--no-such-flag"), "{body}");
+    assert!(
+        body["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("--no-such-flag"),
+        "{body}"
+    );
     let (status, _) = api
         .post("/api/v1/sweeps/999/predictions", json!({ "vllm_args": "" }))
         .await;
@@ -483,7 +490,9 @@ window = "10s"
     assert_eq!(status, StatusCode::CONFLICT, "{busy}");
     let deadline = Instant::now() + Duration::from_secs(120);
     let prediction = loop {
-        let p = api.ok(&format!("/api/v1/predictions/{prediction_id}")).await;
+        let p = api
+            .ok(&format!("/api/v1/predictions/{prediction_id}"))
+            .await;
         if p["status"] != "running" {
             break p;
         }

@@ -1,6 +1,7 @@
 //! `llmwatch bench` and `llmwatch sweep` end to end: the real binary
 //! against a simulated engine on loopback, printed table and JSON checked
 //! for content.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch_sim::Sim;
@@ -689,4 +690,72 @@ async fn bench_parts_merge_into_the_single_runs_schedule() {
     .await;
     assert!(!ok);
     assert!(stderr.contains("parts [1] of 3 are missing"), "{stderr}");
+}
+
+/// `--part` needs a shared start and a result file, checked before any
+/// request; a start time that has passed (after calibrating) is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_parts_refuse_an_incomplete_or_late_schedule() {
+    let unreachable = "http://127.0.0.1:9";
+    let (ok, _, stderr) = llmwatch(&[
+        "bench",
+        "--url",
+        unreachable,
+        "--model",
+        "m",
+        "--part",
+        "0/2",
+    ])
+    .await;
+    assert!(
+        !ok && stderr.contains("--part needs --start-at"),
+        "{stderr}"
+    );
+    let (ok, _, stderr) = llmwatch(&[
+        "bench",
+        "--url",
+        unreachable,
+        "--model",
+        "m",
+        "--part",
+        "0/2",
+        "--start-at",
+        "2030-01-01T00:00:00Z",
+    ])
+    .await;
+    assert!(!ok && stderr.contains("--part needs --json"), "{stderr}");
+    let (ok, _, stderr) = llmwatch(&[
+        "bench",
+        "--url",
+        unreachable,
+        "--model",
+        "m",
+        "--part",
+        "0/4",
+        "--concurrency",
+        "3",
+        "--start-at",
+        "2030-01-01T00:00:00Z",
+        "--json",
+        "/tmp/never-written.json",
+    ])
+    .await;
+    assert!(
+        !ok && stderr.contains("at least the number of parts"),
+        "{stderr}"
+    );
+    let (_sim, url) = sim("late-model").await;
+    let (ok, _, stderr) = llmwatch(&[
+        "bench",
+        "--url",
+        &url,
+        "--shape",
+        "16x2",
+        "--requests",
+        "2",
+        "--start-at",
+        "1",
+    ])
+    .await;
+    assert!(!ok && stderr.contains("that time passed"), "{stderr}");
 }

@@ -8,6 +8,7 @@
 //! Chromium is driven over the DevTools protocol (`common::browser`). Set
 //! `LLMWATCH_CHROMIUM` to a browser binary to use another one. Without a
 //! browser the test fails: a skipped check must not read as a pass.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 mod common;
 

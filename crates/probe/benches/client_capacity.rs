@@ -35,6 +35,7 @@
 //! time not spent spinning (spinning); `sched p99` the self-check's
 //! scheduler lag; `steal %` the share of all CPU time the hypervisor gave
 //! elsewhere during the step.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

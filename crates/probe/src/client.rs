@@ -285,7 +285,11 @@ impl ProbeClient {
                 return rec;
             }
         };
-        rec.wall_sent_unix_ms = SystemTime::now()
+        // The probe's own wall-clock stamp of the send (what the record
+        // says it measured), next to the monotonic clock it times with.
+        #[allow(clippy::disallowed_methods)]
+        let wall_now = SystemTime::now();
+        rec.wall_sent_unix_ms = wall_now
             .duration_since(UNIX_EPOCH)
             .map(|d| d.as_millis() as u64)
             .unwrap_or(0);

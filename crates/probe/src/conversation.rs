@@ -113,9 +113,7 @@ pub async fn run_conversations(
     client: &ClientConfig,
     spec: &ConversationSpec,
 ) -> Result<ConversationResult, ClientError> {
-    let salt = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
+    let salt = crate::shape::fresh_salt();
     let words = approx_words(spec.shape.input_tokens);
     let user = PromptGenerator::new(PromptKind::Random, words, spec.seed).with_salt(salt);
     let reply_words = approx_words(spec.shape.output_tokens);

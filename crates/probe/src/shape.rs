@@ -386,7 +386,9 @@ const NONCE_CHARS: usize = 1 + 16 + 15 + 2;
 const NONCE_SAMPLES: u64 = 6;
 
 /// A non-zero salt from the OS-seeded thread generator.
-fn fresh_salt() -> u64 {
+/// A fresh salt for prompts (never 0): each run's prompts are its own, so
+/// none hits a cache an earlier run left behind.
+pub fn fresh_salt() -> u64 {
     rand::random::<u64>().max(1)
 }
 

@@ -19,6 +19,7 @@
 //! `Store::db_stats`, the figures of `llmwatch db stats`.
 //!
 //! `cargo bench -p llmwatch-store --bench density`
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 #[path = "../tests/common/loaded.rs"]
 mod loaded;

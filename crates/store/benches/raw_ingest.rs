@@ -12,6 +12,7 @@
 //! connection thread, pinned to the same core by `taskset`).
 //! For instruction counts: `ROUNDS=760 valgrind --tool=callgrind
 //! target/release/deps/raw_ingest-*`.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 #[path = "../tests/common/loaded.rs"]
 mod loaded;

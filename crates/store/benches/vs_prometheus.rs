@@ -9,6 +9,7 @@
 //! Printed as a table; a fixed workload, not a timing.
 //!
 //! `cargo bench -p llmwatch-store --bench vs_prometheus`
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 #[path = "../tests/common/loaded.rs"]
 mod loaded;

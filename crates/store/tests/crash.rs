@@ -2,6 +2,7 @@
 //! vLLM pages in batches (sealing blocks on the way) and reports each
 //! commit; it is killed with SIGKILL mid-stream; every reported scrape must
 //! then be readable, bit for bit, and nothing past the batch in flight.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 mod common;
 

@@ -134,9 +134,7 @@ async fn prepare_canary(
 /// A failed canary row for a canary that could not start: kind `setup`,
 /// the reason as its error. Pure apart from the clock.
 pub fn setup_error_row(target_id: i64, api: Api, shape: &str, reason: &str) -> ProbeRow {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+    let now_ms = crate::clock::now_ms();
     ProbeRow {
         target_id,
         run_id: None,

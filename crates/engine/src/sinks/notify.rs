@@ -12,7 +12,7 @@ use crate::StartError;
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, UNIX_EPOCH};
 
 use serde_json::{json, Value};
 use tokio::sync::{mpsc, watch};
@@ -310,7 +310,7 @@ pub fn rfc3339_ms(ms: i64) -> String {
 }
 
 fn now_rfc3339() -> String {
-    humantime::format_rfc3339_millis(SystemTime::now()).to_string()
+    humantime::format_rfc3339_millis(crate::clock::now()).to_string()
 }
 
 /// Alertmanager's `POST /api/v2/alerts` body.

@@ -1,6 +1,7 @@
 //! Shared by the fleet benches (`scrape_fleet`, `remote_write_peer`): the
 //! loopback fleet serving the real vLLM capture, and reading a process's
 //! CPU time and an exposition page's counters.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 // Each bench uses only some of these.
 #![allow(dead_code)]
 

@@ -17,9 +17,9 @@ use llmwatch_probe::{
 
 use llmwatch_config::parse_duration;
 use llmwatch_core::analysis::{cache_hygiene, cache_hygiene_from_counters};
-use llmwatch_engine::sources::server_facts::{context_limit, discover_model};
 use llmwatch_engine::runners::sweep::default_metrics_url;
 use llmwatch_engine::runners::sweep::evidence::{evidence_for_window, Scraper};
+use llmwatch_engine::sources::server_facts::{context_limit, discover_model};
 
 /// What to send and how to measure it: the flags `llmwatch bench` and
 /// `llmwatch sweep` share.
@@ -79,9 +79,10 @@ impl WorkloadArgs {
         let prompt =
             PromptKind::parse(&self.prompt).map_err(|err| anyhow::anyhow!("--prompt: {err}"))?;
         let api_key = match &self.api_key_env {
-            Some(var) => Some(Secret::new(std::env::var(var).with_context(|| {
-                format!("--api-key-env: environment variable {var} is not set")
-            })?)),
+            Some(var) => Some(Secret::new(llmwatch_config::secret_from_env(
+                var,
+                "--api-key-env".to_string(),
+            )?)),
             None => None,
         };
         Ok(ParsedWorkload {
@@ -202,7 +203,7 @@ fn parse_start_at(text: &str) -> anyhow::Result<SystemTime> {
 
 /// The monotonic instant of wall-clock `at`; an error once it has passed.
 fn instant_of(at: SystemTime) -> anyhow::Result<Instant> {
-    match at.duration_since(SystemTime::now()) {
+    match at.duration_since(llmwatch_engine::clock::now()) {
         Ok(ahead) => Ok(Instant::now() + ahead),
         Err(passed) => bail!(
             "--start-at: that time passed {:.1}s ago (after calibrating); give every part a \
@@ -249,6 +250,8 @@ fn optional_duration(flag: &str, value: &Option<String>) -> anyhow::Result<Optio
 /// Turns CLI arguments into a run: client, workload, config.
 pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload, RunConfig)> {
     let parsed = args.workload.parse()?;
+    // Flags checked before any request.
+    let shared = shared_schedule(args)?;
     let mut client_config = ClientConfig::new(args.url.clone());
     client_config.timeout =
         parse_duration(&args.timeout).map_err(|err| anyhow::anyhow!("--timeout: {err}"))?;
@@ -276,7 +279,6 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
     if args.workload.reuse_prompts {
         workload.reuse_prompts();
     }
-    let shared = shared_schedule(args)?;
     if let Some((_, start)) = shared {
         if !args.workload.reuse_prompts {
             workload.salt_prompts(args.workload.seed ^ unix_ms(start).rotate_left(32));

@@ -28,9 +28,7 @@ pub async fn run(args: &BenchArgs, path: &Path, speed: f64) -> anyhow::Result<()
     let mut config = ClientConfig::new(args.url.clone());
     config.api_key = parsed.api_key;
     let client = ProbeClient::new(config.clone())?;
-    let salt = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(1, |d| d.as_nanos() as u64);
+    let salt = llmwatch_probe::shape::fresh_salt();
     let prompts = TracePrompts::measure(&client, &model, salt).await?;
     // On a spinning measuring thread with a client of its own, as a bench.
     let thread = MeasuringThread::start(true)?;

@@ -3,6 +3,7 @@
 //! redirection maps them to the child's stdin/stdout), so no websocket
 //! client and no npm are needed. Set `LLMWATCH_CHROMIUM` to a browser
 //! binary to use another one.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;

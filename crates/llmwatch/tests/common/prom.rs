@@ -1,6 +1,7 @@
 //! Helpers of the Prometheus API tests: a simulator with its GPU page, a
 //! daemon scraping both, a real Prometheus, an HTTP client for either, and
 //! Grafana's variable substitution.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};

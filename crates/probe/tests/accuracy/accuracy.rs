@@ -10,6 +10,7 @@
 //! hypervisor's steal (time the host gave our CPUs to someone else), the
 //! usual cause of a noisy one. The release-mode capacity bench reports the
 //! same error at far higher load.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 use std::time::{Duration, Instant};
 

@@ -11,6 +11,7 @@
 //! 64 tokens, with the CLI's exact-sample cap, is the same test:
 //! `MEMORY_RUN_SECONDS=3600 MEMORY_RUN_RATE=1000 MEMORY_RUN_TOKENS=64 cargo
 //! test --release -p llmwatch-probe --test memory -- --nocapture`.
+#![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;

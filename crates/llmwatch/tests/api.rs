@@ -510,7 +510,10 @@ window = "10s"
 
     // Every GET route answers what its documentation promises.
     for (doc, _) in llmwatch_web::api::routes() {
-        if doc.method != "get" {
+        // This daemon runs no experiment (its API is off without
+        // `experiment_programs`): experiments_run_from_the_api_only_with_an_allowed_program
+        // checks that answer against its schema.
+        if doc.method != "get" || doc.path == "/api/v1/experiments/{id}" {
             continue;
         }
         let mut path = if doc.path.starts_with("/api/v1/predictions/") {
@@ -798,6 +801,20 @@ async fn experiments_run_from_the_api_only_with_an_allowed_program() {
         },
     )
     .await;
+    // The answer has every field its documented schema requires.
+    let doc = llmwatch_web::api::routes()
+        .into_iter()
+        .find(|(doc, _)| doc.method == "get" && doc.path == "/api/v1/experiments/{id}")
+        .expect("the route is documented")
+        .0;
+    for key in (doc.response)()["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+    {
+        let key = key.as_str().unwrap();
+        assert!(done.get(key).is_some(), "no {key:?} in {done}");
+    }
     let result = &done["result"];
     assert_eq!(result["ranking"][0]["variant"], "seqs-8", "{result}");
     assert_eq!(result["runs_done"], 2);

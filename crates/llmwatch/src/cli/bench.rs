@@ -224,7 +224,7 @@ fn shared_schedule(args: &BenchArgs) -> anyhow::Result<Option<(Option<Part>, Sys
         (Some(_), _) if args.json.is_none() => {
             bail!("--part needs --json: `bench merge` merges the parts' result files")
         }
-        (Some(part), _) if part.share(args.concurrency) == 0 => bail!(
+        (Some(part), _) if args.concurrency < part.count => bail!(
             "--part {part}: --concurrency {} is the whole schedule's and must be at least the \
              number of parts, {}",
             args.concurrency,
@@ -250,6 +250,8 @@ fn optional_duration(flag: &str, value: &Option<String>) -> anyhow::Result<Optio
 /// Turns CLI arguments into a run: client, workload, config.
 pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload, RunConfig)> {
     let parsed = args.workload.parse()?;
+    // Flags checked before any request.
+    let shared = shared_schedule(args)?;
     // Flags checked before any request.
     let shared = shared_schedule(args)?;
     let mut client_config = ClientConfig::new(args.url.clone());

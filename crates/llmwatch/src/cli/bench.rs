@@ -252,8 +252,6 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
     let parsed = args.workload.parse()?;
     // Flags checked before any request.
     let shared = shared_schedule(args)?;
-    // Flags checked before any request.
-    let shared = shared_schedule(args)?;
     let mut client_config = ClientConfig::new(args.url.clone());
     client_config.timeout =
         parse_duration(&args.timeout).map_err(|err| anyhow::anyhow!("--timeout: {err}"))?;

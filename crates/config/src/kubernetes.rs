@@ -164,32 +164,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn config_errors_name_the_discovery_field() {
-        let error = |body: &str| {
-            let text = format!("[[discovery]]\nname = \"k8s\"\n{body}");
-            crate::Config::parse(&text, std::path::Path::new("t.toml"))
-                .expect_err("refused")
-                .to_string()
-        };
-        let both = error("files = [\"x.json\"]\n[discovery.kubernetes]\nrole = \"pod\"\n");
-        assert!(
-            both.contains("discovery[0].files") && both.contains("kubernetes_sd"),
-            "{both}"
-        );
-        let namespace = error("[discovery.kubernetes]\nrole = \"pod\"\nnamespaces = [\"a_b\"]\n");
-        assert!(
-            namespace.contains("discovery[0].kubernetes.namespaces"),
-            "{namespace}"
-        );
-        let url = error("[discovery.kubernetes]\nrole = \"pod\"\napi_server = \"ftp://x\"\n");
-        assert!(url.contains("discovery[0].kubernetes.api_server"), "{url}");
-        let rule = error(
-            "[discovery.kubernetes]\nrole = \"pod\"\n[[discovery.relabel_configs]]\naction = \"lowercase\"\n",
-        );
-        assert!(rule.contains("discovery[0].relabel_configs[0]"), "{rule}");
-    }
-
-    #[test]
     fn in_cluster_settings_come_from_the_environment() {
         let sd: KubernetesSdConfig = toml::from_str("role = \"pod\"\n").expect("parses");
         let env = |var: &str| match var {

@@ -215,15 +215,16 @@ async fn chromium_sees_live_updates_and_the_sweep_page() {
         .screenshot(1280, false, &shots.join("overview.png"))
         .await;
 
-    // A target page: nine charts over time (the ninth: canary TTFT by
-    // phase) and the passive curve's three, drawn server-side.
+    // A target page: ten charts over time (the ninth: canary TTFT by
+    // phase; the tenth: prompt tokens by source, which the simulator
+    // reports) and the passive curve's three, drawn server-side.
     browser
         .open(&format!("{base}/targets/kv-starved?range=15m"))
         .await;
     let charts = browser
         .eval("document.querySelectorAll('figure.chart svg').length")
         .await;
-    assert_eq!(charts, 12, "twelve charts on the target page");
+    assert_eq!(charts, 13, "thirteen charts on the target page");
     browser
         .screenshot(1280, false, &shots.join("target.png"))
         .await;

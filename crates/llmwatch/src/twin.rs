@@ -137,5 +137,6 @@ fn args_of(settings: &Value, source: &str) -> anyhow::Result<PredictArgs> {
         warmup: count("warmup_requests"),
         json: None,
         vllm_flags: Vec::new(),
+        self_check: None,
     })
 }

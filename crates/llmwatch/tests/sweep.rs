@@ -11,6 +11,8 @@
 mod common;
 #[path = "sweep/experiment.rs"]
 mod experiment;
+#[path = "sweep/twin.rs"]
+mod twin;
 
 use std::time::{Duration, Instant};
 

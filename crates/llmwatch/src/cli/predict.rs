@@ -91,6 +91,10 @@ pub struct PredictArgs {
     /// vLLM flags after `--`.
     #[arg(last = true, allow_hyphen_values = true, value_name = "VLLM_FLAGS")]
     pub vllm_flags: Vec<String>,
+    /// The client self-check's limits in place of the sweep's (tests, where
+    /// other builds share the cores).
+    #[arg(skip)]
+    pub self_check: Option<llmwatch_probe::SelfCheckLimits>,
 }
 
 /// `llmwatch sweep`'s flags, parsed from an argument list built here, so
@@ -160,6 +164,11 @@ pub async fn predict_sweep(
     let parsed =
         SweepFlags::try_parse_from(sweep_argv(args, &url)).map_err(|e| anyhow::anyhow!("{e}"))?;
     let mut settings = settings_from_args(&parsed.args)?;
+    // The simulator runs in this process: its CPU is not the client's.
+    settings.self_check.max_cpu_cores = 1.0e6;
+    if let Some(limits) = args.self_check {
+        settings.self_check = limits;
+    }
     let real_objectives = settings.objectives;
     let analysis = settings.analysis;
     scale_clocks(&mut settings, ts);

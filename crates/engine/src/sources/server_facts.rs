@@ -12,7 +12,7 @@ use llmwatch_core::exposition::{detect_format, parse_lenient};
 use llmwatch_core::redact::{redact_url, redact_urls_in};
 use serde_json::Value;
 
-use crate::sources::scrape::fetch_page;
+use crate::sources::scrape::{fetch_page, FetchError};
 
 /// How long one read may take.
 pub const FACT_TIMEOUT: Duration = Duration::from_secs(5);
@@ -21,13 +21,37 @@ pub const MAX_JSON_BYTES: u64 = 1 << 20;
 /// The largest metrics page read for the capacity.
 pub const MAX_PAGE_BYTES: u64 = 16 << 20;
 
-/// GETs `url` as JSON, within [`FACT_TIMEOUT`] and [`MAX_JSON_BYTES`]; the
-/// error says which URL and why.
-pub async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, String> {
+/// Why a server's fact could not be read; each names the URL asked.
+#[derive(Debug, thiserror::Error)]
+pub enum FactError {
+    #[error("{url}: {source}")]
+    Fetch {
+        url: String,
+        #[source]
+        source: FetchError,
+    },
+    #[error("{url}: not JSON: {source}")]
+    NotJson {
+        url: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    #[error("{url}: no model in `data`")]
+    NoModel { url: String },
+}
+
+/// GETs `url` as JSON, within [`FACT_TIMEOUT`] and [`MAX_JSON_BYTES`].
+pub async fn get_json(client: &reqwest::Client, url: &str) -> Result<Value, FactError> {
     let page = fetch_page(client, url, FACT_TIMEOUT, MAX_JSON_BYTES)
         .await
-        .map_err(|err| format!("{url}: {err}"))?;
-    serde_json::from_slice(&page.body).map_err(|err| format!("{url}: not JSON: {err}"))
+        .map_err(|source| FactError::Fetch {
+            url: url.to_string(),
+            source,
+        })?;
+    serde_json::from_slice(&page.body).map_err(|source| FactError::NotJson {
+        url: url.to_string(),
+        source,
+    })
 }
 
 fn root(base_url: &str) -> &str {
@@ -35,13 +59,13 @@ fn root(base_url: &str) -> &str {
 }
 
 /// Asks `/v1/models` for the first model a server serves.
-pub async fn discover_model(client: &reqwest::Client, base_url: &str) -> Result<String, String> {
+pub async fn discover_model(client: &reqwest::Client, base_url: &str) -> Result<String, FactError> {
     let url = llmwatch_config::join_url(root(base_url), "/v1/models");
     let json = get_json(client, &url).await?;
     json.pointer("/data/0/id")
         .and_then(Value::as_str)
         .map(str::to_string)
-        .ok_or_else(|| format!("{url}: no model in `data`"))
+        .ok_or(FactError::NoModel { url })
 }
 
 /// `model`'s entry of `/v1/models` (else the first), if the server answers.

@@ -27,7 +27,7 @@ pub enum SweepError {
     #[error("cannot build the scrape client: {0}")]
     Http(#[from] reqwest::Error),
     #[error("no model given and none discovered: {0}")]
-    Model(String),
+    Model(#[from] crate::sources::server_facts::FactError),
     #[error("a step could not run: {0}")]
     Run(#[from] RunError),
     #[error("storage: {0}")]

@@ -440,10 +440,7 @@ fn merge_cli(args: &MergeArgs) -> anyhow::Result<()> {
         llmwatch_core::redact::redact_urls_in(&llmwatch_probe::render_table(&merged))
     );
     if let Some(path) = &args.json {
-        let json = serde_json::to_string(&merged)?;
-        std::fs::write(path, llmwatch_core::redact::redact_urls_in(&json))
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+        super::write_json_redacted(path, &merged)?;
     }
     Ok(())
 }

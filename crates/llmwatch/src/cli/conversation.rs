@@ -1,7 +1,6 @@
 //! `llmwatch bench --workload multi-turn:TURNS[,think=DUR]`: conversations
 //! instead of one-shot requests (see `llmwatch_probe::conversation`).
 
-use anyhow::Context;
 use llmwatch_probe::conversation::{render_turns, run_conversations, ConversationSpec, MultiTurn};
 use llmwatch_probe::ClientConfig;
 
@@ -31,10 +30,7 @@ pub async fn run(args: &BenchArgs, workload: MultiTurn) -> anyhow::Result<()> {
     let result = run_conversations(&client, &spec).await?;
     print!("{}", render_turns(&result));
     if let Some(path) = &args.json {
-        let json = serde_json::to_string(&result)?;
-        std::fs::write(path, llmwatch_core::redact::redact_urls_in(&json))
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+        super::write_json_redacted(path, &result)?;
     }
     Ok(())
 }

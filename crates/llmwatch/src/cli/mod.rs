@@ -10,3 +10,17 @@ pub mod sim;
 pub mod sweep;
 pub mod sweep_render;
 pub mod trace;
+
+/// Writes `value` as JSON to `path`, every URL in it redacted (a target's
+/// credentials never reach a result file), and says where.
+pub(crate) fn write_json_redacted<T: serde::Serialize>(
+    path: &std::path::Path,
+    value: &T,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    let json = serde_json::to_string(value)?;
+    std::fs::write(path, llmwatch_core::redact::redact_urls_in(&json))
+        .with_context(|| format!("writing {}", path.display()))?;
+    println!("wrote {}", path.display());
+    Ok(())
+}

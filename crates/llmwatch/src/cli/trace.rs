@@ -38,10 +38,7 @@ pub async fn run(args: &BenchArgs, path: &Path, speed: f64) -> anyhow::Result<()
         .await?;
     print!("{}", render(&result));
     if let Some(path) = &args.json {
-        let json = serde_json::to_string(&result)?;
-        std::fs::write(path, llmwatch_core::redact::redact_urls_in(&json))
-            .with_context(|| format!("writing {}", path.display()))?;
-        println!("wrote {}", path.display());
+        super::write_json_redacted(path, &result)?;
     }
     Ok(())
 }

@@ -221,6 +221,7 @@ async fn the_file_stops_growing_once_retention_is_reached() {
             .collect()
     };
     let mut sizes = Vec::new();
+    let mut wal_max = 0;
     for day in 0..8 {
         store.write_scrapes(&day_of(day)).await.unwrap();
         let cutoffs = RetentionCutoffs {
@@ -234,14 +235,20 @@ async fn the_file_stops_growing_once_retention_is_reached() {
             assert!(pruned.scrapes > 0, "day {day}: {pruned:?}");
             assert!(pruned.freed_pages > 0, "freed pages go back: {pruned:?}");
         }
-        sizes.push(std::fs::metadata(&db).unwrap().len() + wal_size(&db));
+        // The database's own size (its pages, wherever they stand: the WAL
+        // or the main file), which retention bounds; the WAL file's length
+        // is when SQLite's passive checkpoints got to run (under a busy
+        // machine, later), bounded separately below.
+        sizes.push(store.size_bytes().await.unwrap() as u64);
+        wal_max = wal_max.max(wal_size(&db));
     }
-    let store_pages = store.size_bytes().await.unwrap();
-    assert!(store_pages > 0);
-    // After the window fills, the file holds steady. The window is full
-    // at day 3: the WAL reaches its working size once a day's blocks are
-    // both sealed and pruned in it.
+    // After the window fills (day 2: two days kept), the database holds
+    // steady.
     let steady = sizes[3];
+    eprintln!("database bytes by day: {sizes:?}; WAL file at most {wal_max}");
+    // The WAL is reused after each checkpoint: it never holds the history
+    // (eight days here are 8 × 17 280 scrapes of 50 samples).
+    assert!(wal_max <= 16 << 20, "WAL {wal_max} bytes");
     for (day, size) in sizes.iter().enumerate().skip(4) {
         assert!(
             *size <= steady + steady / 10,

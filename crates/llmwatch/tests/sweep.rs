@@ -296,12 +296,13 @@ async fn kv_starved_is_diagnosed_as_kv_cache_capacity_from_the_scrapes() {
     assert_eq!(stored.steps.len(), report.steps.len());
     assert_eq!(stored.row.status, SweepStatus::Completed);
     // serde_json parses floats to within one ULP; compare as JSON numbers
-    // rounded far below any meaningful precision.
+    // to 10 significant digits (relative: a fixed scale flips on a value
+    // that lands on its rounding boundary, as 424.2462014375 W did).
     let rounded = |e: &llmwatch_core::analysis::ServerEvidence| {
         let v = serde_json::to_value(e).expect("serialises");
         let obj = v.as_object().expect("object").clone();
         obj.into_iter()
-            .map(|(k, v)| (k, v.as_f64().map(|x| (x * 1e9).round())))
+            .map(|(k, v)| (k, v.as_f64().map(|x| format!("{x:.9e}"))))
             .collect::<Vec<_>>()
     };
     assert_eq!(rounded(&stored.steps[i].server), rounded(ev));

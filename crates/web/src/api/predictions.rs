@@ -100,13 +100,8 @@ async fn start_prediction(
 }
 
 fn refusal(err: PredictRefusal) -> ApiError {
-    let status = match err {
-        PredictRefusal::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-        PredictRefusal::Busy(_) => StatusCode::CONFLICT,
-        PredictRefusal::BadFlags(_) => StatusCode::BAD_REQUEST,
-    };
     ApiError {
-        status,
+        status: err.status(),
         message: err.to_string(),
     }
 }

@@ -103,6 +103,20 @@ pub struct ErrorPage {
     pub message: String,
 }
 
+/// The refusal of a form whose CSRF token is missing or wrong, if it is.
+pub fn expired_form(
+    csrf: Option<&axum::Extension<crate::auth::CsrfToken>>,
+    presented: &str,
+) -> Option<Response> {
+    (!crate::auth::csrf_ok(csrf, presented)).then(|| {
+        error_response(
+            StatusCode::FORBIDDEN,
+            "Form expired",
+            "the form's CSRF token is missing or wrong: reload the page and try again",
+        )
+    })
+}
+
 pub fn error_response(status: StatusCode, title: &str, message: impl Into<String>) -> Response {
     let page = ErrorPage {
         title: title.to_string(),

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{error_response, format};
 use crate::auth::CsrfToken;
-use crate::state::predictions::{PredictRefusal, Prediction, PredictionStatus};
+use crate::state::predictions::{Prediction, PredictionStatus};
 use crate::AppState;
 
 /// A prediction of the sweep page, as a link.
@@ -47,12 +47,8 @@ pub async fn start_handler(
     Path(id): Path<String>,
     Form(form): Form<PredictForm>,
 ) -> Response {
-    if !crate::auth::csrf_ok(csrf.as_ref(), &form.csrf) {
-        return error_response(
-            StatusCode::FORBIDDEN,
-            "Form expired",
-            "the form's CSRF token is missing or wrong: reload the page and try again",
-        );
+    if let Some(expired) = super::expired_form(csrf.as_ref(), &form.csrf) {
+        return expired;
     }
     let Ok(id) = id.parse::<i64>() else {
         return error_response(
@@ -82,14 +78,7 @@ pub async fn start_handler(
             [(header::LOCATION, format!("/predictions/{}", p.id))],
         )
             .into_response(),
-        Err(err) => {
-            let status = match err {
-                PredictRefusal::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-                PredictRefusal::Busy(_) => StatusCode::CONFLICT,
-                PredictRefusal::BadFlags(_) => StatusCode::BAD_REQUEST,
-            };
-            error_response(status, "Prediction not started", err.to_string())
-        }
+        Err(err) => error_response(err.status(), "Prediction not started", err.to_string()),
     }
 }
 

@@ -78,6 +78,18 @@ pub enum PredictRefusal {
     BadFlags(String),
 }
 
+impl PredictRefusal {
+    /// The HTTP status the API and the page answer it with.
+    pub fn status(&self) -> axum::http::StatusCode {
+        use axum::http::StatusCode;
+        match self {
+            PredictRefusal::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            PredictRefusal::Busy(_) => StatusCode::CONFLICT,
+            PredictRefusal::BadFlags(_) => StatusCode::BAD_REQUEST,
+        }
+    }
+}
+
 #[derive(Default)]
 struct Book {
     next_id: u64,

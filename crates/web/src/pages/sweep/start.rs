@@ -14,20 +14,6 @@ use crate::AppState;
 use llmwatch_engine::runners::sweep::start::{RequestError, StartError, SweepRequest};
 use llmwatch_engine::runners::sweep::Ladder;
 
-/// The refusal of a form whose CSRF token is missing or wrong, if it is.
-pub(super) fn expired_form(
-    csrf: Option<&Extension<CsrfToken>>,
-    presented: &str,
-) -> Option<Response> {
-    (!crate::auth::csrf_ok(csrf, presented)).then(|| {
-        error_response(
-            StatusCode::FORBIDDEN,
-            "Form expired",
-            "the form's CSRF token is missing or wrong: reload the page and try again",
-        )
-    })
-}
-
 /// The start form.
 #[derive(Debug, Deserialize)]
 pub struct StartForm {
@@ -48,7 +34,7 @@ pub async fn start_handler(
     csrf: Option<Extension<CsrfToken>>,
     Form(form): Form<StartForm>,
 ) -> Response {
-    if let Some(expired) = expired_form(csrf.as_ref(), &form.csrf) {
+    if let Some(expired) = crate::pages::expired_form(csrf.as_ref(), &form.csrf) {
         return expired;
     }
     let config = &state.pages;
@@ -148,7 +134,7 @@ pub async fn cancel_handler(
     Path(id): Path<String>,
     Form(form): Form<CancelForm>,
 ) -> Response {
-    if let Some(expired) = expired_form(csrf.as_ref(), &form.csrf) {
+    if let Some(expired) = crate::pages::expired_form(csrf.as_ref(), &form.csrf) {
         return expired;
     }
     let Ok(id) = id.parse::<i64>() else {

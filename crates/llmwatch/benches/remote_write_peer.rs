@@ -34,7 +34,7 @@
 
 #[path = "common/fleet.rs"]
 mod fleet;
-#[path = "../tests/common/prom.rs"]
+#[path = "../tests/app/common/prom.rs"]
 mod prom;
 
 use std::net::SocketAddr;

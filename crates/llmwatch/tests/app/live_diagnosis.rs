@@ -3,7 +3,7 @@
 //! its live-diagnosis task; each target's verdict (read through the API) is
 //! the one its profile predicts, with its numbers, within 60 s.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;

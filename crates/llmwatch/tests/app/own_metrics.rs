@@ -8,7 +8,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use common::{spawn_daemon, wait_for};
 use llmwatch::cli::sim::{self, SimArgs};

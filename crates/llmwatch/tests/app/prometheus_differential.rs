@@ -27,9 +27,8 @@
 //!   order they see the input in is Prometheus' head order, which is not
 //!   ours): where the kept series differ, every step must keep the same
 //!   values, and the same series above (below) the tied value.
-mod common;
-#[path = "common/prom.rs"]
-mod prom;
+use crate::common;
+use crate::common::prom;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;

@@ -172,7 +172,7 @@ fn check_refusals_and_marks(result: &ExperimentResult) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_experiment_ranks_the_real_gain_marks_refuses_survives_and_reports() {
-    let _serial = crate::SERIAL.lock().await;
+    let _serial = super::SERIAL.lock().await;
     let dir = tempfile::tempdir().expect("dir");
     let plan_path = dir.path().join("plan.toml");
     std::fs::write(&plan_path, plan()).expect("plan");
@@ -280,7 +280,7 @@ async fn a_url_plan_asks_before_each_run_and_checks_the_card() {
     use llmwatch_config::experiment::ExperimentPlan;
     use llmwatch_engine::runners::experiment::{run_experiment, ExperimentOptions, Operator};
 
-    let _serial = crate::SERIAL.lock().await;
+    let _serial = super::SERIAL.lock().await;
     let mut args = SimArgs::loopback("balanced", "sim-llama-8b", 4.0);
     args.vllm_args = vec!["--max-num-seqs".into(), "4".into()];
     let (_sim, engine, _) = start(&args).await.expect("simulator starts");

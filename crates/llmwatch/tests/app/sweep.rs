@@ -8,10 +8,7 @@
 //! "client's" process CPU here — except in the test that wants a
 //! client-bound run.
 
-mod common;
-#[path = "sweep/experiment.rs"]
 mod experiment;
-#[path = "sweep/twin.rs"]
 mod twin;
 
 use std::time::{Duration, Instant};

@@ -2,7 +2,7 @@
 //! are stored with their timings and roll up into client-side signals; a
 //! target that starts failing shows up in `probe_error_rate`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

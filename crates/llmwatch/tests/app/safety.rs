@@ -7,7 +7,7 @@
 //! Each test starts the real daemon on port 0 with a real SQLite file, and
 //! binds nothing but loopback.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

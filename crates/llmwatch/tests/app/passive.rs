@@ -6,7 +6,7 @@
 //! same profile and shape. The target page shows the curve beside that
 //! sweep, with the windows behind each point.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;

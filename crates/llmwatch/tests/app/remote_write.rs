@@ -7,9 +7,8 @@
 //! again on the same data directory, and every scrape llmwatch stored meanwhile
 //! arrives: no gap remains.
 
-mod common;
-#[path = "common/prom.rs"]
-mod prom;
+use crate::common;
+use crate::common::prom;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

@@ -8,7 +8,7 @@
 //! Times: the simulators run at `TIME_SCALE`, so engine seconds are halved;
 //! the objectives below are in wall-clock time.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::sync::atomic::AtomicUsize;

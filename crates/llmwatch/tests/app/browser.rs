@@ -10,7 +10,7 @@
 //! browser the test fails: a skipped check must not read as a pass.
 #![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 use std::path::Path;

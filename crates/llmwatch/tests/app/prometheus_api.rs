@@ -4,9 +4,8 @@
 //! Prometheus' error JSON, and every query of every shipped Grafana
 //! dashboard (`deploy/grafana/dashboards/*.json`) runs without error.
 
-mod common;
-#[path = "common/prom.rs"]
-mod prom;
+use crate::common;
+use crate::common::prom;
 
 use std::time::Duration;
 

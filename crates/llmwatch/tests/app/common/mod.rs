@@ -6,6 +6,7 @@
 
 pub mod browser;
 pub mod load;
+pub mod prom;
 
 use std::future::Future;
 use std::path::{Path, PathBuf};

@@ -4,7 +4,7 @@
 //! OpenAPI document covering every route.
 #![allow(clippy::disallowed_methods)] // tests and benches read their own knobs and the wall clock
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -664,7 +664,7 @@ async fn openapi_documents_every_route() {
 }
 
 /// A small plan over the simulator (`llmwatch sim`), one repeat: the API's
-/// own path, not the experiment's statistics (`tests/sweep.rs` has those).
+/// own path, not the experiment's statistics (`sweep.rs` has those).
 fn api_plan(program: &str, extra: &str) -> String {
     format!(
         r#"

@@ -7,7 +7,7 @@
 //! with `allow_unauthenticated = true`, and says so in its log. `bench
 //! --json` and `sweep --json` keep the password out of their output and file.
 
-mod common;
+use crate::common;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};

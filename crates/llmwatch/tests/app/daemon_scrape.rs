@@ -4,7 +4,7 @@
 //! signals, the bad targets are recorded down with their reasons, and the
 //! good ones kept their schedule.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! alert history past their retention, drops the series of targets that are
 //! gone, and hands freed pages back, so the file stops growing.
 
-mod common;
+use crate::common;
 
 use common::test_config;
 use llmwatch::daemon;

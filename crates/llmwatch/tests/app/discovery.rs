@@ -4,7 +4,7 @@
 //! http_sd from a loopback inventory server; two shards of one reachable
 //! fleet each scrape their half, disjoint halves that cover it.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};

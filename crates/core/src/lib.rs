@@ -6,6 +6,7 @@ pub mod analysis;
 pub mod autoscale;
 pub mod catalog;
 pub mod exposition;
+pub mod observed;
 pub mod probe_signals;
 pub mod redact;
 pub mod signals;

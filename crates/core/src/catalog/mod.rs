@@ -252,6 +252,10 @@ pub enum CatalogMetric {
     RetractedTokensTotal,
     /// The KV hit rate a router predicted per request at routing time (Dynamo), 0..1.
     RouterKvHitRate,
+    /// Prompt tokens per finished request (a histogram of lengths).
+    RequestPromptTokens,
+    /// Generated tokens per finished request (a histogram of lengths).
+    RequestGenerationTokens,
     GpuUtil,
     GpuMemUsedBytes,
     GpuMemTotalBytes,
@@ -262,7 +266,7 @@ pub enum CatalogMetric {
 }
 
 impl CatalogMetric {
-    pub(crate) const ALL: [CatalogMetric; 54] = [
+    pub(crate) const ALL: [CatalogMetric; 56] = [
         CatalogMetric::KvCacheUsage,
         CatalogMetric::RequestsRunning,
         CatalogMetric::RequestsWaiting,
@@ -310,6 +314,8 @@ impl CatalogMetric {
         CatalogMetric::EngineAwake,
         CatalogMetric::RetractedTokensTotal,
         CatalogMetric::RouterKvHitRate,
+        CatalogMetric::RequestPromptTokens,
+        CatalogMetric::RequestGenerationTokens,
         CatalogMetric::GpuUtil,
         CatalogMetric::GpuMemUsedBytes,
         CatalogMetric::GpuMemTotalBytes,
@@ -375,6 +381,8 @@ impl CatalogMetric {
             CatalogMetric::EngineAwake => "engine_awake",
             CatalogMetric::RetractedTokensTotal => "retracted_tokens_total",
             CatalogMetric::RouterKvHitRate => "router_kv_hit_rate",
+            CatalogMetric::RequestPromptTokens => "request_prompt_tokens",
+            CatalogMetric::RequestGenerationTokens => "request_generation_tokens",
             CatalogMetric::GpuUtil => "gpu_util",
             CatalogMetric::GpuMemUsedBytes => "gpu_mem_used_bytes",
             CatalogMetric::GpuMemTotalBytes => "gpu_mem_total_bytes",
@@ -431,7 +439,9 @@ impl CatalogMetric {
             | CatalogMetric::RequestPreemptions
             | CatalogMetric::PrefillComputedTokens
             | CatalogMetric::KvTransferTimeSeconds
-            | CatalogMetric::RouterKvHitRate => MetricKind::Histogram,
+            | CatalogMetric::RouterKvHitRate
+            | CatalogMetric::RequestPromptTokens
+            | CatalogMetric::RequestGenerationTokens => MetricKind::Histogram,
             _ => MetricKind::Gauge,
         }
     }

@@ -652,6 +652,59 @@ pub(super) const RULES: &[Rule] = &[
         S::Vllm,
         "vllm:request_prefill_kv_computed_tokens",
     ),
+    // Request lengths (what a server served: `--workload observed:`).
+    h(
+        M::RequestPromptTokens,
+        S::Vllm,
+        "vllm:request_prompt_tokens",
+    ),
+    h(M::RequestPromptTokens, S::Nim, "request_prompt_tokens"),
+    h(
+        M::RequestPromptTokens,
+        S::Sglang,
+        "sglang:prompt_tokens_histogram",
+    ),
+    h(M::RequestPromptTokens, S::Tgi, "tgi_request_input_length"),
+    h(
+        M::RequestPromptTokens,
+        S::DynFront,
+        "dynamo_frontend_input_sequence_tokens",
+    ),
+    h(
+        M::RequestPromptTokens,
+        S::DynComp,
+        "dynamo_component_router_input_sequence_tokens",
+    ),
+    h(
+        M::RequestGenerationTokens,
+        S::Vllm,
+        "vllm:request_generation_tokens",
+    ),
+    h(
+        M::RequestGenerationTokens,
+        S::Nim,
+        "request_generation_tokens",
+    ),
+    h(
+        M::RequestGenerationTokens,
+        S::Sglang,
+        "sglang:generation_tokens_histogram",
+    ),
+    h(
+        M::RequestGenerationTokens,
+        S::Tgi,
+        "tgi_request_generated_tokens",
+    ),
+    h(
+        M::RequestGenerationTokens,
+        S::DynFront,
+        "dynamo_frontend_output_sequence_tokens",
+    ),
+    h(
+        M::RequestGenerationTokens,
+        S::DynComp,
+        "dynamo_component_router_output_sequence_tokens",
+    ),
     // KV offloading (GPU ↔ host/disk): the flat names, then the deprecated
     // `transfer_type` ones, then the transfer-size histograms' sums.
     v(

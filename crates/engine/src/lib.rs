@@ -17,6 +17,7 @@ pub mod alerts;
 pub mod autoscale;
 pub mod clock;
 pub mod events;
+pub mod observed;
 pub mod passive;
 pub mod runners;
 pub mod sinks;

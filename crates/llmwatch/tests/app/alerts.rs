@@ -11,10 +11,11 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use axum::routing::post;
-use llmwatch::cli::sim::{self, SimArgs};
-use llmwatch::daemon;
-use llmwatch_config::Config;
+use llmwatch::cli::sim::SimArgs;
 use serde_json::Value;
+
+use crate::common::app::TestApp;
+use crate::common::wait_until;
 
 const ALERTMANAGER: &str = "/usr/bin/prometheus-alertmanager";
 
@@ -145,27 +146,15 @@ async fn start_slow_webhook(delay: Duration) -> (SocketAddr, Arc<Mutex<Vec<Value
     (addr, seen)
 }
 
-async fn start_sim() -> (llmwatch_sim::Sim, SocketAddr) {
-    let (sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 1.0))
+/// A daemon watching one simulated `balanced` engine, the target `sim`, at
+/// its real speed: `config` is written before the target, `target` in it.
+async fn sim_app(config: &str, target: &str) -> TestApp {
+    TestApp::builder()
+        .config(config)
+        .sim_as("sim", SimArgs::loopback("balanced", "sim-model", 1.0))
+        .target(target)
+        .spawn()
         .await
-        .unwrap();
-    (sim, engine)
-}
-
-fn config(text: &str) -> Config {
-    Config::parse(text, Path::new("alerts-test.toml")).unwrap()
-}
-
-async fn wait_for<F, Fut>(what: &str, timeout: Duration, mut check: F)
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = bool>,
-{
-    let deadline = Instant::now() + timeout;
-    while !check().await {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -173,23 +162,11 @@ async fn slow_target_fires_in_alertmanager_then_resolves() {
     let started = Instant::now();
     let am = start_alertmanager().await;
     let (hook_addr, hooks) = start_webhook().await;
-    let (sim, engine) = start_sim().await;
-    let dir = tempfile::tempdir().unwrap();
-    let toml = format!(
+    let config = format!(
         r#"
 [server]
-listen = "127.0.0.1:0"
-database = {db:?}
 alert_interval = "250ms"
 alert_resend_delay = "2s"
-
-[[targets]]
-name = "sim"
-url = "http://{engine}"
-scrape_interval = "500ms"
-[targets.probe]
-interval = "150ms"
-shape = "64x2"
 
 [[alerts]]
 name = "probe-ttft-p95"
@@ -218,16 +195,20 @@ url = "{am}"
 kind = "webhook"
 url = "http://{hook_addr}/hook"
 "#,
-        db = dir.path().join("llmwatch.db").display().to_string(),
         am = am.url,
     );
-    let running = daemon::start(config(&toml)).await.unwrap();
-    let api = format!("http://{}", running.listen_addr);
+    let app = sim_app(
+        &config,
+        "scrape_interval = \"500ms\"\n[targets.probe]\ninterval = \"150ms\"\nshape = \"64x2\"",
+    )
+    .await;
+    let running = &app.daemon;
+    let api = app.base_url();
 
     // Fast target: probes come in and rules are evaluated, nothing fires.
     let store = running.store.clone();
     let alerts = running.alerts.clone();
-    wait_for(
+    wait_until(
         "five canaries and ten evaluations",
         Duration::from_secs(20),
         || {
@@ -253,9 +234,9 @@ url = "http://{hook_addr}/hook"
     assert_eq!(current["alerts"], serde_json::json!([]), "{current}");
 
     // Slow target: every engine step costs 30x; TTFT ≈ 0.25 s.
-    sim.set_slowdown(30.0);
+    app.sim("sim").sim.set_slowdown(30.0);
     let fired_at = Instant::now();
-    wait_for(
+    wait_until(
         "the alert in Alertmanager",
         Duration::from_secs(20),
         || async { !am_alerts(&am, "probe-ttft-p95").await.is_empty() },
@@ -266,7 +247,7 @@ url = "http://{hook_addr}/hook"
         fired_at.elapsed()
     );
     // The server's own histograms (deltas over the window) agree.
-    wait_for(
+    wait_until(
         "the server-side alert in Alertmanager",
         Duration::from_secs(20),
         || async { !am_alerts(&am, "server-ttft-p95").await.is_empty() },
@@ -303,9 +284,9 @@ url = "http://{hook_addr}/hook"
     assert!(firing["value"].as_f64().unwrap() > 0.1, "{firing}");
 
     // Fast again: resolved, and gone from Alertmanager's active alerts.
-    sim.set_slowdown(1.0);
+    app.sim("sim").sim.set_slowdown(1.0);
     let fast_at = Instant::now();
-    wait_for(
+    wait_until(
         "the alert to resolve in Alertmanager",
         Duration::from_secs(20),
         || async { am_alerts(&am, "probe-ttft-p95").await.is_empty() },
@@ -315,7 +296,7 @@ url = "http://{hook_addr}/hook"
         "resolved in Alertmanager {:?} after the target was fast",
         fast_at.elapsed()
     );
-    wait_for(
+    wait_until(
         "the server-side alert to resolve",
         Duration::from_secs(20),
         || async { am_alerts(&am, "server-ttft-p95").await.is_empty() },
@@ -347,7 +328,7 @@ url = "http://{hook_addr}/hook"
             .cloned()
             .collect()
     };
-    wait_for("two webhook posts", Duration::from_secs(5), || {
+    wait_until("two webhook posts", Duration::from_secs(5), || {
         let n = probe_hooks().len();
         async move { n >= 2 }
     })
@@ -361,30 +342,21 @@ url = "http://{hook_addr}/hook"
     );
     assert_eq!(hooks[1]["status"], "resolved");
     assert_ne!(hooks[1]["alerts"][0]["endsAt"], "0001-01-01T00:00:00Z");
-    running.shutdown().await;
+    app.stop().await;
     eprintln!("whole test {:?}", started.elapsed());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn restart_keeps_a_firing_alert_without_firing_it_again() {
-    let (_sim, engine) = start_sim().await;
     // Slow to answer: the notification is still in flight when the first
     // daemon is told to stop, and must be sent all the same (the second one
     // resumes the alert as notified and never sends it again).
     let (hook_addr, hooks) = start_slow_webhook(Duration::from_millis(700)).await;
-    let dir = tempfile::tempdir().unwrap();
     // requests_waiting ≥ 0 holds as soon as there is a scrape.
-    let toml = format!(
+    let config = format!(
         r#"
 [server]
-listen = "127.0.0.1:0"
-database = {db:?}
 alert_interval = "100ms"
-
-[[targets]]
-name = "sim"
-url = "http://{engine}"
-scrape_interval = "200ms"
 
 [[alerts]]
 name = "always"
@@ -397,11 +369,11 @@ window = "1s"
 kind = "webhook"
 url = "http://{hook_addr}/hook"
 "#,
-        db = dir.path().join("llmwatch.db").display().to_string(),
     );
-    let first = daemon::start(config(&toml)).await.unwrap();
+    let first_app = sim_app(&config, "scrape_interval = \"200ms\"").await;
+    let first = &first_app.daemon;
     let alerts = first.alerts.clone();
-    wait_for("the alert to fire", Duration::from_secs(10), || {
+    wait_until("the alert to fire", Duration::from_secs(10), || {
         let firing = alerts
             .current()
             .iter()
@@ -410,17 +382,27 @@ url = "http://{hook_addr}/hook"
     })
     .await;
     let before = first.alerts.current().remove(0);
-    first.shutdown().await;
+    let (dir, sims) = first_app.stop().await;
     assert_eq!(
         hooks.lock().unwrap().len(),
         1,
         "the notification in flight at shutdown was sent"
     );
 
-    let second = daemon::start(config(&toml)).await.unwrap();
+    // The second daemon: the same database and the same engine.
+    let second_app = TestApp::builder()
+        .config(&config)
+        .config(&format!(
+            "[[targets]]\nname = \"sim\"\nurl = \"{}\"\nscrape_interval = \"200ms\"",
+            sims[0].url()
+        ))
+        .dir(dir)
+        .spawn()
+        .await;
+    let second = &second_app.daemon;
     let alerts = second.alerts.clone();
     let evaluated = alerts.evaluations();
-    wait_for("a few evaluations", Duration::from_secs(10), || {
+    wait_until("a few evaluations", Duration::from_secs(10), || {
         let n = alerts.evaluations();
         async move { n >= evaluated + 5 }
     })
@@ -438,13 +420,12 @@ url = "http://{hook_addr}/hook"
         .await
         .unwrap();
     assert_eq!(history.len(), 1, "fired once: {history:?}");
-    second.shutdown().await;
+    second_app.stop().await;
     assert_eq!(hooks.lock().unwrap().len(), 1, "notified once");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hanging_notifier_never_delays_evaluation() {
-    let (_sim, engine) = start_sim().await;
     // Accepts connections and never answers.
     let hang = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let hang_addr = hang.local_addr().unwrap();
@@ -454,19 +435,11 @@ async fn hanging_notifier_never_delays_evaluation() {
             held.push(socket);
         }
     });
-    let dir = tempfile::tempdir().unwrap();
-    let toml = format!(
+    let config = format!(
         r#"
 [server]
-listen = "127.0.0.1:0"
-database = {db:?}
 alert_interval = "100ms"
 alert_resend_delay = "1ms"
-
-[[targets]]
-name = "sim"
-url = "http://{engine}"
-scrape_interval = "200ms"
 
 [[alerts]]
 name = "always"
@@ -481,12 +454,12 @@ kind = "alertmanager"
 url = "http://{hang_addr}"
 timeout = "60s"
 "#,
-        db = dir.path().join("llmwatch.db").display().to_string(),
     );
-    let running = daemon::start(config(&toml)).await.unwrap();
+    let app = sim_app(&config, "scrape_interval = \"200ms\"").await;
+    let running = &app.daemon;
     let alerts = running.alerts.clone();
     // Let the alert fire, then measure a window of evaluations.
-    wait_for("the alert to fire", Duration::from_secs(10), || {
+    wait_until("the alert to fire", Duration::from_secs(10), || {
         let firing = !alerts.current().is_empty();
         async move { firing }
     })
@@ -495,13 +468,13 @@ timeout = "60s"
     // never get there (polled, with room for a loaded machine, instead of
     // counting the rounds of a fixed 3 s window).
     let start_count = alerts.evaluations();
-    wait_for("20 evaluations", Duration::from_secs(15), || {
+    wait_until("20 evaluations", Duration::from_secs(15), || {
         let rounds = alerts.evaluations() - start_count;
         async move { rounds >= 20 }
     })
     .await;
     let notifier = &alerts.notifiers[0];
-    wait_for(
+    wait_until(
         "the hanging notifier's full queue to drop a batch",
         Duration::from_secs(15),
         || {
@@ -513,13 +486,12 @@ timeout = "60s"
     assert_eq!(notifier.sent.load(std::sync::atomic::Ordering::Relaxed), 0);
     // Shutdown is not held up by the hanging request either.
     let shutdown_started = Instant::now();
-    running.shutdown().await;
+    app.stop().await;
     assert!(shutdown_started.elapsed() < Duration::from_secs(5));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slack_notifier_retries_5xx_with_backoff() {
-    let (_sim, engine) = start_sim().await;
     // Answers 503 twice, then accepts.
     let seen: Arc<Mutex<Vec<(Instant, Value)>>> = Arc::default();
     let record = seen.clone();
@@ -541,18 +513,10 @@ async fn slack_notifier_retries_5xx_with_backoff() {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move { axum::serve(listener, app).await });
-    let dir = tempfile::tempdir().unwrap();
-    let toml = format!(
+    let config = format!(
         r#"
 [server]
-listen = "127.0.0.1:0"
-database = {db:?}
 alert_interval = "100ms"
-
-[[targets]]
-name = "sim"
-url = "http://{engine}"
-scrape_interval = "200ms"
 
 [[alerts]]
 name = "always"
@@ -566,11 +530,11 @@ annotations = {{ summary = "{{{{ $value }}}} waiting" }}
 kind = "slack"
 url = "http://{addr}/services/T0/B0/SECRET"
 "#,
-        db = dir.path().join("llmwatch.db").display().to_string(),
     );
-    let running = daemon::start(config(&toml)).await.unwrap();
+    let app = sim_app(&config, "scrape_interval = \"200ms\"").await;
+    let running = &app.daemon;
     let alerts = running.alerts.clone();
-    wait_for("delivery after two 503s", Duration::from_secs(15), || {
+    wait_until("delivery after two 503s", Duration::from_secs(15), || {
         let sent = alerts.notifiers[0]
             .sent
             .load(std::sync::atomic::Ordering::Relaxed);
@@ -601,5 +565,5 @@ url = "http://{addr}/services/T0/B0/SECRET"
         seen[2].1["text"],
         "[FIRING] always on sim (value 0): 0 waiting"
     );
-    running.shutdown().await;
+    app.stop().await;
 }

@@ -4,6 +4,7 @@
 // Each test binary uses only some of these helpers.
 #![allow(dead_code)]
 
+pub mod app;
 pub mod browser;
 pub mod load;
 pub mod prom;
@@ -58,6 +59,20 @@ where
     Fut: Future<Output = Option<T>>,
 {
     wait_for_every(what, deadline, Duration::from_millis(50), check).await
+}
+
+/// Polls `check` every 50 ms until it holds, or panics after `deadline`
+/// naming `what` was awaited.
+pub async fn wait_until<F, Fut>(what: &str, deadline: Duration, mut check: F)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    wait_for(what, deadline, || {
+        let holds = check();
+        async move { holds.await.then_some(()) }
+    })
+    .await
 }
 
 /// [`wait_for`] polling every `interval` (for checks that cost something).

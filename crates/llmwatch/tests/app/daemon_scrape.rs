@@ -15,9 +15,8 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use common::app::TestApp;
 use common::wait_for;
-use llmwatch::daemon;
-use llmwatch_config::Config;
 use llmwatch_core::signals::Signal;
 use llmwatch_store::Store;
 
@@ -69,11 +68,9 @@ async fn page(Path(name): Path<String>) -> Response {
     }
 }
 
-fn config_for(base: &str, db: &std::path::Path) -> Config {
-    let mut toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\n",
-        db.display().to_string()
-    );
+/// Every fixture page, the four bad targets and the GPU page, served at `base`.
+fn targets_at(base: &str) -> String {
+    let mut toml = String::new();
     for (name, _) in PAGES.iter().filter(|(n, _)| *n != "dcgm") {
         toml.push_str(&format!(
             "[[targets]]\nname = \"{name}\"\nurl = \"{base}/{name}\"\nscrape_interval = \"250ms\"\n"
@@ -87,7 +84,7 @@ fn config_for(base: &str, db: &std::path::Path) -> Config {
     toml.push_str(&format!(
         "[[gpus]]\nname = \"gpu-node\"\ndcgm_url = \"{base}/dcgm/metrics\"\ninterval = \"250ms\"\n"
     ));
-    Config::parse(&toml, std::path::Path::new("test.toml")).expect("config")
+    toml
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -97,10 +94,9 @@ async fn scrapes_every_engine_and_survives_bad_targets() {
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, app).await });
 
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("llmwatch.db");
-    let running = daemon::start(config_for(&base, &db)).await.unwrap();
-    let web = format!("http://{}", running.listen_addr);
+    let app = TestApp::builder().config(&targets_at(&base)).spawn().await;
+    let running = &app.daemon;
+    let web = app.base_url();
     let started = Instant::now();
     // Run until the hanging target has timed out eight times and every
     // target has been scraped, then judge the others against that time.
@@ -143,7 +139,8 @@ async fn scrapes_every_engine_and_survives_bad_targets() {
             .unwrap(),
         "ok"
     );
-    running.shutdown().await;
+    let db = app.database();
+    let (_dir, _) = app.stop().await;
 
     let store = Store::open(&db).await.unwrap();
     let targets = store.targets().await.unwrap();
@@ -276,33 +273,22 @@ async fn retention_and_downsampling_run_at_start() {
             .collect();
         store.write_scrapes(&batch).await.unwrap();
     }
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\nretention = \"30d\"\n\
-         downsample_after = \"1h\"\ndownsample_interval = \"1m\"\n",
-        db.display().to_string()
-    );
-    let running = daemon::start(Config::parse(&toml, std::path::Path::new("t.toml")).unwrap())
-        .await
-        .unwrap();
-    let target = running.store.target_by_name("old").await.unwrap().unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    let health = loop {
-        let health = running
-            .store
-            .scrape_health(target.id, 100_000)
-            .await
-            .unwrap();
-        if health.len() < 720 {
-            break health;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nothing thinned: {} rows",
-            health.len()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    running.shutdown().await;
+    let app = TestApp::builder()
+        .config(
+            "[server]\nretention = \"30d\"\n\
+             downsample_after = \"1h\"\ndownsample_interval = \"1m\"\n",
+        )
+        .dir(dir)
+        .spawn()
+        .await;
+    let store = app.daemon.store.clone();
+    let target = store.target_by_name("old").await.unwrap().unwrap();
+    let health = wait_for("scrapes thinned", Duration::from_secs(10), || async {
+        let health = store.scrape_health(target.id, 100_000).await.unwrap();
+        (health.len() < 720).then_some(health)
+    })
+    .await;
+    app.stop().await;
     let older_than = |ms: i64| health.iter().filter(|h| h.ts_ms < now - ms).count();
     assert_eq!(older_than(30 * 24 * hour), 0, "past retention");
     // The hour 3 h → 2 h ago: one scrape per minute (61 buckets when the

@@ -5,8 +5,7 @@
 
 use crate::common;
 
-use common::test_config;
-use llmwatch::daemon;
+use common::app::TestApp;
 use llmwatch_core::alerts::AlertState;
 use llmwatch_core::catalog::{CatalogMetric, NormalizedSample, Part};
 use llmwatch_engine::sources::scrape::now_ms;
@@ -137,12 +136,12 @@ async fn retention_bounds_every_table() {
         }
     }
     // `live` stays configured, `gone` was removed from the config.
-    let config = test_config(
-        "[[targets]]\nname = \"live\"\nurl = \"http://127.0.0.1:9\"\nscrape_interval = \"1h\"\n",
-        dir.path(),
-    );
-    let running = daemon::start(config).await.unwrap();
-    let store = running.store.clone();
+    let app = TestApp::builder()
+        .config("[[targets]]\nname = \"live\"\nurl = \"http://127.0.0.1:9\"\nscrape_interval = \"1h\"\n")
+        .dir(dir)
+        .spawn()
+        .await;
+    let store = app.daemon.store.clone();
     common::wait_for(
         "maintenance at start",
         std::time::Duration::from_secs(20),
@@ -152,7 +151,7 @@ async fn retention_bounds_every_table() {
         },
     )
     .await;
-    running.shutdown().await;
+    let (_dir, _) = app.stop().await;
 
     let store = Store::open(&db).await.unwrap();
     let live = store.target_by_name("live").await.unwrap().unwrap().id;

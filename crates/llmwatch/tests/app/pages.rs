@@ -8,20 +8,20 @@ use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use llmwatch::cli::sim::{start, SimArgs};
-use llmwatch::daemon::{self, Daemon};
-use llmwatch_config::Config;
 use llmwatch_core::analysis::Objectives;
 use llmwatch_engine::runners::sweep::{run_sweep, Ladder, SweepSettings};
 use llmwatch_probe::{Api, SelfCheckLimits, Shape};
 use llmwatch_store::Store;
 use serde_json::Value;
 
+use crate::common::app::TestApp;
+use crate::common::wait_until;
+
 const MODEL: &str = "sim-llama-8b";
 
 struct Fixture {
-    daemon: Daemon,
+    app: TestApp,
     base: String,
-    _dir: tempfile::TempDir,
     _sim: llmwatch_sim::Sim,
     load: Vec<tokio::task::JoinHandle<()>>,
 }
@@ -123,67 +123,60 @@ async fn fixture(token: Option<&str>) -> Fixture {
         .map(|t| format!("token = \"{t}\"\n"))
         .unwrap_or_default();
     let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\nalert_interval = \"200ms\"\n{token_line}\
+        "[server]\nalert_interval = \"200ms\"\n{token_line}\
          slo_ttft_p95 = \"1s\"\nslo_itl_p95 = \"50ms\"\n\
          [[targets]]\nname = \"kv\"\nurl = \"{url}\"\nscrape_interval = \"300ms\"\ngpus = \"kv-gpus\"\n\
          [targets.probe]\ninterval = \"300ms\"\nshape = \"64x16\"\napi = \"completions\"\n\
          [[gpus]]\nname = \"kv-gpus\"\ndcgm_url = \"{gpu_url}\"\ninterval = \"300ms\"\n\
          [[alerts]]\nname = \"kv-in-use\"\nsignal = \"requests_running\"\nop = \">=\"\nthreshold = 0\nwindow = \"1s\"\n",
-        db.display().to_string()
     );
-    let config = Config::parse(&toml, std::path::Path::new("pages.toml")).expect("config");
-    let daemon = daemon::start(config).await.expect("daemon starts");
+    let app = TestApp::builder().config(&toml).dir(dir).spawn().await;
     let client = reqwest::Client::new();
     let load = (0..6)
         .map(|w| tokio::spawn(background_load(client.clone(), url.clone(), w)))
         .collect();
-    let base = format!("http://{}", daemon.listen_addr);
+    let base = app.base_url();
 
     // Wait for scrapes, GPU scrapes, probes and a firing alert.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let store = daemon.store.clone();
-    loop {
-        let target = store.target_by_name("kv").await.expect("store");
-        let gpus = store.target_by_name("kv-gpus").await.expect("store");
-        let ready = match (target, gpus) {
-            (Some(t), Some(g)) => {
-                let probes = store
-                    .probes(
-                        t.id,
-                        llmwatch_engine::sources::scrape::now_ms() - 60_000,
-                        i64::MAX,
-                        100,
-                    )
-                    .await
-                    .expect("probes");
-                let scrapes = store.scrape_health(t.id, 5).await.expect("health");
-                let gpu_scrapes = store.scrape_health(g.id, 3).await.expect("health");
-                let firing = store
-                    .alert_states()
-                    .await
-                    .expect("alerts")
-                    .iter()
-                    .any(|a| a.alert.state == llmwatch_core::alerts::AlertState::Firing);
-                probes.len() >= 3
-                    && scrapes.iter().filter(|h| h.up).count() >= 3
-                    && gpu_scrapes.iter().filter(|h| h.up).count() >= 2
-                    && firing
+    let store = app.daemon.store.clone();
+    wait_until(
+        "the daemon to fill the store",
+        Duration::from_secs(20),
+        || async {
+            let target = store.target_by_name("kv").await.expect("store");
+            let gpus = store.target_by_name("kv-gpus").await.expect("store");
+            match (target, gpus) {
+                (Some(t), Some(g)) => {
+                    let probes = store
+                        .probes(
+                            t.id,
+                            llmwatch_engine::sources::scrape::now_ms() - 60_000,
+                            i64::MAX,
+                            100,
+                        )
+                        .await
+                        .expect("probes");
+                    let scrapes = store.scrape_health(t.id, 5).await.expect("health");
+                    let gpu_scrapes = store.scrape_health(g.id, 3).await.expect("health");
+                    let firing = store
+                        .alert_states()
+                        .await
+                        .expect("alerts")
+                        .iter()
+                        .any(|a| a.alert.state == llmwatch_core::alerts::AlertState::Firing);
+                    probes.len() >= 3
+                        && scrapes.iter().filter(|h| h.up).count() >= 3
+                        && gpu_scrapes.iter().filter(|h| h.up).count() >= 2
+                        && firing
+                }
+                _ => false,
             }
-            _ => false,
-        };
-        if ready {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the daemon did not fill the store in 20 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        },
+    )
+    .await;
     Fixture {
-        daemon,
+        app,
         base,
-        _dir: dir,
         _sim: sim,
         load,
     }
@@ -658,20 +651,17 @@ async fn every_page_renders_what_the_store_holds() {
     for task in &f.load {
         task.abort();
     }
-    f.daemon.shutdown().await;
+    f.app.stop().await;
     eprintln!("pages test took {:.1} s", started.elapsed().as_secs_f64());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pages_need_the_token_and_live_streams_end_with_the_daemon() {
-    let dir = tempfile::tempdir().expect("temp dir");
-    let toml = format!(
-        "[server]\nlisten = \"127.0.0.1:0\"\ndatabase = {:?}\ntoken = \"s3cret\"\n",
-        dir.path().join("t.db").display().to_string()
-    );
-    let config = Config::parse(&toml, std::path::Path::new("t.toml")).expect("config");
-    let daemon = daemon::start(config).await.expect("daemon starts");
-    let base = format!("http://{}", daemon.listen_addr);
+    let app = TestApp::builder()
+        .config("[server]\ntoken = \"s3cret\"\n")
+        .spawn()
+        .await;
+    let base = app.base_url();
     let client = reqwest::Client::builder()
         .redirect(reqwest::redirect::Policy::none())
         .build()
@@ -745,7 +735,7 @@ async fn pages_need_the_token_and_live_streams_end_with_the_daemon() {
         .expect("open")
         .expect("chunk");
     assert!(String::from_utf8_lossy(&first).contains("event: overview"));
-    tokio::time::timeout(Duration::from_secs(10), daemon.shutdown())
+    tokio::time::timeout(Duration::from_secs(10), app.stop())
         .await
         .expect("shutdown within 10 s with a live stream open");
     drop(stream);

@@ -6,10 +6,25 @@
 //! admitted running sequence — recompute: its blocks are freed and it goes
 //! back to the front of the waiting queue); then, if nothing was preempted,
 //! waiting sequences in FIFO order while there are free slots, budget and
-//! blocks (prefix-cache hits are looked up at admission). The step then
-//! "runs": the task sleeps for its cost divided by `time_scale`, and every
-//! sequence whose scheduled tokens reach the end of its known tokens samples
-//! one new token, which is sent to its HTTP stream at once.
+//! blocks for their whole known tokens (prefix-cache hits are looked up at
+//! admission). The step then "runs": the task sleeps for its cost divided
+//! by `time_scale`, and every sequence whose scheduled tokens reach the end
+//! of its known tokens samples one new token, which is sent to its HTTP
+//! stream at once.
+//!
+//! vLLM 0.32 schedules step N+1 while step N runs (async scheduling,
+//! `EngineCore.step_with_batch_queue`), and only then processes step N's
+//! output and reports its stats. Two things follow, both modelled here:
+//! the slot for every token step N samples is allocated (preempting from
+//! the back when no block is free) before the gauges are read, and the
+//! requests that finish in step N still hold their blocks and their
+//! `max_num_seqs` slot while step N+1 admits. Admission checks only the
+//! blocks of the prompt (`scheduler_reserve_full_isl`), so a request
+//! admitted into the last free blocks, whose first sampled token starts a
+//! new block, is preempted by its own next-token allocation at once: its
+//! first token is still delivered, and it waits, now one token longer,
+//! until its whole sequence fits (`fixtures/vllm-real-sweeps/`
+//! `kv-blocks-40`: 8–13 preemptions a step, running 7, KV usage 35/39).
 
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -72,6 +87,10 @@ struct Seq {
     last_token: Option<Instant>,
     cached_tokens: Option<usize>,
     num_preemptions: u32,
+    /// Preempted while the step that samples its next token was already
+    /// scheduled: that token is still delivered when the step completes
+    /// (vLLM's stale output of a preempted request).
+    sample_in_flight: bool,
 }
 
 /// What one step will compute.
@@ -90,6 +109,20 @@ pub(crate) struct EngineCore {
     waiting: VecDeque<Seq>,
     running: Vec<Seq>,
     shared: Arc<Shared>,
+    /// What the requests that finished in the last step held: vLLM frees
+    /// them only after the next step's admissions.
+    finishing: Finishing,
+    /// The last step's next-token allocation preempted: as vLLM, the next
+    /// step admits nothing.
+    preempted_for_next_step: bool,
+}
+
+/// Blocks and `max_num_seqs` slots still held by requests that finished in
+/// the last step, while the next step admits.
+#[derive(Default, Clone, Copy)]
+struct Finishing {
+    seqs: usize,
+    blocks: usize,
 }
 
 impl EngineCore {
@@ -102,6 +135,8 @@ impl EngineCore {
             waiting: VecDeque::new(),
             running: Vec::new(),
             shared,
+            finishing: Finishing::default(),
+            preempted_for_next_step: false,
         }
     }
 
@@ -148,6 +183,7 @@ impl EngineCore {
             last_token: None,
             cached_tokens: None,
             num_preemptions: 0,
+            sample_in_flight: false,
         });
     }
 
@@ -183,6 +219,19 @@ impl EngineCore {
         tokens.div_ceil(self.profile.block_size)
     }
 
+    /// Publishes the full prompt blocks of `seq` up to `computed` tokens to
+    /// the prefix cache.
+    fn commit_prompt_blocks(pool: &mut BlockPool, seq: &mut Seq, computed: usize, bs: usize) {
+        let full = (computed.min(seq.prompt_len) / bs).min(seq.block_hashes.len());
+        while seq.committed_blocks < full {
+            let k = seq.committed_blocks;
+            if let Some(&b) = seq.blocks.get(k) {
+                pool.commit(b, seq.block_hashes[k]);
+            }
+            seq.committed_blocks += 1;
+        }
+    }
+
     fn preempt_last(&mut self) -> Option<usize> {
         let mut victim = self.running.pop()?;
         self.pool.free_blocks(&victim.blocks);
@@ -198,11 +247,13 @@ impl EngineCore {
     fn schedule(&mut self, now: Instant) -> Plan {
         let mut budget = self.profile.max_num_batched_tokens;
         let mut items: Vec<(usize, usize)> = Vec::new();
-        let preempted = self.schedule_running(&mut budget, &mut items);
+        let preempted = self.schedule_running(&mut budget, &mut items)
+            || std::mem::take(&mut self.preempted_for_next_step);
         // As vLLM: no new admissions in a step that had to preempt.
         if !preempted {
             self.admit_waiting(now, &mut budget, &mut items);
         }
+        self.finishing = Finishing::default();
         let mut plan = self.plan_of(items);
         self.reserve_next_tokens(&mut plan);
         plan
@@ -218,6 +269,10 @@ impl EngineCore {
                 if after < s.num_tokens {
                     return 0; // mid-prefill: no token sampled this step
                 }
+                if s.output_len + 1 >= s.max_tokens || after + 1 > self.max_model_len {
+                    // Its last token: vLLM schedules no step after it.
+                    return 0;
+                }
                 self.blocks_for(after + 1).saturating_sub(s.blocks.len())
             })
             .sum()
@@ -227,19 +282,28 @@ impl EngineCore {
     /// scheduling): every sequence that will sample a token this step needs
     /// a slot for it at once, and when the free blocks cannot give one,
     /// sequences are preempted from the back before the step's stats are
-    /// reported (the preempted step's compute is spent, a preemption
-    /// counted), so the gauges never show a sequence the next step drops.
+    /// reported (a preemption counted), so the gauges never show a
+    /// sequence the next step drops. The victim's step still runs: the
+    /// blocks it computes stay in the prefix cache (vLLM hashes them when
+    /// it allocates them) and the token it samples is still delivered.
     fn reserve_next_tokens(&mut self, plan: &mut Plan) {
         loop {
             let needed = self.next_token_blocks(&plan.items);
             if needed <= self.pool.num_free() || self.running.len() <= 1 {
                 return;
             }
-            let Some(victim) = self.preempt_last() else {
+            let victim = self.running.len() - 1;
+            if let Some(&(_, n)) = plan.items.iter().find(|&&(idx, _)| idx == victim) {
+                let bs = self.profile.block_size;
+                let seq = &mut self.running[victim];
+                let computed = seq.num_computed + n;
+                Self::commit_prompt_blocks(&mut self.pool, seq, computed, bs);
+                seq.sample_in_flight = computed >= seq.num_tokens;
+            }
+            if self.preempt_last().is_none() {
                 return;
-            };
-            // Its step still runs (the cost stays in the plan); its output
-            // is dropped with it.
+            }
+            self.preempted_for_next_step = true;
             plan.items.retain(|&(idx, _)| idx != victim);
         }
     }
@@ -298,11 +362,8 @@ impl EngineCore {
     /// blocks (after prefix-cache hits) allow.
     fn admit_waiting(&mut self, now: Instant, budget: &mut usize, items: &mut Vec<(usize, usize)>) {
         let chunked = self.profile.enable_chunked_prefill;
-        // Slots already promised: the next token of every running sequence
-        // that samples one this step, then the first tokens (and the rest
-        // of the prompts) of requests admitted earlier this step.
-        let mut promised = self.next_token_blocks(items);
-        while *budget > 0 && self.running.len() < self.profile.max_num_seqs {
+        let held = self.finishing;
+        while *budget > 0 && self.running.len() + held.seqs < self.profile.max_num_seqs {
             let Some(seq) = self.waiting.front() else {
                 break;
             };
@@ -321,21 +382,22 @@ impl EngineCore {
                 remaining
             };
             let need_new = self.blocks_for(hit_tokens + n).saturating_sub(hit.len());
-            // Admitted only with room for its whole prompt (vLLM's
-            // `scheduler_reserve_full_isl`, chunked or not) and the first
-            // token it samples. Without the latter a full cache admits a
-            // request into its last blocks, preempts it during its own
-            // prefill, and again at the next step; a real vLLM 0.32 does
-            // not: its KV usage peaks at 35 of 39 blocks of 640-token
-            // sequences and its ITL stays flat.
+            // Admitted only with room for all its known tokens (vLLM's
+            // `scheduler_reserve_full_isl`, chunked or not): the prompt, and
+            // for a preempted request the tokens it has sampled. Nothing is
+            // kept for the token it will sample: the next step's allocation
+            // preempts for that (`reserve_next_tokens`).
             let need_admit = self
                 .blocks_for(seq.num_tokens + 1)
                 .saturating_sub(hit.len());
-            let free_after_touch = self.pool.num_free() - self.pool.count_free_among(&hit);
-            if free_after_touch < need_admit + promised {
+            let free_after_touch = self
+                .pool
+                .num_free()
+                .saturating_sub(held.blocks)
+                .saturating_sub(self.pool.count_free_among(&hit));
+            if free_after_touch < need_admit {
                 break;
             }
-            promised += need_admit - need_new;
             let Some(mut seq) = self.waiting.pop_front() else {
                 break;
             };
@@ -354,8 +416,12 @@ impl EngineCore {
             seq.num_computed = hit_tokens;
             {
                 let mut st = self.shared.lock_stats();
-                st.prefix_queries += seq.num_tokens as u64;
-                st.prefix_hits += hit_tokens as u64;
+                // vLLM counts a preempted request's lookups apart
+                // (`PrefixCacheStats.preempted_*`), not in these counters.
+                if seq.num_preemptions == 0 {
+                    st.prefix_queries += seq.num_tokens as u64;
+                    st.prefix_hits += hit_tokens as u64;
+                }
                 if seq.scheduled.is_none() {
                     st.observe(
                         "request_queue_time_seconds",
@@ -402,7 +468,8 @@ impl EngineCore {
     }
 
     /// Applies a finished step: advances sequences, samples tokens, sends
-    /// them, retires finished sequences.
+    /// them, retires finished sequences (whose blocks and slots the next
+    /// step's admissions still see as taken).
     fn complete(&mut self, plan: Plan, now: Instant) {
         let bs = self.profile.block_size;
         let mut finished_idx: Vec<usize> = Vec::new();
@@ -416,68 +483,38 @@ impl EngineCore {
         for &(idx, n) in &plan.items {
             let seq = &mut self.running[idx];
             seq.num_computed += n;
-            // Publish newly completed full prompt blocks to the prefix cache.
-            let full = (seq.num_computed.min(seq.prompt_len) / bs).min(seq.block_hashes.len());
-            while seq.committed_blocks < full {
-                let k = seq.committed_blocks;
-                if let Some(&b) = seq.blocks.get(k) {
-                    self.pool.commit(b, seq.block_hashes[k]);
-                }
-                seq.committed_blocks += 1;
-            }
+            let computed = seq.num_computed;
+            Self::commit_prompt_blocks(&mut self.pool, seq, computed, bs);
             if seq.num_computed < seq.num_tokens {
                 continue; // mid-prefill chunk
             }
-            // Sample one token.
-            seq.output_len += 1;
-            seq.num_tokens += 1;
-            st.generation_tokens += 1;
-            let cached = seq.cached_tokens.unwrap_or(0);
-            observe_token(&mut st, seq, now, cached);
-            seq.last_token = Some(now);
-            let eos = {
-                let s: &Seq = seq;
-                !s.ignore_eos
-                    && s.output_len > s.min_tokens
-                    && self.profile.eos_probability > 0.0
-                    && (mix(s.text_seed ^ 0x5eed ^ ((s.output_len as u64) << 20)) as f64
-                        / u64::MAX as f64)
-                        < self.profile.eos_probability
-            };
-            let finish = if eos {
-                Some(FinishReason::Stop)
-            } else if seq.output_len >= seq.max_tokens || seq.num_tokens > self.max_model_len {
-                Some(FinishReason::Length)
-            } else {
-                None
-            };
-            let text = if eos {
-                ""
-            } else {
-                generated_word(seq.text_seed, seq.output_len)
-            };
-            // A closed receiver is reaped at the start of the next step.
-            let _ = seq.tx.send(TokenEvent {
-                text,
-                finish,
-                cached_tokens: cached,
-                queued: seq.queued,
-                scheduled: seq.scheduled,
-                at: now,
-            });
-            if let Some(reason) = finish {
-                observe_finished(&mut st, seq, now, reason);
+            if sample_token(&self.profile, self.max_model_len, &mut st, seq, now) {
                 finished_idx.push(idx);
             }
         }
-        drop(st);
-        if !finished_idx.is_empty() {
-            finished_idx.sort_unstable();
-            for &idx in finished_idx.iter().rev() {
-                let seq = self.running.remove(idx);
-                self.pool.free_blocks(&seq.blocks);
-            }
+        // Preempted with this step's token in flight: delivered all the
+        // same; the request waits one token longer.
+        let mut finished_waiting = false;
+        for seq in self.waiting.iter_mut().filter(|s| s.sample_in_flight) {
+            seq.sample_in_flight = false;
+            let done = sample_token(&self.profile, self.max_model_len, &mut st, seq, now);
+            seq.sample_in_flight = done;
+            finished_waiting |= done;
         }
+        drop(st);
+        if finished_waiting {
+            self.waiting.retain(|s| !s.sample_in_flight);
+        }
+        let free_before = self.pool.num_free();
+        finished_idx.sort_unstable();
+        for &idx in finished_idx.iter().rev() {
+            let seq = self.running.remove(idx);
+            self.pool.free_blocks(&seq.blocks);
+        }
+        self.finishing = Finishing {
+            seqs: finished_idx.len(),
+            blocks: self.pool.num_free() - free_before,
+        };
     }
 
     fn publish_gauges(&self) {
@@ -515,6 +552,8 @@ pub(crate) async fn run(
     loop {
         if core.is_idle() {
             core.publish_gauges();
+            // Idle: the last step's output has long been processed.
+            core.finishing = Finishing::default();
             deadline = None;
             match rx.recv().await {
                 Some(req) => {
@@ -573,6 +612,53 @@ pub(crate) async fn run(
         core.complete(plan, done);
         core.publish_gauges();
     }
+}
+
+/// Samples one token for `seq`, sends it, and records it; `true` if it
+/// was the sequence's last.
+fn sample_token(
+    profile: &Profile,
+    max_model_len: usize,
+    st: &mut Stats,
+    seq: &mut Seq,
+    now: Instant,
+) -> bool {
+    seq.output_len += 1;
+    seq.num_tokens += 1;
+    st.generation_tokens += 1;
+    let cached = seq.cached_tokens.unwrap_or(0);
+    observe_token(st, seq, now, cached);
+    seq.last_token = Some(now);
+    let eos = !seq.ignore_eos
+        && seq.output_len > seq.min_tokens
+        && profile.eos_probability > 0.0
+        && (mix(seq.text_seed ^ 0x5eed ^ ((seq.output_len as u64) << 20)) as f64 / u64::MAX as f64)
+            < profile.eos_probability;
+    let finish = if eos {
+        Some(FinishReason::Stop)
+    } else if seq.output_len >= seq.max_tokens || seq.num_tokens > max_model_len {
+        Some(FinishReason::Length)
+    } else {
+        None
+    };
+    let text = if eos {
+        ""
+    } else {
+        generated_word(seq.text_seed, seq.output_len)
+    };
+    // A closed receiver is reaped at the start of the next step.
+    let _ = seq.tx.send(TokenEvent {
+        text,
+        finish,
+        cached_tokens: cached,
+        queued: seq.queued,
+        scheduled: seq.scheduled,
+        at: now,
+    });
+    if let Some(reason) = finish {
+        observe_finished(st, seq, now, reason);
+    }
+    finish.is_some()
 }
 
 /// A sampled token's latency: TTFT and the prompt's token counts for the
@@ -640,6 +726,9 @@ impl EngineCore {
 }
 
 #[cfg(test)]
+mod real_fixtures;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -676,11 +765,14 @@ mod tests {
 
     /// The real vLLM 0.32 recording (`fixtures/vllm-real-sweeps/
     /// kv-blocks-40.json`): 40 blocks of 128 tokens, 512 + 128 tokens a
-    /// request, 16 in flight: at most 7 run and at most 35 of the 39 usable
-    /// blocks are in use whenever the gauges are read, while requests go on
-    /// finishing.
+    /// request, 16 in flight. Once past the opening burst (whose fourth
+    /// prompt the 2 048-token budget splits, so an 8th runs for a step, as
+    /// vLLM's scheduler would) at most 7 run and at most 35 of the 39
+    /// usable blocks are in use whenever the gauges are read, while
+    /// requests are preempted (admitted into the last 4 blocks, dropped by
+    /// their own first decode slot) and still get every token once.
     #[tokio::test]
-    async fn a_full_cache_runs_what_fits_with_each_next_token() {
+    async fn a_full_cache_runs_7_and_preempts_the_request_admitted_into_its_last_blocks() {
         let mut p = Profile::named("balanced").expect("known");
         p.num_gpu_blocks = 40;
         p.block_size = 128;
@@ -690,23 +782,25 @@ mod tests {
         let mut next = 0u32;
         let mut new_request = |core: &mut EngineCore| {
             next += 1;
-            add(core, vec![next; 512], 128)
+            (add(core, vec![next; 512], 128), 0usize)
         };
-        let mut rxs: Vec<_> = (0..16).map(|_| new_request(&mut core)).collect();
+        let mut clients: Vec<_> = (0..16).map(|_| new_request(&mut core)).collect();
         let (mut max_running, mut max_used, mut finished) = (0, 0, 0);
-        for _ in 0..3000 {
+        for step in 0..3000 {
             core.reap_aborted();
             let plan = core.schedule(Instant::now());
-            max_running = max_running.max(core.running.len());
-            max_used = max_used.max(core.pool.num_used());
+            if step >= 4 {
+                max_running = max_running.max(core.running.len());
+                max_used = max_used.max(core.pool.num_used());
+            }
             core.complete(plan, Instant::now());
-            max_running = max_running.max(core.running.len());
-            max_used = max_used.max(core.pool.num_used());
-            for rx in rxs.iter_mut() {
+            for (rx, tokens) in clients.iter_mut() {
                 while let Ok(event) = rx.try_recv() {
+                    *tokens += 1;
                     if event.finish.is_some() {
+                        assert_eq!(*tokens, 128, "every token once");
                         finished += 1;
-                        *rx = new_request(&mut core);
+                        (*rx, *tokens) = new_request(&mut core);
                         break;
                     }
                 }
@@ -714,6 +808,11 @@ mod tests {
         }
         assert!(finished >= 40, "requests go on finishing: {finished}");
         assert_eq!((max_running, max_used), (7, 35));
+        let preemptions = core.shared.lock_stats().preemptions;
+        assert!(
+            preemptions > 0 && preemptions < finished,
+            "{preemptions} preemptions for {finished} requests"
+        );
     }
 
     #[tokio::test]

@@ -6,14 +6,12 @@
 
 use crate::common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::wait_for;
 
-use llmwatch::cli::sim::{self, SimArgs};
-use llmwatch::daemon;
-use llmwatch_config::Config;
+use common::app::TestApp;
+use llmwatch::cli::sim::SimArgs;
 use llmwatch_engine::sources::scrape::now_ms;
 use reqwest::StatusCode;
 use serde_json::{json, Value};
@@ -78,25 +76,11 @@ fn rfc3339(ms: i64) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rest_api_end_to_end() {
     let started = Instant::now();
-    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 10.0))
-        .await
-        .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let toml = format!(
+    let config = format!(
         r#"
 [server]
-listen = "127.0.0.1:0"
-database = {db:?}
 token = "{TOKEN}"
 alert_interval = "200ms"
-
-[[targets]]
-name = "sim"
-url = "http://{engine}"
-scrape_interval = "250ms"
-[targets.probe]
-interval = "150ms"
-shape = "64x4"
 
 [[alerts]]
 name = "kv-high"
@@ -113,13 +97,18 @@ signal = "requests_waiting"
 op = ">="
 threshold = 0
 window = "10s"
-"#,
-        db = dir.path().join("llmwatch.db").display().to_string(),
+"#
     );
-    let config = Config::parse(&toml, Path::new("api-test.toml")).unwrap();
-    let running = daemon::start(config).await.unwrap();
+    let app = TestApp::builder()
+        .config(&config)
+        .sim_as("sim", SimArgs::loopback("balanced", "sim-model", 10.0))
+        .target(
+            "scrape_interval = \"250ms\"\n[targets.probe]\ninterval = \"150ms\"\nshape = \"64x4\"",
+        )
+        .spawn()
+        .await;
     let api = Api {
-        base: format!("http://{}", running.listen_addr),
+        base: app.base_url(),
         client: reqwest::Client::new(),
     };
     let t0 = now_ms();
@@ -165,7 +154,7 @@ window = "10s"
     assert_eq!(target["name"], "sim");
     assert_eq!(target["kind"], "engine");
     assert_eq!(target["engine"], "vllm");
-    assert_eq!(target["url"], format!("http://{engine}"), "{target}");
+    assert_eq!(target["url"], app.sim("sim").url(), "{target}");
     assert_eq!(target["status"]["state"], "up");
     assert!(target["status"]["last_scrape_ms"].as_i64().unwrap() >= t0);
     assert!(target["status"]["last_scrape"]
@@ -436,15 +425,11 @@ window = "10s"
         .await;
     assert_eq!(status, StatusCode::ACCEPTED, "{body}");
     let id = body["id"].as_i64().expect("sweep id");
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let sweep = loop {
+    let sweep = wait_for("the sweep to end", Duration::from_secs(60), || async {
         let sweep = api.ok(&format!("/api/v1/sweeps/{id}")).await;
-        if sweep["status"] != "running" {
-            break sweep;
-        }
-        assert!(Instant::now() < deadline, "sweep still running: {sweep}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+        (sweep["status"] != "running").then_some(sweep)
+    })
+    .await;
     assert_eq!(sweep["status"], "completed", "{sweep}");
     assert_eq!(sweep["target"], "sim");
     assert_eq!(sweep["steps"].as_array().unwrap().len(), 2);
@@ -488,17 +473,17 @@ window = "10s"
         .post(&predict, json!({ "vllm_args": "--max-num-seqs 2" }))
         .await;
     assert_eq!(status, StatusCode::CONFLICT, "{busy}");
-    let deadline = Instant::now() + Duration::from_secs(120);
-    let prediction = loop {
-        let p = api
-            .ok(&format!("/api/v1/predictions/{prediction_id}"))
-            .await;
-        if p["status"] != "running" {
-            break p;
-        }
-        assert!(Instant::now() < deadline, "prediction still running: {p}");
-        tokio::time::sleep(Duration::from_millis(300)).await;
-    };
+    let prediction = wait_for(
+        "the prediction to end",
+        Duration::from_secs(120),
+        || async {
+            let p = api
+                .ok(&format!("/api/v1/predictions/{prediction_id}"))
+                .await;
+            (p["status"] != "running").then_some(p)
+        },
+    )
+    .await;
     assert_eq!(prediction["status"], "done", "{prediction}");
     let result = &prediction["result"];
     assert_eq!(result["steps"].as_array().unwrap().len(), 2, "{result}");
@@ -565,7 +550,7 @@ window = "10s"
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(body["error"]["message"].is_string());
 
-    running.shutdown().await;
+    app.stop().await;
     eprintln!("api test took {:?}", started.elapsed());
 }
 

@@ -11,6 +11,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
+use common::app::TestApp;
 use common::{spawn_daemon, test_config, wait_for};
 use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch::daemon;
@@ -396,12 +397,13 @@ async fn a_sweep_cut_off_by_a_crash_is_marked_interrupted_at_start() {
     let started_ms = llmwatch_engine::sources::scrape::now_ms() - 60_000;
     let id = common::insert_running_sweep(&store, "sim", started_ms).await;
     drop(store);
-    let running = daemon::start(test_config("", dir.path())).await.unwrap();
-    let row = running.store.sweep(id).await.unwrap().unwrap();
+    let app = TestApp::builder().dir(dir).spawn().await;
+    let store = &app.daemon.store;
+    let row = store.sweep(id).await.unwrap().unwrap();
     assert_eq!(row.status, SweepStatus::Interrupted);
     assert!(row.ended_ms.is_some());
-    assert_eq!(running.store.sweep_steps(id).await.unwrap().len(), 1);
-    running.shutdown().await;
+    assert_eq!(store.sweep_steps(id).await.unwrap().len(), 1);
+    app.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

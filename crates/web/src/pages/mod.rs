@@ -15,6 +15,7 @@ pub mod experiment;
 pub mod format;
 pub use crate::state::live_cache;
 pub mod live_card;
+pub mod observed;
 pub mod overview;
 pub mod passive;
 pub mod predict;

@@ -14,6 +14,7 @@ use serde::Deserialize;
 
 use super::charts::{ttft_breakdown_series, Band, Chart, Dash, Marker, Rule, Series, Style, XAxis};
 use super::format;
+use super::observed::{observed_section, ObservedSection};
 use super::overview::{target_card, TargetCard};
 use super::passive::{passive_section, PassiveSection};
 use super::{
@@ -120,6 +121,8 @@ pub struct TargetPage {
     pub refresh_s: u32,
     /// The passive saturation curve of the last 7 days.
     pub passive: PassiveSection,
+    /// The request lengths served over the range.
+    pub observed: ObservedSection,
 }
 
 /// Every chart of a target page, as data.
@@ -698,6 +701,7 @@ pub async fn target_page(
     };
     let card = target_card(store, config, &target, gpu_now.as_deref(), now_ms).await?;
     let passive = passive_section(store, config, target.id, name, now_ms).await?;
+    let observed = observed_section(store, name, label, range).await?;
     let base = format!("/targets/{}", path_segment(name));
     let query = format!("?range={label}");
     Ok(Some(TargetPage {
@@ -748,6 +752,7 @@ pub async fn target_page(
             300
         },
         passive,
+        observed,
     }))
 }
 

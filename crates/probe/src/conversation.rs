@@ -37,6 +37,17 @@ pub struct WorkloadError {
     pub why: String,
 }
 
+impl std::fmt::Display for MultiTurn {
+    /// The `--workload` text it parses from.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "multi-turn:{}", self.turns)?;
+        if !self.think.is_zero() {
+            write!(f, ",think={}", humantime::format_duration(self.think))?;
+        }
+        Ok(())
+    }
+}
+
 impl MultiTurn {
     /// Parses `multi-turn:TURNS[,think=DUR]` (TURNS 1..=1000).
     pub fn parse(text: &str) -> Result<MultiTurn, WorkloadError> {
@@ -90,8 +101,30 @@ pub struct ConversationResult {
     pub workload: MultiTurn,
     pub sessions: u32,
     pub turns: Vec<TurnStats>,
+    /// From the first send to the last answer's end.
+    #[serde(default)]
+    pub wall_s: f64,
     /// (session, turn from 1, record).
     pub records: Vec<(u32, u32, ProbeRecord)>,
+}
+
+/// How long a conversation run lasts: each session holds at least
+/// `conversations` conversations back to back (on its one connection), and
+/// starts another while `min_duration` has not passed since the run began.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct ConversationBound {
+    pub conversations: u32,
+    pub min_duration: Duration,
+}
+
+impl Default for ConversationBound {
+    /// One conversation per session.
+    fn default() -> Self {
+        ConversationBound {
+            conversations: 1,
+            min_duration: Duration::ZERO,
+        }
+    }
 }
 
 /// What a conversation run sends.
@@ -113,18 +146,53 @@ pub async fn run_conversations(
     client: &ClientConfig,
     spec: &ConversationSpec,
 ) -> Result<ConversationResult, ClientError> {
+    run_conversations_bounded(client, spec, ConversationBound::default()).await
+}
+
+/// [`run_conversations`], each session holding conversations back to back
+/// as `bound` says (a sweep step's length).
+pub async fn run_conversations_bounded(
+    client: &ClientConfig,
+    spec: &ConversationSpec,
+    bound: ConversationBound,
+) -> Result<ConversationResult, ClientError> {
     let salt = crate::shape::fresh_salt();
     let words = approx_words(spec.shape.input_tokens);
     let user = PromptGenerator::new(PromptKind::Random, words, spec.seed).with_salt(salt);
     let reply_words = approx_words(spec.shape.output_tokens);
     let assistant =
         PromptGenerator::new(PromptKind::Random, reply_words, spec.seed ^ 1).with_salt(salt);
+    let started = Instant::now();
+    let deadline = started + bound.min_duration;
     let mut tasks = Vec::new();
     for session in 0..spec.sessions.max(1) {
         let probe = ProbeClient::new(client.clone())?;
         let (spec, user, assistant) = (spec.clone(), user.clone(), assistant.clone());
         tasks.push(tokio::spawn(async move {
-            one_session(&probe, &spec, session, &user, &assistant).await
+            let mut out = Vec::new();
+            let mut held = 0u32;
+            while held < bound.conversations.max(1) || Instant::now() < deadline {
+                let prompts = Prompts {
+                    user: &user,
+                    assistant: &assistant,
+                    key: u64::from(session) << 40 | u64::from(held) << 20,
+                };
+                let ask = TurnRequest {
+                    api: spec.api,
+                    model: &spec.model,
+                    output_tokens: spec.shape.output_tokens,
+                    workload: spec.workload,
+                };
+                let done = one_conversation(&probe, &ask, &prompts).await;
+                let failed = done.iter().any(|r| !r.is_ok());
+                out.extend(done.into_iter().map(|r| (session, r.turn.unwrap_or(0), r)));
+                held += 1;
+                if failed {
+                    // A failing server: this session stops adding load.
+                    break;
+                }
+            }
+            out
         }));
     }
     let mut records = Vec::new();
@@ -137,42 +205,55 @@ pub async fn run_conversations(
         workload: spec.workload,
         sessions: spec.sessions,
         turns: turn_stats(spec.workload.turns, &records),
+        wall_s: started.elapsed().as_secs_f64(),
         records,
     })
 }
 
-/// One session's turns, in order: a turn is sent after the previous answer
-/// ended and the think time passed.
-async fn one_session(
+/// Where a conversation's turns come from.
+pub(crate) struct Prompts<'a> {
+    pub user: &'a PromptGenerator,
+    pub assistant: &'a PromptGenerator,
+    /// Mixed into each turn's prompt number: each conversation's text is
+    /// its own (the turn is added to it).
+    pub key: u64,
+}
+
+/// What every turn of a conversation asks for.
+pub(crate) struct TurnRequest<'a> {
+    pub api: Api,
+    pub model: &'a str,
+    pub output_tokens: u32,
+    pub workload: MultiTurn,
+}
+
+/// One conversation's turns, in order, each record marked with its turn:
+/// a turn is sent after the previous answer ended and the think time
+/// passed. A failed turn ends it (the history would no longer be what the
+/// server saw).
+pub(crate) async fn one_conversation(
     probe: &ProbeClient,
-    spec: &ConversationSpec,
-    session: u32,
-    user: &PromptGenerator,
-    assistant: &PromptGenerator,
-) -> Vec<(u32, u32, ProbeRecord)> {
+    ask: &TurnRequest<'_>,
+    prompts: &Prompts<'_>,
+) -> Vec<ProbeRecord> {
     let mut history: Vec<String> = Vec::new();
     let mut out = Vec::new();
-    for turn in 1..=spec.workload.turns {
-        let k = u64::from(session) << 20 | u64::from(turn);
-        let text = user.prompt(k);
-        let mut request = ProbeRequest::fixed(
-            spec.api,
-            spec.model.clone(),
-            text.clone(),
-            spec.shape.output_tokens,
-        );
+    for turn in 1..=ask.workload.turns {
+        let k = prompts.key | u64::from(turn);
+        let text = prompts.user.prompt(k);
+        let mut request = ProbeRequest::fixed(ask.api, ask.model, text.clone(), ask.output_tokens);
         request.history = history.clone();
-        let record = probe.probe(&request, Instant::now()).await;
+        let mut record = probe.probe(&request, Instant::now()).await;
+        record.turn = Some(turn);
         let ok = record.is_ok();
-        out.push((session, turn, record));
+        out.push(record);
         if !ok {
-            // The history would no longer be what the server saw.
             break;
         }
         history.push(text);
-        history.push(assistant.prompt(k));
-        if !spec.workload.think.is_zero() && turn < spec.workload.turns {
-            tokio::time::sleep(spec.workload.think).await;
+        history.push(prompts.assistant.prompt(k));
+        if !ask.workload.think.is_zero() && turn < ask.workload.turns {
+            tokio::time::sleep(ask.workload.think).await;
         }
     }
     out
@@ -228,13 +309,22 @@ pub fn render_turns(r: &ConversationResult) -> String {
         "Conversations: {} session(s) x {} turn(s), think {:?}, each session on its own connection",
         r.sessions, r.workload.turns, r.workload.think
     );
+    out.push_str(&render_turn_table(&r.turns));
+    out
+}
+
+/// Per turn: requests, failures, mean input and cached tokens, hit ratio,
+/// TTFT p50 (the bench's table and a sweep step's).
+pub fn render_turn_table(turns: &[TurnStats]) -> String {
+    use std::fmt::Write;
+    let mut out = String::new();
     let _ = writeln!(
         out,
         "{:>5} {:>8} {:>7} {:>12} {:>13} {:>9} {:>13}",
         "turn", "requests", "failed", "input tok", "cached tok", "hit", "TTFT p50 ms"
     );
     let num = |v: Option<f64>, d: usize| v.map_or("-".to_string(), |v| format!("{v:.d$}"));
-    for t in &r.turns {
+    for t in turns {
         let _ = writeln!(
             out,
             "{:>5} {:>8} {:>7} {:>12} {:>13} {:>9} {:>13}",
@@ -266,6 +356,16 @@ mod tests {
         assert_eq!(
             MultiTurn::parse("multi-turn:3").unwrap().think,
             Duration::ZERO
+        );
+        for text in ["multi-turn:5,think=1s 500ms", "multi-turn:3"] {
+            let parsed = MultiTurn::parse(text).unwrap();
+            assert_eq!(MultiTurn::parse(&parsed.to_string()).unwrap(), parsed);
+        }
+        assert_eq!(
+            MultiTurn::parse("multi-turn:5,think=1500ms")
+                .unwrap()
+                .to_string(),
+            "multi-turn:5,think=1s 500ms"
         );
         for bad in [
             "multi-turn:0",

@@ -35,7 +35,7 @@ pub mod stats;
 pub mod trace;
 
 pub use canary::{Canary, CanaryBusy};
-pub use client::{ClientConfig, ClientError, ProbeClient, ProbeRequest, Secret};
+pub use client::{ClientConfig, ClientError, EncodedRequest, ProbeClient, ProbeRequest, Secret};
 pub use load::{run, Bound, Load, RecordSink, Records, RunConfig, RunError, RunOptions, Workload};
 pub use measure::{default_workers, MeasuringPool, MeasuringThread, Spin, SpinMode};
 pub use parts::{merge_parts, MergeError, PartOf};

@@ -39,6 +39,9 @@ pub enum RunError {
     EmptyBound,
     #[error("the measuring thread stopped before the run ended")]
     MeasuringThreadGone,
+    /// A session's own client (conversations) could not be built.
+    #[error("cannot build a probe client: {0}")]
+    Client(String),
 }
 
 /// What a run needs to build its requests: endpoint, model, shape and

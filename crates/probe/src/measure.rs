@@ -152,6 +152,22 @@ impl MeasuringThread {
         self.handle.spawn(future)
     }
 
+    /// Runs `future` on the measuring thread with the thread's spinner
+    /// alongside (as a run has it), so a future that waits on timers —
+    /// a trace replay, conversations — is woken on time rather than after
+    /// the thread wakes from sleep.
+    pub fn spawn_measured<F>(&self, future: F) -> tokio::task::JoinHandle<F::Output>
+    where
+        F: std::future::Future + Send + 'static,
+        F::Output: Send + 'static,
+    {
+        let (spin, woke) = (self.spin, self.woke.clone());
+        self.handle.spawn(async move {
+            let _meter = spin_meter(spin, woke).await;
+            future.await
+        })
+    }
+
     /// Runs one load on the measuring thread (see [`crate::run`]), with the
     /// self-check's CPU read from this thread. Dropping the returned future
     /// cancels the run.

@@ -256,6 +256,10 @@ pub struct ProbeRecord {
     /// run of it (open loop). `None` outside a load run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub scheduled_ns: Option<u64>,
+    /// The request's turn in a conversation (from 1); `None` for a
+    /// one-shot request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub turn: Option<u32>,
     /// Response headers received.
     pub ttfb_ns: Option<u64>,
     /// First event with generated output.
@@ -298,6 +302,7 @@ impl ProbeRecord {
             sent_at: None,
             dispatch_lag_ns: 0,
             scheduled_ns: None,
+            turn: None,
             ttfb_ns: None,
             ttft_ns: None,
             ttfo_ns: None,

@@ -124,6 +124,10 @@ pub struct RunResult {
     /// The shared schedule this run is a part of (`bench --part`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub part_of: Option<crate::settings::PartOf>,
+    /// A conversation workload's figures per turn (input, cached tokens,
+    /// TTFT, prefix-cache hit ratio); empty for one-shot requests.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<crate::conversation::TurnStats>,
     /// The measured probes themselves, in send order — when the run kept
     /// them (see [`crate::Records`]); a run that streamed them elsewhere
     /// leaves this empty and its memory flat.
@@ -462,6 +466,7 @@ impl RunStats {
             dispatch_lag_ms,
             self_check,
             part_of: None,
+            turns: Vec::new(),
             records,
         }
     }

@@ -12,12 +12,12 @@
 //! counts one token per word, plus the tokenizer's special tokens (measured
 //! too). Replayed through `/v1/completions` (no chat template to count).
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::client::{ProbeClient, ProbeRequest};
+use crate::client::{EncodedRequest, ProbeClient, ProbeRequest};
 use crate::record::{Api, ProbeRecord};
 use crate::shape::tokenize_count;
 use crate::stats::{Summary, EXACT_SAMPLES};
@@ -187,10 +187,17 @@ pub struct TraceResult {
     pub records: Vec<ProbeRecord>,
 }
 
-/// Replays `trace` against `client`, `speed` times as fast as recorded.
-/// Run it on a [`crate::MeasuringThread`] (spinning), as a bench runs: its
-/// requests wait on that thread's timers, and a thread shared with other
-/// work would wake them late.
+/// One request of a replay: when it arrives (ms from the replay's start,
+/// before the speed-up), the input length it must have, and the request.
+#[derive(Debug, Clone)]
+pub struct ScheduledRequest {
+    pub at_ms: u64,
+    pub input_length: u32,
+    pub request: ProbeRequest,
+}
+
+/// Replays `trace` against `client`, `speed` times as fast as recorded
+/// (see [`replay_requests`]).
 pub async fn replay(
     client: &ProbeClient,
     model: &str,
@@ -198,27 +205,59 @@ pub async fn replay(
     prompts: &TracePrompts,
     speed: f64,
 ) -> TraceResult {
-    // Every prompt is built before the first arrival.
-    let requests: Vec<ProbeRequest> = (0u64..)
+    let scheduled = (0u64..)
         .zip(trace)
-        .map(|(i, r)| {
-            ProbeRequest::fixed(
+        .map(|(i, r)| ScheduledRequest {
+            at_ms: r.timestamp,
+            input_length: r.input_length,
+            request: ProbeRequest::fixed(
                 Api::Completions,
                 model,
                 prompts.prompt(r, i),
                 r.output_length,
-            )
+            ),
         })
         .collect();
-    let start = tokio::time::Instant::now() + Duration::from_millis(100);
-    let mut tasks = Vec::with_capacity(trace.len());
-    for (r, request) in trace.iter().zip(requests) {
-        let at = start + Duration::from_secs_f64(r.timestamp as f64 / 1000.0 / speed);
+    replay_requests(client, scheduled, speed).await
+}
+
+/// Sends `scheduled` at their instants, `speed` times as fast. Run it on a
+/// [`crate::MeasuringThread`] through
+/// [`crate::MeasuringThread::spawn_measured`], as `bench --trace` does: one
+/// dispatcher walks the schedule on that thread and sends each request at
+/// its instant (see [`arrive_at`]); a thread shared with other work, or
+/// one left to sleep, wakes late.
+///
+/// Measured (`cargo bench -p llmwatch-probe --bench trace_arrival`,
+/// BENCHMARKS.md): a task per request, each on its own timer with the last
+/// millisecond spun, on a thread left to sleep, lagged p50 0.5 ms and p99
+/// 2.5–4.4 ms here: its timer, rounded up to whole milliseconds twice (the
+/// wheel's tick, the sleep's timeout), often fired after the instant the
+/// spin was meant to reach; each body was encoded after the wake-up too.
+pub async fn replay_requests(
+    client: &ProbeClient,
+    scheduled: Vec<ScheduledRequest>,
+    speed: f64,
+) -> TraceResult {
+    let inputs: Vec<u32> = scheduled.iter().map(|s| s.input_length).collect();
+    // Every body is built and encoded before the first arrival.
+    let requests: Vec<(u64, EncodedRequest)> = scheduled
+        .iter()
+        .map(|s| (s.at_ms, s.request.encode()))
+        .collect();
+    drop(scheduled);
+    let start = Instant::now() + Duration::from_millis(100);
+    let mut tasks = Vec::with_capacity(requests.len());
+    for (at_ms, request) in requests {
+        let at = start + Duration::from_secs_f64(at_ms as f64 / 1000.0 / speed);
+        arrive_at(at).await;
         let client = client.clone();
         tasks.push(tokio::spawn(async move {
-            arrive_at(at).await;
-            client.probe(&request, at.into_std()).await
+            client.probe_encoded(request, at).await
         }));
+        // On this thread the new task runs once the dispatcher yields: now,
+        // so it stamps and writes its request before anything else.
+        tokio::task::yield_now().await;
     }
     let mut records = Vec::with_capacity(tasks.len());
     for task in tasks {
@@ -226,29 +265,38 @@ pub async fn replay(
             records.push(record);
         }
     }
-    summarize(trace, records, speed)
+    summarize(&inputs, records, speed)
 }
 
-/// Waits for `at`: the timer (millisecond ticks, so up to a tick late)
-/// until a tick before it, then a spin to it (holding the thread for less
-/// than a tick, once per request).
-async fn arrive_at(at: tokio::time::Instant) {
-    let tick = Duration::from_millis(1);
-    if let Some(early) = at.checked_sub(tick) {
-        tokio::time::sleep_until(early).await;
+/// How early the dispatcher's timer fires: the timer has millisecond ticks
+/// and a sleeping thread wakes when the OS lets it, so it aims this far
+/// ahead.
+const TIMER_LEAD: Duration = Duration::from_millis(2);
+/// The last stretch, spun without yielding: one turn of the runtime may
+/// take this long.
+const SPIN_LAST: Duration = Duration::from_micros(50);
+
+/// Waits for `at`: the timer until [`TIMER_LEAD`] before it, then turns of
+/// the runtime (the streams in flight are read meanwhile) until
+/// [`SPIN_LAST`] before it, then a spin.
+async fn arrive_at(at: Instant) {
+    if let Some(early) = at.checked_sub(TIMER_LEAD) {
+        tokio::time::sleep_until(early.into()).await;
     }
-    let at = at.into_std();
-    while std::time::Instant::now() < at {
+    while Instant::now() + SPIN_LAST < at {
+        tokio::task::yield_now().await;
+    }
+    while Instant::now() < at {
         std::hint::spin_loop();
     }
 }
 
-fn summarize(trace: &[TraceRequest], records: Vec<ProbeRecord>, speed: f64) -> TraceResult {
+fn summarize(inputs: &[u32], records: Vec<ProbeRecord>, speed: f64) -> TraceResult {
     let d = || Distribution::new(EXACT_SAMPLES);
     let (mut lag, mut ttft, mut e2e) = (d(), d(), d());
     let mut mismatches = 0;
     let (mut input, mut cached) = (0, 0);
-    for (r, rec) in trace.iter().zip(&records) {
+    for (&input_length, rec) in inputs.iter().zip(&records) {
         lag.add(rec.dispatch_lag_ns as f64);
         match rec.ttft_ns {
             Some(t) => ttft.add(t as f64),
@@ -259,7 +307,7 @@ fn summarize(trace: &[TraceRequest], records: Vec<ProbeRecord>, speed: f64) -> T
         }
         let usage = rec.usage.as_ref();
         let prompt = usage.and_then(|u| u.prompt_tokens);
-        mismatches += u64::from(prompt != Some(u64::from(r.input_length)));
+        mismatches += u64::from(prompt != Some(u64::from(input_length)));
         input += prompt.unwrap_or(0);
         cached += usage.and_then(|u| u.cached_tokens).unwrap_or(0);
     }

@@ -202,7 +202,7 @@ async fn trace_replay_is_on_time_exact_and_shares_prefixes_by_hash_ids() {
     let thread = llmwatch_probe::MeasuringThread::start(true).unwrap();
     let own = ProbeClient::new(ClientConfig::new(format!("http://{addr}"))).unwrap();
     let r = thread
-        .spawn(async move { replay(&own, "sim-llama", &trace, &prompts, 1.0).await })
+        .spawn_measured(async move { replay(&own, "sim-llama", &trace, &prompts, 1.0).await })
         .await
         .unwrap();
     assert_eq!(
@@ -212,12 +212,16 @@ async fn trace_replay_is_on_time_exact_and_shares_prefixes_by_hash_ids() {
         r.records.iter().find_map(|x| x.error.clone())
     );
     assert_eq!(r.input_length_mismatches, 0, "inputs must be exact");
-    // Arrival error (sent − scheduled): the issue asks for p99 within 2 ms,
-    // which this 2-core machine, shared with builds, did not give (p99
-    // 2.8–9.6 ms at load average 2–4); the test checks what load cannot
-    // explain: half the requests on time to the millisecond, none far late.
+    // Arrival error (sent − scheduled): the issue's p99 within 2 ms is
+    // measured by `cargo bench -p llmwatch-probe --bench trace_arrival`
+    // (BENCHMARKS.md), on an optimised build of a machine not shared with
+    // builds; a test machine's neighbours preempt the dispatcher at will,
+    // so the test checks what load cannot explain: half the requests sent
+    // within half a millisecond of their instant (the dispatcher spins to
+    // it; the timer alone, a millisecond late at best, would not), none
+    // far late.
     let lag = &r.arrival_error_ms;
-    assert!(lag.p50.unwrap() < 1.0, "arrival error {lag:?}");
+    assert!(lag.p50.unwrap() < 0.5, "arrival error {lag:?}");
     assert!(lag.p99.unwrap() < 25.0, "arrival error {lag:?}");
     println!(
         "arrival error p50 {:?} p99 {:?} max {:?} ms",

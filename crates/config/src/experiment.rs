@@ -8,6 +8,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::Duration;
 
+use llmwatch_probe::conversation::MultiTurn;
 use serde::Deserialize;
 
 use crate::fields::parse_duration;
@@ -79,6 +80,10 @@ pub struct PlanSweep {
     pub client_self_check: bool,
     /// A dcgm-exporter page of the server's GPUs (card, energy per token).
     pub gpu_url: Option<String>,
+    /// `multi-turn:TURNS[,think=DUR]`: each level is that many concurrent
+    /// conversations (the report shows each variant's prefix-cache benefit
+    /// per turn).
+    pub workload: Option<MultiTurn>,
 }
 
 /// `[quality]`: graded answers beside speed.
@@ -172,6 +177,7 @@ struct RawSweep {
     #[serde(default = "default_true")]
     client_self_check: bool,
     gpu_url: Option<String>,
+    workload: Option<String>,
 }
 
 fn default_requests_per_slot() -> u64 {
@@ -415,6 +421,22 @@ fn parse_sweep(path: &Path, raw: &RawSweep) -> Result<PlanSweep, ConfigError> {
             }
             None => None,
         },
+        workload: raw
+            .workload
+            .as_deref()
+            .map(|text| {
+                MultiTurn::parse(text).map_err(|err| {
+                    invalid(
+                        path,
+                        "sweep.workload",
+                        format!(
+                            "{} in {:?} (expected multi-turn:TURNS[,think=DUR])",
+                            err.why, err.text
+                        ),
+                    )
+                })
+            })
+            .transpose()?,
     })
 }
 
@@ -517,6 +539,17 @@ env = { VLLM_X = "1" }
         };
         assert_eq!(server.ready_timeout, Duration::from_secs(30));
         assert_eq!(server.health, "/health");
+        assert_eq!(plan.sweep.workload, None);
+        let chat = parse(&PLAN.replace(
+            "[1, 2, 4, 8]",
+            "[1, 2]\nworkload = \"multi-turn:4,think=10ms\"",
+        ))
+        .expect("a conversation workload");
+        let workload = chat.sweep.workload.expect("workload");
+        assert_eq!(
+            (workload.turns, workload.think),
+            (4, Duration::from_millis(10))
+        );
     }
 
     #[test]
@@ -541,6 +574,10 @@ env = { VLLM_X = "1" }
             (
                 PLAN.replace("[quality]", "[quality]\nmax_drop = 2.0"),
                 "quality.max_drop",
+            ),
+            (
+                PLAN.replace("[1, 2, 4, 8]", "[1, 2]\nworkload = \"multi-turn:0\""),
+                "sweep.workload",
             ),
         ];
         for (text, field) in cases {

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use llmwatch_core::redact::redact_url;
+use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::Shape;
 use serde::{Deserialize, Deserializer};
 
@@ -95,6 +96,19 @@ pub(crate) fn check_positive(duration: Duration) -> Result<(), String> {
 pub(crate) fn shape<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Shape, D::Error> {
     let text = String::deserialize(deserializer)?;
     Shape::parse(&text).map_err(serde::de::Error::custom)
+}
+
+/// `"multi-turn:TURNS[,think=DUR]"` (a canary's `workload`).
+pub(crate) fn conversation<'de, D: Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Option<MultiTurn>, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    MultiTurn::parse(&text).map(Some).map_err(|err| {
+        serde::de::Error::custom(format!(
+            "{} in {:?} (expected multi-turn:TURNS[,think=DUR], e.g. \"multi-turn:5,think=1s\")",
+            err.why, err.text
+        ))
+    })
 }
 
 #[cfg(test)]

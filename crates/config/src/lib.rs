@@ -244,6 +244,31 @@ dcgm_url = "http://127.0.0.1:9400/metrics"
     }
 
     #[test]
+    fn a_canary_workload_is_a_conversation_and_its_errors_name_the_field() {
+        let target =
+            "[[targets]]\nname = \"a\"\nurl = \"http://x\"\n[targets.probe]\ninterval = \"15s\"\n";
+        let config = parse(&format!("{target}workload = \"multi-turn:5,think=1s\"\n")).unwrap();
+        let workload = config.targets[0].probe.as_ref().unwrap().workload.unwrap();
+        assert_eq!(
+            (workload.turns, workload.think),
+            (5, std::time::Duration::from_secs(1))
+        );
+        let err = error_of(&format!("{target}workload = \"multi-turn:0\"\n"));
+        assert!(
+            err.contains("targets[0].probe.workload") && err.contains("TURNS"),
+            "{err}"
+        );
+        let err = error_of(&format!("{target}workload = \"rag\"\n"));
+        assert!(err.contains("targets[0].probe.workload"), "{err}");
+        // Four pauses of 5 s do not fit a 15 s tick.
+        let err = error_of(&format!("{target}workload = \"multi-turn:5,think=5s\"\n"));
+        assert!(
+            err.contains("targets[0].probe.workload") && err.contains("probe.interval"),
+            "{err}"
+        );
+    }
+
+    #[test]
     fn alerts_and_notifiers_parse() {
         let config = parse(
             r#"

@@ -9,10 +9,11 @@ use std::time::Duration;
 use llmwatch_core::alerts::Op;
 use llmwatch_core::catalog::Engine;
 use llmwatch_core::signals::Signal;
+use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::Shape;
 use serde::{Deserialize, Deserializer};
 
-use crate::fields::{duration, optional_duration, parse_duration, shape};
+use crate::fields::{conversation, duration, optional_duration, parse_duration, shape};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -386,6 +387,11 @@ pub struct ProbeConfig {
     pub model: Option<String>,
     #[serde(default = "default_probe_timeout", deserialize_with = "duration")]
     pub timeout: Duration,
+    /// `"multi-turn:TURNS[,think=DUR]"`: each tick sends one conversation,
+    /// its turns as the canary's probes (each resending the history, on
+    /// one connection), so TTFT and cached tokens are recorded per turn.
+    #[serde(default, deserialize_with = "conversation")]
+    pub workload: Option<MultiTurn>,
 }
 
 /// `[targets.sweep]`: a sweep of this target every `every`. Sweeps load a

@@ -161,6 +161,21 @@ fn validate_targets<'a>(config: &'a Config, names: &mut HashSet<&'a str>) -> Res
         }
         if let Some(probe) = &target.probe {
             check_positive(probe.interval).map_err(|m| (field("probe.interval"), m))?;
+            if let Some(workload) = probe.workload {
+                // One conversation per tick: its think time alone must fit
+                // the interval, or every other tick is skipped.
+                let thinking = workload.think * workload.turns.saturating_sub(1);
+                if thinking >= probe.interval {
+                    return Err((
+                        field("probe.workload"),
+                        format!(
+                            "{workload} thinks {} per conversation, not less than probe.interval ({}): one conversation runs per tick",
+                            humantime::format_duration(thinking),
+                            humantime::format_duration(probe.interval)
+                        ),
+                    ));
+                }
+            }
         }
     }
     Ok(())

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::record::{Api, ProbeRecord};
 use llmwatch_probe::{
     Calibrator, Canary, ClientConfig, MeasuringThread, ProbeClient, PromptKind, Secret, Shape,
@@ -117,18 +118,26 @@ async fn prepare_canary(
             .await
             .map_err(|err| format!("no model: {err}"))?,
     };
-    let needed = u64::from(shape.input_tokens) + u64::from(shape.output_tokens);
+    // A conversation's last turn carries every earlier turn and answer.
+    let turns = job.probe.workload.map_or(1, |w| u64::from(w.turns.max(1)));
+    let needed = turns * (u64::from(shape.input_tokens) + u64::from(shape.output_tokens));
     if let Some((limit, source)) = context_limit(client.http(), &job.base_url, &model).await {
         if needed > limit {
             return Err(format!(
-                "canary shape {shape} needs {needed} tokens of context, but {model} has {limit} ({source})"
+                "canary shape {shape}{} needs {needed} tokens of context, but {model} has {limit} ({source})",
+                job.probe.workload.map(|w| format!(" in {w}")).unwrap_or_default()
             ));
         }
     }
     let calibration = Calibrator::new()
         .calibrate(client, api, &model, PromptKind::Random, shape.input_tokens)
         .await;
-    Ok(Canary::new(probe_client.clone(), api, model, shape).with_calibration(&calibration))
+    let canary =
+        Canary::new(probe_client.clone(), api, model, shape).with_calibration(&calibration);
+    Ok(match job.probe.workload {
+        Some(workload) => canary.with_conversation(workload),
+        None => canary,
+    })
 }
 
 /// A failed canary row for a canary that could not start: kind `setup`,
@@ -156,6 +165,16 @@ pub fn setup_error_row(target_id: i64, api: Api, shape: &str, reason: &str) -> P
         cached_tokens: None,
         finish_reason: None,
         record_json: "{}".to_string(),
+    }
+}
+
+/// The shape label a canary's probe is stored under: the shape, and for a
+/// conversation's turn which turn it was (its input carries the history,
+/// so turns differ in what they measure: `64x16 turn 3/5`).
+fn turn_label(shape: &str, workload: Option<MultiTurn>, record: &ProbeRecord) -> String {
+    match (workload, record.turn) {
+        (Some(w), Some(turn)) => format!("{shape} turn {turn}/{}", w.turns),
+        _ => shape.to_string(),
     }
 }
 
@@ -218,16 +237,20 @@ pub async fn run_canary_loop(
         let name = job.name.clone();
         let target_id = job.target_id;
         let shape_label = job.probe.shape.to_string();
-        let probe = thread.spawn(async move { current.probe().await });
+        let workload = current.workload();
+        let probe = thread.spawn(async move { current.conversation().await });
         tokio::spawn(async move {
             match probe.await {
-                Ok(Ok(record)) => {
-                    if let Some(error) = &record.error {
-                        tracing::warn!(target = %name, error = %error, "canary probe failed");
-                    }
-                    let row = probe_row(target_id, None, &shape_label, &record);
-                    if let Err(err) = store.write_probe(&row).await {
-                        Failure::CanaryStore.emit(Some(&name), &err);
+                Ok(Ok(records)) => {
+                    for record in &records {
+                        if let Some(error) = &record.error {
+                            tracing::warn!(target = %name, error = %error, "canary probe failed");
+                        }
+                        let label = turn_label(&shape_label, workload, record);
+                        let row = probe_row(target_id, None, &label, record);
+                        if let Err(err) = store.write_probe(&row).await {
+                            Failure::CanaryStore.emit(Some(&name), &err);
+                        }
                     }
                 }
                 Ok(Err(busy)) => tracing::debug!(target = %name, "{busy}: tick skipped"),

@@ -5,6 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
+use llmwatch_probe::conversation::{render_turn_table, MultiTurn};
 use llmwatch_store::Store;
 
 use super::sweep_render::{render_comparison, render_verdict, step_line, table_header};
@@ -24,6 +25,12 @@ pub struct SweepArgs {
     pub url: Option<String>,
     #[command(flatten)]
     pub workload: WorkloadArgs,
+    /// multi-turn:TURNS[,think=DUR]: each concurrency level is that many
+    /// concurrent conversations, each resending its history with a new
+    /// turn of --shape (per step and turn: input, cached tokens, TTFT,
+    /// prefix-cache hit ratio).
+    #[arg(long = "workload", value_parser = MultiTurn::parse)]
+    pub conversation: Option<MultiTurn>,
     /// Closed-loop concurrency ladder.
     #[arg(long, default_value = "1,2,4,8,16,32,64", conflicts_with = "rate")]
     pub concurrency: String,
@@ -127,6 +134,7 @@ pub fn settings_from_args(args: &SweepArgs) -> anyhow::Result<SweepSettings> {
     s.api = parsed.api;
     s.shape = parsed.shape;
     s.prompt = parsed.prompt;
+    s.conversation = args.conversation;
     s.api_key = parsed.api_key;
     s.temperature = args.workload.temperature;
     s.seed = args.workload.seed;
@@ -208,6 +216,9 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
     println!("{}", table_header());
     let report = run_sweep(settings, store.as_ref(), |step| {
         println!("{}", step_line(step));
+        if !step.run.turns.is_empty() {
+            print!("{}", render_turn_table(&step.run.turns));
+        }
     })
     .await?;
     println!();

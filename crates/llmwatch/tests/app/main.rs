@@ -10,6 +10,7 @@ mod api;
 mod bench;
 mod browser;
 mod cli;
+mod conversations;
 mod daemon_probes;
 mod daemon_scrape;
 mod deploy;

@@ -8,6 +8,7 @@
 //! "client's" process CPU here — except in the test that wants a
 //! client-bound run.
 
+mod conversation;
 mod experiment;
 mod twin;
 

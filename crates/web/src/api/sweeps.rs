@@ -5,6 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::Shape;
 use llmwatch_store::SweepRow;
 use serde_json::{json, Value};
@@ -138,6 +139,10 @@ struct StartSweep {
     target: String,
     #[serde(default)]
     shape: Option<String>,
+    /// `multi-turn:TURNS[,think=DUR]`: conversations instead of one-shot
+    /// requests (a concurrency ladder only).
+    #[serde(default)]
+    workload: Option<String>,
     /// Numbers, not `u32`s: JSON Schema's integers include `37.0`.
     #[serde(default)]
     concurrency: Option<Vec<f64>>,
@@ -170,11 +175,24 @@ pub fn start_sweep_schema(limits: &SweepLimits) -> Value {
         "type": "object",
         "additionalProperties": false,
         "required": ["target"],
-        "not": { "required": ["concurrency", "rate"] },
+        "allOf": [
+            { "not": { "required": ["concurrency", "rate"] } },
+            { "not": { "required": ["workload", "rate"] } },
+            // A conversation's last turn carries every earlier one: with a
+            // workload the shape is given and small enough that four turns
+            // fit the same context.
+            { "anyOf": [
+                { "not": { "required": ["workload"] } },
+                { "required": ["workload", "shape"],
+                  "properties": { "shape": { "pattern": "^[1-9][0-9]{0,1}x[1-9][0-9]{0,1}$" } } },
+            ] },
+        ],
         "properties": {
             "target": { "type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$" },
             "shape": { "type": "string", "pattern": "^[1-9][0-9]{0,2}x[1-9][0-9]{0,2}$",
                        "description": "INPUTxOUTPUT tokens; at most the model's context in all." },
+            "workload": { "type": "string", "pattern": "^multi-turn:[1-4](,think=[1-9][0-9]{0,2}ms)?$",
+                          "description": "multi-turn:TURNS[,think=DUR]: each concurrency level is that many conversations, each resending its history with a new turn of the shape (TURNS × the shape within the model's context); per step and turn the run reports input and cached tokens, TTFT and the prefix-cache hit ratio." },
             "concurrency": { "type": "array", "minItems": 1, "maxItems": steps,
                              "items": { "type": "integer", "minimum": 1,
                                         "maximum": llmwatch_engine::runners::sweep::DEFAULT_MAX_CONCURRENCY } },
@@ -215,6 +233,13 @@ impl TryFrom<StartSweep> for SweepRequest {
             .as_deref()
             .map(|text| {
                 Shape::parse(text).map_err(|err| RequestError::new("shape", err.to_string()))
+            })
+            .transpose()?;
+        let conversation = body
+            .workload
+            .as_deref()
+            .map(|text| {
+                MultiTurn::parse(text).map_err(|err| RequestError::new("workload", err.why))
             })
             .transpose()?;
         let concurrency = body
@@ -258,6 +283,7 @@ impl TryFrom<StartSweep> for SweepRequest {
             target: body.target,
             model: body.model,
             shape,
+            conversation,
             ladder,
             reuse_prompts: body.reuse_prompts,
             requests_per_step,

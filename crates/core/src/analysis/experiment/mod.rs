@@ -26,8 +26,8 @@ pub use quality::{
     accuracy, builtin_set, grade, quality_drop, Accuracy, GradedItem, BUILTIN_ARITH_50,
 };
 pub use result::{
-    Binding, CurvePoint, ExperimentResult, PlanSummary, RankRow, RunRecord, VariantResult,
-    VariantStatus,
+    pool_turns, Binding, CurvePoint, ExperimentResult, PlanSummary, RankRow, RunRecord, TurnPoint,
+    VariantResult, VariantStatus,
 };
 pub use settings::{
     card_contradicts_flags, changed_settings, parse_flags, Resolved, SettingChange,

@@ -163,6 +163,44 @@ pub struct VariantResult {
     /// Whether its throughput at the objective is above the baseline's with
     /// separated intervals (`Some(false)`: below; `None`: not called).
     pub raises_capacity: Option<bool>,
+    /// A conversation workload's figures per turn at the reference load,
+    /// pooled over the repeats: the prefix cache's benefit turn by turn.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub turns: Vec<TurnPoint>,
+}
+
+/// One turn of a conversation workload at one load: mean input and cached
+/// tokens per request, the hit ratio they make, the median TTFT.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnPoint {
+    /// From 1.
+    pub turn: u32,
+    pub input_tokens_mean: Option<f64>,
+    pub cached_tokens_mean: Option<f64>,
+    pub hit_ratio: Option<f64>,
+    pub ttft_p50_s: Option<f64>,
+}
+
+/// Pools the per-turn figures of several runs: each figure the mean over
+/// the runs that have it, turn by turn (the turns of the longest run).
+pub fn pool_turns(runs: &[Vec<TurnPoint>]) -> Vec<TurnPoint> {
+    let turns = runs.iter().map(Vec::len).max().unwrap_or(0);
+    (0..turns)
+        .map(|i| {
+            let of_turn: Vec<&TurnPoint> = runs.iter().filter_map(|r| r.get(i)).collect();
+            let mean = |f: fn(&TurnPoint) -> Option<f64>| {
+                let values: Vec<f64> = of_turn.iter().filter_map(|t| f(t)).collect();
+                (!values.is_empty()).then(|| values.iter().sum::<f64>() / values.len() as f64)
+            };
+            TurnPoint {
+                turn: of_turn.first().map_or(0, |t| t.turn),
+                input_tokens_mean: mean(|t| t.input_tokens_mean),
+                cached_tokens_mean: mean(|t| t.cached_tokens_mean),
+                hit_ratio: mean(|t| t.hit_ratio),
+                ttft_p50_s: mean(|t| t.ttft_p50_s),
+            }
+        })
+        .collect()
 }
 
 impl VariantResult {
@@ -190,6 +228,7 @@ impl VariantResult {
             binding: None,
             versus_baseline: None,
             raises_capacity: None,
+            turns: Vec::new(),
         }
     }
 
@@ -266,4 +305,36 @@ pub struct ExperimentResult {
     pub runs_done: u32,
     pub runs_planned: u32,
     pub error: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn turns_pool_as_means_over_the_runs_that_have_them() {
+        let point = |turn, cached: Option<f64>, hit| TurnPoint {
+            turn,
+            input_tokens_mean: Some(100.0 * f64::from(turn)),
+            cached_tokens_mean: cached,
+            hit_ratio: hit,
+            ttft_p50_s: Some(0.01 * f64::from(turn)),
+        };
+        let runs = vec![
+            vec![
+                point(1, Some(0.0), Some(0.0)),
+                point(2, Some(80.0), Some(0.4)),
+            ],
+            vec![point(1, Some(0.0), Some(0.0)), point(2, Some(120.0), None)],
+            vec![point(1, None, None)],
+        ];
+        let pooled = pool_turns(&runs);
+        assert_eq!(pooled.len(), 2);
+        assert_eq!(pooled[0].cached_tokens_mean, Some(0.0));
+        assert_eq!(pooled[1].turn, 2);
+        assert_eq!(pooled[1].cached_tokens_mean, Some(100.0));
+        assert_eq!(pooled[1].hit_ratio, Some(0.4));
+        assert_eq!(pooled[1].input_tokens_mean, Some(200.0));
+        assert!(pool_turns(&[]).is_empty());
+    }
 }

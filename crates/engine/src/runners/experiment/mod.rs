@@ -23,8 +23,8 @@ use std::sync::Arc;
 
 use llmwatch_config::experiment::{ExperimentPlan, PlanTarget};
 use llmwatch_core::analysis::experiment::{
-    answer, changed_settings, compare_with_baseline, rank, ExperimentResult, PlanSummary, Resolved,
-    RunSample, VariantResult, VariantStatus, DEFAULT_RESAMPLES,
+    answer, changed_settings, compare_with_baseline, pool_turns, rank, ExperimentResult,
+    PlanSummary, Resolved, RunSample, TurnPoint, VariantResult, VariantStatus, DEFAULT_RESAMPLES,
 };
 use llmwatch_core::analysis::ExperimentCard;
 use llmwatch_store::{Store, StoreError};
@@ -87,6 +87,9 @@ struct Kept {
     kv: Vec<BTreeMap<u32, (f64, f64)>>,
     /// Joules per output token per load level, per run (with a GPU page).
     energy: Vec<BTreeMap<u32, f64>>,
+    /// A conversation workload's per-turn figures at the reference load,
+    /// per run.
+    turns: Vec<Vec<TurnPoint>>,
     card: Option<ExperimentCard>,
 }
 
@@ -327,6 +330,7 @@ fn conclude(exp: &mut Experiment<'_>, resamples: u32) {
         let kept = &exp.kept[i];
         finish_variant(v, &kept.samples, &kept.kv, plan, resamples);
         v.energy_j_per_token = run::energy_at_objective(v, &kept.energy);
+        v.turns = pool_turns(&kept.turns);
     }
     run::quality_marks(&mut exp.result.variants, plan);
     compare_with_baseline(&mut exp.result.variants);

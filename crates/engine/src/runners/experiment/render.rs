@@ -175,6 +175,12 @@ fn variant_markdown(md: &mut String, v: &VariantResult) {
             );
         }
     }
+    if !v.turns.is_empty() {
+        md.push_str("\nPrefix-cache benefit per turn (reference load, mean over repeats):\n\n| turn | input tokens | cached tokens | hit ratio | p50 TTFT |\n|---|---|---|---|---|\n");
+        for row in turn_cells(v) {
+            let _ = writeln!(md, "| {} |", row.join(" | "));
+        }
+    }
     for r in &v.runs {
         let _ = writeln!(
             md,
@@ -429,6 +435,23 @@ pub fn render_html(result: &ExperimentResult) -> String {
     html
 }
 
+/// A conversation workload's rows per turn: turn, input and cached tokens,
+/// hit ratio, p50 TTFT.
+fn turn_cells(v: &VariantResult) -> Vec<Vec<String>> {
+    v.turns
+        .iter()
+        .map(|t| {
+            vec![
+                t.turn.to_string(),
+                num(t.input_tokens_mean, 1),
+                num(t.cached_tokens_mean, 1),
+                num(t.hit_ratio, 3),
+                ms(t.ttft_p50_s),
+            ]
+        })
+        .collect()
+}
+
 fn variant_html(html: &mut String, v: &VariantResult) {
     let _ = write!(
         html,
@@ -466,6 +489,21 @@ fn variant_html(html: &mut String, v: &VariantResult) {
             a.total,
             esc(&a.interval.describe(2))
         );
+    }
+    if !v.turns.is_empty() {
+        html.push_str("<p>Prefix-cache benefit per turn (reference load, mean over repeats):</p>");
+        let header: Vec<String> = [
+            "turn",
+            "input tokens",
+            "cached tokens",
+            "hit ratio",
+            "p50 TTFT",
+        ]
+        .map(String::from)
+        .to_vec();
+        html.push_str(&table_html(&header, &turn_cells(v), |i| {
+            format!(" data-turn=\"{}\"", i + 1)
+        }));
     }
     html.push_str("</section>");
 }

@@ -8,9 +8,10 @@ use llmwatch_config::experiment::{ExperimentPlan, PlanTarget, PlanVariant};
 use llmwatch_core::analysis::experiment::{
     capacity_intervals, card_contradicts_flags, changed_settings, joules_per_token, pooled_curve,
     quality_drop, Binding, CurvePoint, GradedItem, RequestSample, Resolved, RunRecord, RunSample,
-    StepSample, VariantResult, VariantStatus,
+    StepSample, TurnPoint, VariantResult, VariantStatus,
 };
 use llmwatch_core::analysis::{AnalysisConfig, ExperimentCard, Objectives};
+use llmwatch_probe::conversation::TurnStats;
 use llmwatch_probe::{Api, SelfCheckLimits, Shape};
 
 use super::power::PowerSampler;
@@ -189,8 +190,13 @@ async fn measure(
     let mut samples = RunSample::default();
     let mut kv = BTreeMap::new();
     let mut windows = Vec::new();
+    let mut turns = Vec::new();
+    let reference = plan.sweep.reference_concurrency;
     let report = run_sweep(settings, exp.store, |step: &StepReport| {
         samples.steps.push(step_sample(step));
+        if step.step.load.value() as u32 == reference {
+            turns = turn_points(&step.run.turns);
+        }
         windows.push((
             step.step.load.value() as u32,
             step.step.start_unix_ms,
@@ -209,6 +215,9 @@ async fn measure(
     let kept = &mut exp.kept[idx];
     kept.samples.push(samples);
     kept.kv.push(kv);
+    if !turns.is_empty() {
+        kept.turns.push(turns);
+    }
     kept.energy.push(
         windows
             .iter()
@@ -349,6 +358,20 @@ fn step_sample(step: &StepReport) -> StepSample {
     }
 }
 
+/// A conversation step's per-turn figures as the experiment keeps them.
+fn turn_points(turns: &[TurnStats]) -> Vec<TurnPoint> {
+    turns
+        .iter()
+        .map(|t| TurnPoint {
+            turn: t.turn,
+            input_tokens_mean: t.input_tokens_mean,
+            cached_tokens_mean: t.cached_tokens_mean,
+            hit_ratio: t.hit_ratio,
+            ttft_p50_s: t.ttft_ms.p50.map(|ms| ms / 1000.0),
+        })
+        .collect()
+}
+
 /// The plan's sweep as the sweep runner takes it.
 fn sweep_settings(plan: &ExperimentPlan, url: &str, gpu_url: Option<String>) -> SweepSettings {
     let p = &plan.sweep;
@@ -361,6 +384,7 @@ fn sweep_settings(plan: &ExperimentPlan, url: &str, gpu_url: Option<String>) -> 
         u32::try_from(p.output_tokens).unwrap_or(u32::MAX),
     );
     s.ladder = Ladder::Concurrency(p.concurrency.clone());
+    s.conversation = p.workload;
     s.max_concurrency = p.concurrency.iter().copied().max().unwrap_or(1);
     s.requests_per_step = p.requests_per_step;
     s.requests_per_slot = p.requests_per_slot;

@@ -21,6 +21,7 @@
 //! and the binary crate's `cli::sweep::run` (`llmwatch sweep`).
 
 pub mod card;
+mod conversation;
 mod error;
 pub mod evidence;
 mod persist;
@@ -50,6 +51,7 @@ use crate::sources::scrape::{now_ms, scrape_client};
 use crate::sources::server_facts::discover_model;
 
 use self::card::{card_to_json, collect_card, CardSettings};
+use self::conversation::{run_conversation_step, ConversationStep};
 use self::evidence::{evidence_for_window, has_phase_histograms, Scraped, Scraper};
 
 // The public API stays at `runners::sweep::*`: settings and persistence are
@@ -175,13 +177,17 @@ async fn prepare(settings: &SweepSettings) -> Result<Prepared, SweepError> {
             model: &model,
             input_tokens: settings.shape.input_tokens,
             output_tokens: settings.shape.output_tokens,
-            prompt_kind: settings.prompt.label(),
+            prompt_kind: prompt_kind(settings),
             temperature: settings.temperature,
             user: &user_card_fields(settings),
         },
     )
     .await?;
-    check_context(&settings.shape, card.max_context_len)?;
+    let longest = match settings.conversation {
+        Some(workload) => conversation::longest_prompt(settings.shape, workload),
+        None => settings.shape,
+    };
+    check_context(&longest, card.max_context_len)?;
     let workload = prepare_workload(&client, settings, &model).await;
     Ok(Prepared {
         runner,
@@ -441,7 +447,10 @@ fn judge(
 pub fn workload_hints(settings: &SweepSettings, card: &ExperimentCard) -> WorkloadHints {
     WorkloadHints {
         capacity: EngineCapacity::from_card(card),
-        shared_prefix: matches!(settings.prompt, PromptKind::SharedPrefix { .. }),
+        // A conversation resends its history: a prefix the cache should hit
+        // (so a server with caching off is diagnosed as such).
+        shared_prefix: matches!(settings.prompt, PromptKind::SharedPrefix { .. })
+            || settings.conversation.is_some(),
         expected_prefix_hit_rate: match settings.prompt {
             PromptKind::SharedPrefix { hit_ratio } => Some(hit_ratio),
             _ => None,
@@ -531,14 +540,30 @@ async fn run_step(
     )
     .await;
     let step_start_ms = now_ms();
-    let result = run_long_enough(
-        settings,
-        &prepared.runner,
-        &config,
-        &prepared.workload,
-        next_seq,
-    )
-    .await;
+    let result = match (settings.conversation, load) {
+        (Some(workload), Load::Concurrency(sessions)) => {
+            let step = ConversationStep {
+                settings,
+                workload,
+                client: prepared.runner.client.config().clone(),
+                model: prepared.model.clone(),
+                sessions,
+                config: config.clone(),
+            };
+            *next_seq += 1;
+            run_conversation_step(&prepared.runner.thread, step).await
+        }
+        _ => {
+            run_long_enough(
+                settings,
+                &prepared.runner,
+                &config,
+                &prepared.workload,
+                next_seq,
+            )
+            .await
+        }
+    };
     let end_ms = now_ms();
     let scraped = scraper.finish().await;
     let run = result?;
@@ -680,6 +705,15 @@ fn add_breakdown_and_hygiene(
     });
 }
 
+/// The card's prompt field: the prompt kind, or the conversation workload
+/// (two sweeps that differ in it differ in what they sent).
+fn prompt_kind(settings: &SweepSettings) -> String {
+    match settings.conversation {
+        Some(workload) => format!("{} ({workload})", settings.prompt.label()),
+        None => settings.prompt.label(),
+    }
+}
+
 /// The user's card fields, with the configured prices (the cost per token
 /// of each step depends on them, so the card says what they were).
 fn user_card_fields(settings: &SweepSettings) -> Vec<(String, String)> {
@@ -782,7 +816,9 @@ fn probe_objectives(o: &Objectives) -> llmwatch_probe::Objectives {
 /// and RAG prompts, the chosen ratio for shared-prefix; `None` (no check)
 /// when prompts are reused on purpose.
 fn intended_hit_ratio(settings: &SweepSettings) -> Option<f64> {
-    (!settings.reuse_prompts).then(|| settings.prompt.intended_hit_ratio())
+    // A conversation hits its own earlier turns by design.
+    (!settings.reuse_prompts && settings.conversation.is_none())
+        .then(|| settings.prompt.intended_hit_ratio())
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use llmwatch_core::analysis::{AnalysisConfig, Load, Objectives, Price};
+use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::{Api, PromptKind, Secret, SelfCheckLimits, Shape, Spin};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
@@ -123,6 +124,12 @@ pub struct SweepSettings {
     pub api: Api,
     pub shape: Shape,
     pub prompt: PromptKind,
+    /// Conversations instead of one-shot requests
+    /// (`--workload multi-turn:TURNS[,think=DUR]`): each level of a
+    /// concurrency ladder is that many concurrent conversations, each
+    /// session on one connection; `shape` is each new turn's input and
+    /// each answer's output.
+    pub conversation: Option<MultiTurn>,
     pub temperature: f32,
     pub ladder: Ladder,
     /// The highest concurrency (and, for a rate ladder, the most requests in
@@ -221,6 +228,7 @@ impl SweepSettings {
                 output_tokens: 128,
             },
             prompt: PromptKind::Random,
+            conversation: None,
             temperature: 0.0,
             ladder: Ladder::Concurrency(DEFAULT_CONCURRENCY_LADDER.to_vec()),
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
@@ -289,6 +297,11 @@ impl SweepSettings {
                 _ => {}
             }
         }
+        if self.conversation.is_some() && matches!(self.ladder, Ladder::Rate(_)) {
+            return Err(SweepError::Settings(
+                "workload multi-turn needs a concurrency ladder (each level is that many concurrent conversations), not --rate".into(),
+            ));
+        }
         if self.requests_per_step == 0 {
             return Err(SweepError::Settings(
                 "requests per step must be at least 1".into(),
@@ -327,6 +340,7 @@ impl SweepSettings {
             "api": self.api,
             "shape": self.shape.to_string(),
             "prompt": self.prompt.label(),
+            "workload": self.conversation.map(|c| c.to_string()),
             "temperature": self.temperature,
             "ladder": self.ladder,
             "max_concurrency": self.max_concurrency,
@@ -389,5 +403,19 @@ mod tests {
         assert!(s.validate().is_err());
         s.ladder = Ladder::Concurrency(vec![]);
         assert!(s.validate().is_err());
+    }
+
+    #[test]
+    fn conversations_need_a_concurrency_ladder() {
+        let mut s = SweepSettings::new("http://127.0.0.1:1");
+        s.conversation = Some(MultiTurn::parse("multi-turn:3").expect("parses"));
+        s.validate().expect("concurrency ladder");
+        assert_eq!(s.to_json()["workload"], "multi-turn:3");
+        s.ladder = Ladder::parse_rate("1,2").expect("parses");
+        let err = s.validate().expect_err("rate ladder").to_string();
+        assert!(
+            err.contains("multi-turn") && err.contains("--rate"),
+            "{err}"
+        );
     }
 }

@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use llmwatch_config::{Config, TargetConfig};
+use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::Shape;
 use llmwatch_store::Store;
 use tokio::sync::oneshot;
@@ -23,6 +24,9 @@ pub struct SweepRequest {
     pub target: String,
     pub model: Option<String>,
     pub shape: Option<Shape>,
+    /// Conversations (`multi-turn:TURNS[,think=DUR]`) instead of one-shot
+    /// requests: each concurrency level is that many conversations.
+    pub conversation: Option<MultiTurn>,
     pub ladder: Option<Ladder>,
     pub reuse_prompts: Option<bool>,
     pub requests_per_step: Option<u64>,
@@ -57,6 +61,9 @@ impl SweepRequest {
         }
         if let Some(shape) = self.shape {
             settings.shape = shape;
+        }
+        if let Some(workload) = self.conversation {
+            settings.conversation = Some(workload);
         }
         if let Some(ladder) = &self.ladder {
             settings.ladder = ladder.clone();

@@ -68,6 +68,55 @@ pub struct StepRow {
     pub mark: &'static str,
 }
 
+/// A conversation step's figures per turn (`workload = multi-turn:…`):
+/// the prefix cache's benefit turn by turn.
+pub struct TurnTable {
+    pub step: usize,
+    pub load: String,
+    pub rows: Vec<TurnRow>,
+}
+
+pub struct TurnRow {
+    pub turn: u32,
+    pub requests: String,
+    pub input_tokens: String,
+    pub cached_tokens: String,
+    pub hit_ratio: String,
+    pub ttft: String,
+}
+
+/// The per-turn tables of the steps that ran conversations.
+pub(super) fn turn_tables(sweep: &StoredSweep) -> Vec<TurnTable> {
+    let num = |v: Option<f64>| opt(v, |v| format!("{v:.1}"));
+    sweep
+        .steps
+        .iter()
+        .zip(&sweep.runs)
+        .enumerate()
+        .filter(|(_, (_, run))| !run.turns.is_empty())
+        .map(|(i, (s, run))| TurnTable {
+            step: i,
+            load: s.load.to_string(),
+            rows: run
+                .turns
+                .iter()
+                .map(|t| TurnRow {
+                    turn: t.turn,
+                    requests: format!("{} ({} failed)", t.requests, t.failed),
+                    input_tokens: num(t.input_tokens_mean),
+                    cached_tokens: num(t.cached_tokens_mean),
+                    hit_ratio: opt(t.hit_ratio, |r| format!("{r:.3}")),
+                    ttft: format!(
+                        "{} / {}",
+                        opt(t.ttft_ms.p50.map(|ms| ms / 1000.0), format::seconds),
+                        opt(t.ttft_ms.p95.map(|ms| ms / 1000.0), format::seconds)
+                    ),
+                })
+                .collect(),
+        })
+        .collect()
+}
+
 pub struct FindingView {
     pub verdict: String,
     pub confidence: String,
@@ -96,6 +145,8 @@ pub struct SweepPage {
     pub findings: Vec<FindingView>,
     pub card: Vec<(String, String)>,
     pub steps: Vec<StepRow>,
+    /// Steps of conversations, per turn (empty for one-shot sweeps).
+    pub conversations: Vec<TurnTable>,
     pub charts: Vec<ChartView>,
     /// Still running: the page refreshes itself.
     pub running: bool,
@@ -317,6 +368,7 @@ pub async fn sweep_page(store: &Store, id: i64) -> Result<Option<SweepPage>, Swe
             .map(|(k, v)| (k, v.unwrap_or_else(|| "unknown".into())))
             .collect(),
         steps,
+        conversations: turn_tables(&sweep),
         charts,
     }))
 }

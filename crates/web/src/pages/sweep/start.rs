@@ -5,6 +5,7 @@ use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
+use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::Shape;
 use serde::Deserialize;
 
@@ -20,6 +21,9 @@ pub struct StartForm {
     pub target: String,
     pub concurrency: String,
     pub shape: String,
+    /// Empty: one-shot requests; else `multi-turn:TURNS[,think=DUR]`.
+    #[serde(default)]
+    pub workload: String,
     pub requests_per_step: u64,
     pub slo_ttft_p95: String,
     pub slo_itl_p95: String,
@@ -103,6 +107,12 @@ impl TryFrom<StartForm> for SweepRequest {
             .map_err(|err| RequestError::new("concurrency", err.to_string()))?;
         let shape =
             Shape::parse(&form.shape).map_err(|err| RequestError::new("shape", err.to_string()))?;
+        let conversation = match form.workload.trim() {
+            "" => None,
+            text => {
+                Some(MultiTurn::parse(text).map_err(|err| RequestError::new("workload", err.why))?)
+            }
+        };
         let objective =
             |field: &'static str, text: &str| match llmwatch_config::parse_duration(text) {
                 Ok(d) if !d.is_zero() => Ok(d.as_secs_f64()),
@@ -114,6 +124,7 @@ impl TryFrom<StartForm> for SweepRequest {
             itl_p95: Some(objective("p95 ITL objective", &form.slo_itl_p95)?),
             target: form.target,
             shape: Some(shape),
+            conversation,
             ladder: Some(ladder),
             requests_per_step: Some(form.requests_per_step),
             ..SweepRequest::default()

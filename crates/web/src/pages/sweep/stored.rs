@@ -44,10 +44,12 @@ pub fn stored_settings(json: &str) -> StoredSettings {
     }
     let shape = v.get("shape").and_then(Value::as_str).unwrap_or("");
     let prompt = v.get("prompt").and_then(Value::as_str).unwrap_or("");
+    // `multi-turn:…` where the sweep sent conversations.
+    let workload = v.get("workload").and_then(Value::as_str);
     let parsed_shape = Shape::parse(shape).ok();
     let kind = PromptKind::parse(prompt).ok();
     let hints = WorkloadHints {
-        shared_prefix: matches!(kind, Some(PromptKind::SharedPrefix { .. })),
+        shared_prefix: matches!(kind, Some(PromptKind::SharedPrefix { .. })) || workload.is_some(),
         expected_prefix_hit_rate: match kind {
             Some(PromptKind::SharedPrefix { hit_ratio }) => Some(hit_ratio),
             _ => None,
@@ -64,7 +66,10 @@ pub fn stored_settings(json: &str) -> StoredSettings {
             .unwrap_or_default(),
         hints,
         shape: shape.to_string(),
-        prompt: prompt.to_string(),
+        prompt: match workload {
+            Some(workload) => format!("{prompt} ({workload})"),
+            None => prompt.to_string(),
+        },
         model: v.get("model").and_then(Value::as_str).map(str::to_string),
     }
 }

@@ -17,29 +17,90 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, MethodRouter};
+use axum::routing::{get, post};
 use axum::Json;
 use llmwatch_config::experiment::{ExperimentPlan, PlanTarget};
 use llmwatch_config::SweepLimits;
+use llmwatch_engine::sinks::notify::rfc3339_ms;
 use llmwatch_store::ExperimentRow;
-use serde_json::{json, Value};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::params::parse_id;
-use super::{params, path, time_fields, ApiError, RawQuery, RouteDoc, BAD, ID};
+use super::fields::{parse_document, stored_document};
+use super::params::{params, parse_id, RawQuery};
+use super::route_doc::{path, request_schema, Route, RouteDoc, BAD, ID, LIMIT};
+use super::ApiError;
 use crate::AppState;
 
-/// The largest plan taken.
 /// The largest plan taken: below the body limit (64 KiB), so a longer
 /// plan is answered 400 naming the field rather than 413.
 const MAX_PLAN_BYTES: usize = 32 * 1024;
 /// Environment variables an API plan may set: the engines' own.
 const ENV_PREFIXES: [&str; 6] = ["VLLM_", "CUDA_", "HF_", "NCCL_", "OMP_", "TORCH_"];
 
-#[derive(Debug, serde::Deserialize)]
+/// An experiment plan to run.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct StartExperiment {
-    /// The plan, as the TOML `llmwatch experiment PLAN.toml` reads.
+    /// The plan as TOML (see docs/EXPERIMENTS.md), as `llmwatch experiment PLAN.toml` reads it.
+    #[schemars(length(max = MAX_PLAN_BYTES))]
     plan: String,
+}
+
+fn start_schema(_limits: &SweepLimits) -> Value {
+    request_schema::<StartExperiment>()
+}
+
+/// An experiment as a start answers it and the list shows it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ExperimentSummary {
+    pub id: i64,
+    pub name: String,
+    #[schemars(extend("enum" = ["running", "completed", "failed", "interrupted"]))]
+    pub status: String,
+    pub created_ms: i64,
+    pub created: String,
+    pub updated_ms: i64,
+    pub updated: String,
+    pub href: String,
+    /// Its page.
+    pub page: String,
+}
+
+impl ExperimentSummary {
+    fn new(row: &ExperimentRow) -> ExperimentSummary {
+        ExperimentSummary {
+            id: row.id,
+            name: row.name.clone(),
+            status: row.status.clone(),
+            created_ms: row.created_ms,
+            created: rfc3339_ms(row.created_ms),
+            updated_ms: row.updated_ms,
+            updated: rfc3339_ms(row.updated_ms),
+            href: format!("/api/v1/experiments/{}", row.id),
+            page: format!("/experiments/{}", row.id),
+        }
+    }
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ExperimentList {
+    /// Newest first.
+    pub experiments: Vec<ExperimentSummary>,
+}
+
+/// One experiment: its summary and its result document (variants, curves,
+/// intervals, ranking, answer; `llmwatch_core`'s `ExperimentResult`).
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ExperimentDetail {
+    #[serde(flatten)]
+    pub summary: ExperimentSummary,
+    #[schemars(schema_with = "stored_document")]
+    pub result: Value,
 }
 
 fn forbidden(message: String) -> ApiError {
@@ -82,21 +143,6 @@ pub fn check_api_plan(plan: &ExperimentPlan, programs: &[String]) -> Result<(), 
         }
     }
     Ok(())
-}
-
-fn summary(row: &ExperimentRow) -> serde_json::Map<String, Value> {
-    let mut out = serde_json::Map::new();
-    out.insert("id".into(), json!(row.id));
-    out.insert("name".into(), json!(row.name));
-    out.insert("status".into(), json!(row.status));
-    time_fields(&mut out, "created", Some(row.created_ms));
-    time_fields(&mut out, "updated", Some(row.updated_ms));
-    out.insert(
-        "href".into(),
-        json!(format!("/api/v1/experiments/{}", row.id)),
-    );
-    out.insert("page".into(), json!(format!("/experiments/{}", row.id)));
-    out
 }
 
 async fn start_experiment(
@@ -174,26 +220,26 @@ async fn start_experiment(
         .experiment(id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("experiment {id} vanished")))?;
-    Ok((StatusCode::ACCEPTED, Json(Value::Object(summary(&row)))).into_response())
+    Ok((StatusCode::ACCEPTED, Json(ExperimentSummary::new(&row))).into_response())
 }
 
 async fn list_experiments(
     State(state): State<AppState>,
     query: RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ExperimentList>, ApiError> {
     let p = params(query, &["limit"])?;
     let limit = p.limit(100, 1000)?;
     let rows = state.api.store.experiments(limit).await?;
-    Ok(Json(json!({
-        "experiments": rows.iter().map(|r| Value::Object(summary(r))).collect::<Vec<_>>(),
-    })))
+    Ok(Json(ExperimentList {
+        experiments: rows.iter().map(ExperimentSummary::new).collect(),
+    }))
 }
 
 async fn get_experiment(
     State(state): State<AppState>,
     Path(id): Path<String>,
     query: RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<ExperimentDetail>, ApiError> {
     params(query, &[])?;
     let id = parse_id(&id, "id", "experiment")?;
     let row = state
@@ -202,121 +248,47 @@ async fn get_experiment(
         .experiment(id)
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no experiment with id {id}")))?;
-    let mut out = summary(&row);
-    out.insert(
-        "result".into(),
-        serde_json::from_str(&row.result_json).unwrap_or(Value::Null),
-    );
-    Ok(Json(Value::Object(out)))
+    Ok(Json(ExperimentDetail {
+        summary: ExperimentSummary::new(&row),
+        result: parse_document(&row.result_json),
+    }))
 }
 
-fn start_schema(_limits: &SweepLimits) -> Value {
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["plan"],
-        "properties": { "plan": { "type": "string", "maxLength": MAX_PLAN_BYTES,
-                                  "description": "The plan as TOML (see docs/EXPERIMENTS.md)." } },
-    })
-}
-
-fn summary_properties() -> serde_json::Map<String, Value> {
-    let mut p = serde_json::Map::new();
-    p.insert("id".into(), json!({ "type": "integer" }));
-    p.insert("name".into(), json!({ "type": "string" }));
-    p.insert(
-        "status".into(),
-        json!({ "type": "string", "enum": ["running", "completed", "failed", "interrupted"] }),
-    );
-    for name in ["created", "updated"] {
-        p.insert(format!("{name}_ms"), json!({ "type": "integer" }));
-        p.insert(name.into(), json!({ "type": "string" }));
-    }
-    p.insert("href".into(), json!({ "type": "string" }));
-    p.insert("page".into(), json!({ "type": "string" }));
-    p
-}
-
-fn closed(properties: serde_json::Map<String, Value>) -> Value {
-    let required: Vec<String> = properties.keys().cloned().collect();
-    json!({ "type": "object", "additionalProperties": false, "required": required, "properties": properties })
-}
-
-/// `202` of a start, and each item of the list.
-pub fn experiment_summary_schema() -> Value {
-    closed(summary_properties())
-}
-
-pub fn list_experiments_schema() -> Value {
-    closed(
-        [(
-            "experiments".to_string(),
-            json!({ "type": "array", "items": experiment_summary_schema() }),
-        )]
-        .into_iter()
-        .collect(),
-    )
-}
-
-/// One experiment: its summary and its result document (variants, curves,
-/// intervals, ranking, answer; `llmwatch_core`'s `ExperimentResult`).
-pub fn get_experiment_schema() -> Value {
-    let mut p = summary_properties();
-    p.insert("result".into(), json!({ "type": ["object", "null"] }));
-    closed(p)
-}
-
-pub(super) fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+pub(super) fn routes() -> Vec<Route> {
     vec![
         (
-            RouteDoc {
-                method: "post",
-                path: "/api/v1/experiments",
-                operation_id: "startExperiment",
-                summary: "Starts an experiment plan in the background: each variant's server started (only programs listed in [server] experiment_programs), swept and graded; answers it, running.",
-                params: vec![],
-                errors: &[
-                    BAD,
-                    (403, "Experiments through the API are off (no [server] experiment_programs), or the plan's program is not listed there."),
-                    (409, "Another experiment is still running."),
-                    (413, "The body is over the size limit."),
-                    (415, "The body is not `application/json`."),
-                ],
-                success: 202,
-                response: experiment_summary_schema,
-                request_body: Some("{\"plan\": \"[experiment]\\nname = ...\"}"),
-                request_schema: Some(start_schema),
-            },
+            RouteDoc::post::<ExperimentSummary>(
+                "/api/v1/experiments",
+                "startExperiment",
+                "Starts an experiment plan in the background: each variant's server started (only programs listed in [server] experiment_programs), swept and graded; answers it, running.",
+            )
+            .errors(&[
+                BAD,
+                (403, "Experiments through the API are off (no [server] experiment_programs), or the plan's program is not listed there."),
+                (409, "Another experiment is still running."),
+                (413, "The body is over the size limit."),
+                (415, "The body is not `application/json`."),
+            ])
+            .body("{\"plan\": \"[experiment]\\nname = ...\"}", start_schema),
             post(start_experiment),
         ),
         (
-            RouteDoc {
-                method: "get",
-                path: "/api/v1/experiments",
-                operation_id: "listExperiments",
-                summary: "Experiments, newest first.",
-                params: vec![super::LIMIT],
-                errors: &[BAD],
-                success: 200,
-                response: list_experiments_schema,
-                request_body: None,
-                request_schema: None,
-            },
+            RouteDoc::get::<ExperimentList>(
+                "/api/v1/experiments",
+                "listExperiments",
+                "Experiments, newest first.",
+            )
+            .params(vec![LIMIT]),
             get(list_experiments),
         ),
         (
-            RouteDoc {
-                method: "get",
-                path: "/api/v1/experiments/{id}",
-                operation_id: "getExperiment",
-                summary: "One experiment: status, progress and, once done, the ranking and the answer.",
-                params: vec![path("id", ID, "Experiment id.")],
-                errors: &[BAD, (404, "No such experiment.")],
-                success: 200,
-                response: get_experiment_schema,
-                request_body: None,
-                request_schema: None,
-            },
+            RouteDoc::get::<ExperimentDetail>(
+                "/api/v1/experiments/{id}",
+                "getExperiment",
+                "One experiment: status, progress and, once done, the ranking and the answer.",
+            )
+            .params(vec![path("id", ID, "Experiment id.")])
+            .errors(&[BAD, (404, "No such experiment.")]),
             get(get_experiment),
         ),
     ]

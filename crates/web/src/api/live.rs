@@ -2,55 +2,128 @@
 //! `/api/v1/targets/{name}`) and the timeline of its changes.
 
 use axum::extract::{Path, State};
-use axum::routing::{get, MethodRouter};
+use axum::routing::get;
 use axum::Json;
 use llmwatch_core::analysis::{LiveKind, Verdict};
-use llmwatch_store::{LiveVerdictRow, Store, SweepRow, TargetRow};
-use serde_json::{json, Value};
+use llmwatch_engine::sinks::notify::rfc3339_ms;
+use llmwatch_store::{LiveChangeRow, LiveVerdictRow, Store, SweepRow, TargetRow};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde_json::Value;
 
-use super::{
-    find_target, params, path, time_fields, time_range, ApiError, ApiResult, RawQuery, RouteDoc,
-    BAD, FROM, LIMIT, TO, UNKNOWN_TARGET,
-};
+use super::params::{params, time_range, RawQuery};
+use super::route_doc::{path, Route, RouteDoc, FROM, LIMIT, TARGET_ERRORS, TO};
+use super::targets::find_target;
+use super::ApiError;
 use crate::AppState;
 
-/// A stored verdict as JSON (`null` before the first evaluation).
-fn verdict_json(row: Option<&LiveVerdictRow>) -> Value {
-    let Some(row) = row else {
-        return Value::Null;
-    };
-    let mut out = serde_json::Map::new();
-    out.insert("verdict".into(), json!(row.verdict));
-    out.insert("confidence".into(), json!(row.confidence));
-    out.insert("evidence".into(), json!(row.evidence));
-    out.insert(
-        "what_to_try".into(),
-        json!(Some(&row.what_to_try).filter(|t| !t.is_empty())),
-    );
-    out.insert("samples".into(), json!(row.samples));
-    time_fields(&mut out, "evaluated", Some(row.ts_ms));
-    Value::Object(out)
+/// A stored live verdict: what limits the target now, over the window.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct LiveVerdict {
+    pub verdict: String,
+    pub confidence: String,
+    pub evidence: String,
+    pub what_to_try: Option<String>,
+    /// Windows behind the verdict.
+    pub samples: i64,
+    pub evaluated_ms: i64,
+    pub evaluated: String,
+}
+
+impl LiveVerdict {
+    fn new(row: &LiveVerdictRow) -> LiveVerdict {
+        LiveVerdict {
+            verdict: row.verdict.clone(),
+            confidence: row.confidence.clone(),
+            evidence: row.evidence.clone(),
+            what_to_try: Some(row.what_to_try.clone()).filter(|t| !t.is_empty()),
+            samples: row.samples,
+            evaluated_ms: row.ts_ms,
+            evaluated: rfc3339_ms(row.ts_ms),
+        }
+    }
+}
+
+/// The live verdict inside a target's answer, with its last finished
+/// sweep's verdict beside it: one story, or why the two differ.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct LiveBesideSweep {
+    #[serde(flatten)]
+    pub live: LiveVerdict,
+    /// `null` without a finished sweep.
+    pub sweep: Option<SweepBeside>,
+}
+
+/// A finished sweep's leading verdict beside the live one.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SweepBeside {
+    pub id: i64,
+    /// Its first finding that is not about the client; `null` for none.
+    pub verdict: Option<String>,
+    pub agrees: bool,
+    pub note: String,
+    pub ended_ms: Option<i64>,
+    pub ended: Option<String>,
+}
+
+/// The live verdict and the timeline of its changes.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct LiveTimeline {
+    pub target: String,
+    pub window_s: u64,
+    /// `null` before the first evaluation.
+    pub current: Option<LiveVerdict>,
+    pub changes: Vec<LiveChange>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct LiveChange {
+    pub at_ms: i64,
+    pub at: String,
+    pub verdict: String,
+    pub previous: Option<String>,
+    pub confidence: String,
+    pub evidence: String,
+}
+
+impl From<LiveChangeRow> for LiveChange {
+    fn from(change: LiveChangeRow) -> LiveChange {
+        LiveChange {
+            at_ms: change.ts_ms,
+            at: rfc3339_ms(change.ts_ms),
+            verdict: change.verdict,
+            previous: change.previous,
+            confidence: change.confidence,
+            evidence: change.evidence,
+        }
+    }
 }
 
 /// The target's current live verdict, for `/api/v1/targets/{name}`, with
-/// its last finished sweep's verdict beside it (`sweep`): one story, or
-/// why the two differ.
-pub(super) async fn live_json(store: &Store, target: &TargetRow) -> Result<Value, ApiError> {
-    let live = store.live_verdict(target.id).await?;
-    let mut out = verdict_json(live.as_ref());
-    if let (Some(row), Some(map)) = (live.as_ref(), out.as_object_mut()) {
-        let sweep = store.last_finished_sweep_of(&target.name).await?;
-        map.insert("sweep".into(), sweep_beside(row, sweep.as_ref()));
-    }
-    Ok(out)
+/// its last finished sweep's verdict beside it (`null` before the first
+/// evaluation).
+pub(super) async fn live_beside_sweep(
+    store: &Store,
+    target: &TargetRow,
+) -> Result<Option<LiveBesideSweep>, ApiError> {
+    let Some(live) = store.live_verdict(target.id).await? else {
+        return Ok(None);
+    };
+    let sweep = store.last_finished_sweep_of(&target.name).await?;
+    Ok(Some(LiveBesideSweep {
+        live: LiveVerdict::new(&live),
+        sweep: sweep.as_ref().map(|sweep| sweep_beside(&live, sweep)),
+    }))
 }
 
 /// The sweep's leading verdict (its first finding that is not about the
-/// client) beside the live one: `null` without a finished sweep.
-fn sweep_beside(live: &LiveVerdictRow, sweep: Option<&SweepRow>) -> Value {
-    let Some(sweep) = sweep else {
-        return Value::Null;
-    };
+/// client) beside the live one.
+fn sweep_beside(live: &LiveVerdictRow, sweep: &SweepRow) -> SweepBeside {
     let verdict: Option<String> = sweep
         .verdict_json
         .as_deref()
@@ -88,63 +161,51 @@ fn sweep_beside(live: &LiveVerdictRow, sweep: Option<&SweepRow>) -> Value {
             sweep.id
         )
     };
-    let mut out = serde_json::Map::new();
-    out.insert("id".into(), json!(sweep.id));
-    out.insert("verdict".into(), json!(verdict));
-    out.insert("agrees".into(), json!(agrees));
-    out.insert("note".into(), json!(note));
-    time_fields(&mut out, "ended", sweep.ended_ms);
-    Value::Object(out)
+    SweepBeside {
+        id: sweep.id,
+        verdict,
+        agrees,
+        note,
+        ended_ms: sweep.ended_ms,
+        ended: sweep.ended_ms.map(rfc3339_ms),
+    }
 }
 
 async fn live_timeline(
     State(state): State<AppState>,
     Path(name): Path<String>,
     query: RawQuery,
-) -> ApiResult {
+) -> Result<Json<LiveTimeline>, ApiError> {
     let p = params(query, &["from", "to", "limit"])?;
     let (from, to) = time_range(&p)?;
     let limit = p.limit(100, 1000)?;
     let store = &state.api.store;
     let target = find_target(store, &name).await?;
     let current = store.live_verdict(target.id).await?;
-    let changes: Vec<Value> = store
+    let changes = store
         .live_changes(target.id, from, to, i64::from(limit))
         .await?
         .into_iter()
-        .map(|c| {
-            let mut out = serde_json::Map::new();
-            time_fields(&mut out, "at", Some(c.ts_ms));
-            out.insert("verdict".into(), json!(c.verdict));
-            out.insert("previous".into(), json!(c.previous));
-            out.insert("confidence".into(), json!(c.confidence));
-            out.insert("evidence".into(), json!(c.evidence));
-            Value::Object(out)
-        })
+        .map(LiveChange::from)
         .collect();
-    Ok(Json(json!({
-        "target": target.name,
-        "window_s": state.api.config.server.live_window.as_secs(),
-        "current": verdict_json(current.as_ref()),
-        "changes": changes,
-    })))
+    Ok(Json(LiveTimeline {
+        target: target.name,
+        window_s: state.api.config.server.live_window.as_secs(),
+        current: current.as_ref().map(LiveVerdict::new),
+        changes,
+    }))
 }
 
 /// The timeline route, with its documentation.
-pub(super) fn route() -> (RouteDoc, MethodRouter<AppState>) {
-    (
-        RouteDoc {
-            method: "get",
-            path: "/api/v1/targets/{name}/live",
-            operation_id: "getLiveDiagnosis",
-            summary: "A target's live verdict (what limits it now, over the sliding window) and the timeline of verdict changes.",
-            params: vec![path("name", "string", "Target name."), FROM, TO, LIMIT],
-            errors: &[BAD, UNKNOWN_TARGET],
-            success: 200,
-            response: super::schemas::live_timeline,
-            request_body: None,
-            request_schema: None,
-        },
+pub(super) fn routes() -> Vec<Route> {
+    vec![(
+        RouteDoc::get::<LiveTimeline>(
+            "/api/v1/targets/{name}/live",
+            "getLiveDiagnosis",
+            "A target's live verdict (what limits it now, over the sliding window) and the timeline of verdict changes.",
+        )
+        .params(vec![path("name", "string", "Target name."), FROM, TO, LIMIT])
+        .errors(TARGET_ERRORS),
         get(live_timeline),
-    )
+    )]
 }

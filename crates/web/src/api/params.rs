@@ -5,7 +5,28 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use axum::extract::rejection::QueryRejection;
+use axum::extract::Query;
+use llmwatch_engine::sources::scrape::now_ms;
+
 use super::ApiError;
+
+/// A handler's query string, or why it did not parse.
+pub type RawQuery = Result<Query<Vec<(String, String)>>, QueryRejection>;
+
+/// The query's parameters, each of them one of `allowed`.
+pub fn params(query: RawQuery, allowed: &[&str]) -> Result<Params, ApiError> {
+    let Query(pairs) = query?;
+    Params::new(pairs, allowed)
+}
+
+/// `[from, to]` from the query: defaults to the last hour; `from` ≤ `to`.
+pub fn time_range(p: &Params) -> Result<(i64, i64), ApiError> {
+    let to = p.time("to")?.unwrap_or_else(now_ms);
+    let from = p.time("from")?.unwrap_or(to - 3600 * 1000);
+    // A range that ends before it starts holds nothing: answered empty.
+    Ok((from.min(to), to))
+}
 
 /// The query string as name → value; a repeated or unknown name is an error.
 pub struct Params {
@@ -109,7 +130,10 @@ pub fn parse_id(text: &str, what: &str, noun: &str) -> Result<i64, ApiError> {
 /// (`2026-01-02T03:04:05Z`, `…05.250+02:00`). Returns Unix ms.
 pub fn parse_time(text: &str) -> Result<i64, String> {
     let text = text.trim();
-    if let Ok(seconds) = text.parse::<f64>() {
+    // Unix seconds as documented (digits, a fraction); not the exponents,
+    // signs and `inf` that f64's parser also takes.
+    let plain = text.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if let Some(seconds) = plain.then(|| text.parse::<f64>().ok()).flatten() {
         if seconds.is_finite() && (0.0..=1e11).contains(&seconds) {
             return Ok((seconds * 1000.0).round() as i64);
         }
@@ -263,6 +287,8 @@ mod tests {
             "2023-13-01T00:00:00Z",
             "-5",
             "NaN",
+            "1.6606814152627053e-176",
+            "+1700000000",
             "2023-11-14T22:13:20+2:00",
         ] {
             assert!(parse_time(bad).is_err(), "{bad}");

@@ -6,59 +6,99 @@ use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post, MethodRouter};
+use axum::routing::{get, post};
 use axum::Json;
 use llmwatch_config::SweepLimits;
-use serde::Deserialize;
-use serde_json::{json, Value};
+use llmwatch_engine::sinks::notify::rfc3339_ms;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
-use super::params::parse_id;
-use super::RouteDoc;
-use super::{params, path, time_fields, ApiError, RawQuery, BAD, ID};
-use crate::state::predictions::{PredictRefusal, Prediction};
+use super::fields::stored_document;
+use super::params::{params, parse_id, RawQuery};
+use super::route_doc::{path, request_schema, Route, RouteDoc, BAD, ID};
+use super::ApiError;
+use crate::state::predictions::{PredictRefusal, Prediction, PredictionStatus};
 use crate::AppState;
 
 /// The longest flag string taken (a change is a few flags).
 const MAX_FLAGS_LEN: usize = 1024;
 
-#[derive(Debug, Deserialize)]
+/// A change to predict a stored sweep under.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct StartPrediction {
     /// The change, as `vllm serve` flags in one string.
+    #[schemars(length(max = MAX_FLAGS_LEN))]
     vllm_args: String,
     /// The flags the swept server was started with, where its page does
     /// not show them (e.g. `--max-num-seqs 128`).
     #[serde(default)]
+    #[schemars(length(max = MAX_FLAGS_LEN))]
     served_args: String,
 }
 
-/// A prediction as the API answers it.
-pub fn prediction_json(p: &Prediction) -> Value {
-    let mut out = serde_json::Map::new();
-    out.insert("id".into(), json!(p.id));
-    out.insert("sweep_id".into(), json!(p.sweep_id));
-    out.insert("served_args".into(), json!(p.served_args));
-    out.insert("vllm_args".into(), json!(p.vllm_args));
-    out.insert("status".into(), json!(p.status.as_str()));
-    out.insert("error".into(), json!(p.error));
-    time_fields(&mut out, "started", Some(p.started_ms));
-    time_fields(&mut out, "ended", p.ended_ms);
-    out.insert("result".into(), p.result.clone().unwrap_or(Value::Null));
-    out.insert(
-        "href".into(),
-        json!(format!("/api/v1/predictions/{}", p.id)),
-    );
-    Value::Object(out)
+fn start_schema(_limits: &SweepLimits) -> Value {
+    request_schema::<StartPrediction>()
 }
 
-fn start_schema(_limits: &SweepLimits) -> Value {
-    let flags = json!({ "type": "string", "maxLength": MAX_FLAGS_LEN });
-    json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["vllm_args"],
-        "properties": { "vllm_args": flags, "served_args": flags },
-    })
+/// A prediction as the API answers it.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(rename = "Prediction", deny_unknown_fields)]
+pub struct PredictionAnswer {
+    pub id: u64,
+    pub sweep_id: i64,
+    /// The flags the server ran with, where the page does not show them.
+    pub served_args: Vec<String>,
+    /// The change predicted.
+    pub vllm_args: Vec<String>,
+    pub status: PredictionState,
+    pub error: Option<String>,
+    pub started_ms: i64,
+    pub started: String,
+    pub ended_ms: Option<i64>,
+    pub ended: Option<String>,
+    /// The predicted sweep (real time) with the fit's own error, once done.
+    #[schemars(schema_with = "stored_document")]
+    pub result: Option<Value>,
+    pub href: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PredictionState {
+    Running,
+    Done,
+    Failed,
+}
+
+impl From<PredictionStatus> for PredictionState {
+    fn from(status: PredictionStatus) -> PredictionState {
+        match status {
+            PredictionStatus::Running => PredictionState::Running,
+            PredictionStatus::Done => PredictionState::Done,
+            PredictionStatus::Failed => PredictionState::Failed,
+        }
+    }
+}
+
+impl From<Prediction> for PredictionAnswer {
+    fn from(p: Prediction) -> PredictionAnswer {
+        PredictionAnswer {
+            href: format!("/api/v1/predictions/{}", p.id),
+            id: p.id,
+            sweep_id: p.sweep_id,
+            served_args: p.served_args,
+            vllm_args: p.vllm_args,
+            status: p.status.into(),
+            error: p.error,
+            started_ms: p.started_ms,
+            started: rfc3339_ms(p.started_ms),
+            ended_ms: p.ended_ms,
+            ended: p.ended_ms.map(rfc3339_ms),
+            result: p.result,
+        }
+    }
 }
 
 async fn start_prediction(
@@ -96,7 +136,11 @@ async fn start_prediction(
         .predictions
         .start(id, &request.served_args, &request.vllm_args)
         .map_err(refusal)?;
-    Ok((StatusCode::ACCEPTED, Json(prediction_json(&prediction))).into_response())
+    Ok((
+        StatusCode::ACCEPTED,
+        Json(PredictionAnswer::from(prediction)),
+    )
+        .into_response())
 }
 
 fn refusal(err: PredictRefusal) -> ApiError {
@@ -110,7 +154,7 @@ async fn get_prediction(
     State(state): State<AppState>,
     Path(id): Path<String>,
     query: RawQuery,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<PredictionAnswer>, ApiError> {
     params(query, &[])?;
     let id = parse_id(&id, "id", "prediction")?;
     let prediction = u64::try_from(id)
@@ -121,48 +165,40 @@ async fn get_prediction(
                 "no prediction with id {id} (predictions are kept in memory, the last few)"
             ))
         })?;
-    Ok(Json(prediction_json(&prediction)))
+    Ok(Json(prediction.into()))
 }
 
-pub(super) fn routes() -> Vec<(RouteDoc, MethodRouter<AppState>)> {
+pub(super) fn routes() -> Vec<Route> {
     vec![
         (
-            RouteDoc {
-                method: "post",
-                path: "/api/v1/sweeps/{id}/predictions",
-                operation_id: "predictChange",
-                summary: "Predicts a stored sweep under a change of vLLM flags: the simulator fitted to that sweep, with the change, runs the same sweep (minutes; one at a time). Answers the prediction, running.",
-                params: vec![path("id", ID, "Sweep id.")],
-                errors: &[
-                    BAD,
-                    (404, "No such sweep."),
-                    (409, "A prediction is still running."),
-                    (413, "The body is over the size limit."),
-                    (415, "The body is not `application/json`."),
-                    (503, "This process cannot run predictions."),
-                ],
-                success: 202,
-                response: super::schemas::prediction,
-                request_body: Some(
-                    "{\"vllm_args\": \"--max-num-seqs 8\", \"served_args\": \"--max-num-seqs 128\"?}",
-                ),
-                request_schema: Some(start_schema),
-            },
+            RouteDoc::post::<PredictionAnswer>(
+                "/api/v1/sweeps/{id}/predictions",
+                "predictChange",
+                "Predicts a stored sweep under a change of vLLM flags: the simulator fitted to that sweep, with the change, runs the same sweep (minutes; one at a time). Answers the prediction, running.",
+            )
+            .params(vec![path("id", ID, "Sweep id.")])
+            .errors(&[
+                BAD,
+                (404, "No such sweep."),
+                (409, "A prediction is still running."),
+                (413, "The body is over the size limit."),
+                (415, "The body is not `application/json`."),
+                (503, "This process cannot run predictions."),
+            ])
+            .body(
+                "{\"vllm_args\": \"--max-num-seqs 8\", \"served_args\": \"--max-num-seqs 128\"?}",
+                start_schema,
+            ),
             post(start_prediction),
         ),
         (
-            RouteDoc {
-                method: "get",
-                path: "/api/v1/predictions/{id}",
-                operation_id: "getPrediction",
-                summary: "One prediction: its change, status and, once done, the predicted sweep with the fit's own error.",
-                params: vec![path("id", ID, "Prediction id.")],
-                errors: &[BAD, (404, "No such prediction (kept in memory, the last 16).")],
-                success: 200,
-                response: super::schemas::prediction,
-                request_body: None,
-                request_schema: None,
-            },
+            RouteDoc::get::<PredictionAnswer>(
+                "/api/v1/predictions/{id}",
+                "getPrediction",
+                "One prediction: its change, status and, once done, the predicted sweep with the fit's own error.",
+            )
+            .params(vec![path("id", ID, "Prediction id.")])
+            .errors(&[BAD, (404, "No such prediction (kept in memory, the last 16).")]),
             get(get_prediction),
         ),
     ]

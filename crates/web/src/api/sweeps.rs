@@ -1,169 +1,93 @@
-//! Sweeps and their runs through the API: list, detail, start.
+//! Sweeps through the API: starting one (the body becomes the one
+//! `SweepRequest` the page's form also becomes) and cancelling it here;
+//! the list, one sweep and its runs in [`read`].
+
+mod read;
+
+pub use read::SweepSummary;
 
 use axum::extract::rejection::JsonRejection;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::routing::post;
 use axum::Json;
-use llmwatch_probe::conversation::MultiTurn;
-use llmwatch_probe::Shape;
-use llmwatch_store::SweepRow;
-use serde_json::{json, Value};
-
-use llmwatch_core::redact::redact_url;
-
-use super::params::parse_id;
-use super::{params, time_fields, ApiError, ApiResult, RawQuery};
-use crate::AppState;
 use llmwatch_config::SweepLimits;
 use llmwatch_engine::runners::sweep::start::{RequestError, StartError, SweepRequest};
-use llmwatch_engine::runners::sweep::{Ladder, SweepError, DEFAULT_CONCURRENCY_LADDER};
+use llmwatch_engine::runners::sweep::{
+    Ladder, SweepError, DEFAULT_CONCURRENCY_LADDER, DEFAULT_MAX_CONCURRENCY,
+    DEFAULT_MIN_STEP_DURATION, DEFAULT_REQUESTS_PER_STEP,
+};
+use llmwatch_probe::conversation::MultiTurn;
+use llmwatch_probe::Shape;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Value};
 
-fn parse_json(text: &str) -> Value {
-    serde_json::from_str(text).unwrap_or(Value::Null)
-}
+use crate::api::params::{params, parse_id, RawQuery};
+use crate::api::route_doc::{path, request_schema, Route, RouteDoc, BAD, ID, UNKNOWN_TARGET};
+use crate::api::ApiError;
+use crate::AppState;
 
-pub(super) fn sweep_summary(row: &SweepRow) -> Value {
-    let verdict = row.verdict_json.as_deref().map(parse_json);
-    let mut out = serde_json::Map::new();
-    out.insert("id".into(), json!(row.id));
-    out.insert("target".into(), json!(row.target_name));
-    out.insert("url".into(), json!(redact_url(&row.target_url)));
-    time_fields(&mut out, "started", Some(row.started_ms));
-    time_fields(&mut out, "ended", row.ended_ms);
-    out.insert("status".into(), json!(row.status.as_str()));
-    out.insert("stop_reason".into(), json!(row.stop_reason));
-    out.insert(
-        "saturation".into(),
-        verdict
-            .as_ref()
-            .map(|v| v["saturation"].clone())
-            .unwrap_or(Value::Null),
-    );
-    out.insert(
-        "sustainable".into(),
-        verdict
-            .as_ref()
-            .map(|v| v["sustainable"].clone())
-            .unwrap_or(Value::Null),
-    );
-    Value::Object(out)
-}
-
-pub(super) async fn list_sweeps(State(state): State<AppState>, query: RawQuery) -> ApiResult {
-    let p = params(query, &["limit", "cursor"])?;
-    let limit = p.limit(100, 1000)?;
-    let offset = p.cursor()?.unwrap_or(0);
-    // An offset past any plausible number of sweeps is simply an empty page.
-    let wanted = u32::try_from(offset)
-        .ok()
-        .and_then(|o| o.checked_add(limit + 1))
-        .unwrap_or(u32::MAX);
-    let rows = state.api.store.sweeps(wanted).await?;
-    let start = usize::try_from(offset)
-        .unwrap_or(usize::MAX)
-        .min(rows.len());
-    let page: Vec<&SweepRow> = rows[start..].iter().take(limit as usize).collect();
-    let more = rows.len() > start + page.len();
-    let next = more.then(|| (offset + i64::from(limit)).to_string());
-    Ok(Json(json!({
-        "sweeps": page.iter().map(|r| sweep_summary(r)).collect::<Vec<_>>(),
-        "next_cursor": next,
-    })))
-}
-
-pub(super) async fn get_sweep(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-    query: RawQuery,
-) -> ApiResult {
-    params(query, &[])?;
-    let id = parse_id(&id, "id", "sweep")?;
-    let store = &state.api.store;
-    let row = store
-        .sweep(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no sweep with id {id}")))?;
-    let mut out = sweep_summary(&row);
-    out["settings"] = parse_json(&row.settings_json);
-    out["card"] = parse_json(&row.card_json);
-    out["verdict"] = row
-        .verdict_json
-        .as_deref()
-        .map(parse_json)
-        .unwrap_or(Value::Null);
-    out["steps"] = Value::Array(run_list(&state, id).await?);
-    Ok(Json(out))
-}
-
-async fn run_list(state: &AppState, sweep_id: i64) -> Result<Vec<Value>, ApiError> {
-    Ok(state
-        .api
-        .store
-        .sweep_steps_with_ids(sweep_id)
-        .await?
-        .iter()
-        .map(|(id, s)| {
-            let mut out = serde_json::Map::new();
-            out.insert("id".into(), json!(id));
-            out.insert("sweep_id".into(), json!(s.sweep_id));
-            out.insert("index".into(), json!(s.step_index));
-            out.insert(
-                "load".into(),
-                json!({ "kind": s.load_kind, "value": s.load_value }),
-            );
-            time_fields(&mut out, "start", Some(s.start_ms));
-            time_fields(&mut out, "end", Some(s.end_ms));
-            out.insert("run".into(), parse_json(&s.run_json));
-            out.insert("evidence".into(), parse_json(&s.evidence_json));
-            Value::Object(out)
-        })
-        .collect())
-}
-
-pub(super) async fn list_runs(State(state): State<AppState>, query: RawQuery) -> ApiResult {
-    let p = params(query, &["sweep"])?;
-    let id = parse_id(p.required("sweep")?, "sweep", "sweep")?;
-    if state.api.store.sweep(id).await?.is_none() {
-        return Err(ApiError::not_found(format!("no sweep with id {id}")));
-    }
-    Ok(Json(
-        json!({ "sweep_id": id, "runs": run_list(&state, id).await? }),
-    ))
-}
-
-/// `POST /api/v1/sweeps` body.
-#[derive(Debug, serde::Deserialize)]
+// `POST /api/v1/sweeps` body. Its schema is derived from this type, then
+// bounded by the daemon's `[server.sweep_limits]` (`start_sweep_schema`).
+/// A sweep to start: a watched target, the request shape, the load ladder.
+#[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 struct StartSweep {
+    /// A watched target's name.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9._-]{1,64}$"))]
     target: String,
+    /// INPUTxOUTPUT tokens; at most the model's context in all.
     #[serde(default)]
+    #[schemars(with = "String", regex(pattern = r"^[1-9][0-9]{0,2}x[1-9][0-9]{0,2}$"))]
     shape: Option<String>,
-    /// `multi-turn:TURNS[,think=DUR]`: conversations instead of one-shot
-    /// requests (a concurrency ladder only).
+    /// `multi-turn:TURNS[,think=DUR]`: each concurrency level is that many
+    /// conversations, each resending its history with a new turn of the
+    /// shape (TURNS × the shape within the model's context); per step and
+    /// turn the run reports input and cached tokens, TTFT and the
+    /// prefix-cache hit ratio. A concurrency ladder only.
     #[serde(default)]
+    #[schemars(
+        with = "String",
+        regex(pattern = r"^multi-turn:[1-4](,think=[1-9][0-9]{0,2}ms)?$")
+    )]
     workload: Option<String>,
-    /// Numbers, not `u32`s: JSON Schema's integers include `37.0`.
+    /// Concurrency levels, one per step.
+    // Numbers, not `u32`s: JSON Schema's integers include `37.0`.
     #[serde(default)]
+    #[schemars(
+        with = "Vec<u32>",
+        length(min = 1),
+        inner(range(min = 1, max = DEFAULT_MAX_CONCURRENCY))
+    )]
     concurrency: Option<Vec<f64>>,
+    /// Request rates (per second), one per step, instead of concurrency.
     #[serde(default)]
+    #[schemars(with = "Vec<f64>", length(min = 1))]
     rate: Option<Vec<f64>>,
     #[serde(default)]
+    #[schemars(with = "u64", range(min = 1))]
     requests_per_step: Option<f64>,
     #[serde(default)]
+    #[schemars(with = "String")]
     min_step_duration: Option<String>,
+    /// Accepted (the first served model by default) but left out of the
+    /// schema: a model the server does not serve fails the sweep at start.
     #[serde(default)]
+    #[schemars(skip)]
     model: Option<String>,
-    /// Repeat earlier sweeps' prompts (deliberate cache experiments).
+    /// Repeat earlier sweeps' prompts (deliberate cache experiments); left
+    /// out of the schema, as the page leaves it out of its form.
     #[serde(default)]
+    #[schemars(skip)]
     reuse_prompts: Option<bool>,
 }
 
-/// The body of `POST /api/v1/sweeps` as the OpenAPI document states it,
-/// within this daemon's `[server.sweep_limits]`: every request the schema
-/// allows is one the daemon accepts (shapes stay within a 2 048-token
-/// context). `model` is accepted too (the first served model by default)
-/// but left out: a model the server does not serve fails the sweep at start.
+/// The body of `POST /api/v1/sweeps` as the OpenAPI document states it:
+/// [`StartSweep`]'s schema within this daemon's `[server.sweep_limits]`,
+/// so every request the schema allows is one the daemon accepts (shapes
+/// stay within a 2 048-token context).
 pub fn start_sweep_schema(limits: &SweepLimits) -> Value {
     let steps = limits.max_steps;
     // Every step may last its minimum duration without passing the sweep's.
@@ -171,41 +95,40 @@ pub fn start_sweep_schema(limits: &SweepLimits) -> Value {
         .min(limits.max_step_duration.as_secs_f64())
         .floor()
         .max(1.0);
-    let mut schema = json!({
-        "type": "object",
-        "additionalProperties": false,
-        "required": ["target"],
-        "allOf": [
-            { "not": { "required": ["concurrency", "rate"] } },
-            { "not": { "required": ["workload", "rate"] } },
-            // A conversation's last turn carries every earlier one: with a
-            // workload the shape is given and small enough that four turns
-            // fit the same context.
-            { "anyOf": [
-                { "not": { "required": ["workload"] } },
-                { "required": ["workload", "shape"],
-                  "properties": { "shape": { "pattern": "^[1-9][0-9]{0,1}x[1-9][0-9]{0,1}$" } } },
-            ] },
-        ],
-        "properties": {
-            "target": { "type": "string", "pattern": "^[A-Za-z0-9._-]{1,64}$" },
-            "shape": { "type": "string", "pattern": "^[1-9][0-9]{0,2}x[1-9][0-9]{0,2}$",
-                       "description": "INPUTxOUTPUT tokens; at most the model's context in all." },
-            "workload": { "type": "string", "pattern": "^multi-turn:[1-4](,think=[1-9][0-9]{0,2}ms)?$",
-                          "description": "multi-turn:TURNS[,think=DUR]: each concurrency level is that many conversations, each resending its history with a new turn of the shape (TURNS × the shape within the model's context); per step and turn the run reports input and cached tokens, TTFT and the prefix-cache hit ratio." },
-            "concurrency": { "type": "array", "minItems": 1, "maxItems": steps,
-                             "items": { "type": "integer", "minimum": 1,
-                                        "maximum": llmwatch_engine::runners::sweep::DEFAULT_MAX_CONCURRENCY } },
-            "rate": { "type": "array", "minItems": 1, "maxItems": steps,
-                      "items": { "type": "number", "exclusiveMinimum": 0, "maximum": limits.max_rate } },
-            "requests_per_step": { "type": "integer", "minimum": 1,
-                                   "maximum": limits.max_requests_per_step },
-            "min_step_duration": { "type": "string", "pattern": whole_seconds_pattern(step_cap_s as u64),
-                                   "description": format!("Under a second in ms, or 1 to {step_cap_s} whole seconds.") },
-        }
-    });
-    // The default ladder does not fit a tighter step limit: a ladder must
-    // then be given.
+    let mut schema = request_schema::<StartSweep>();
+    let properties = &mut schema["properties"];
+    properties["concurrency"]["maxItems"] = json!(steps);
+    properties["rate"]["maxItems"] = json!(steps);
+    properties["rate"]["items"] =
+        json!({ "type": "number", "exclusiveMinimum": 0, "maximum": limits.max_rate });
+    properties["requests_per_step"]["maximum"] = json!(limits.max_requests_per_step);
+    properties["min_step_duration"]["pattern"] = json!(whole_seconds_pattern(step_cap_s as u64));
+    properties["min_step_duration"]["description"] = json!(format!(
+        "Under a second in ms, or 1 to {step_cap_s} whole seconds."
+    ));
+    schema["allOf"] = json!([
+        { "not": { "required": ["concurrency", "rate"] } },
+        { "not": { "required": ["workload", "rate"] } },
+        // A conversation's last turn carries every earlier one: with a
+        // workload the shape is given and small enough that four turns
+        // fit the same context.
+        { "anyOf": [
+            { "not": { "required": ["workload"] } },
+            { "required": ["workload", "shape"],
+              "properties": { "shape": { "pattern": "^[1-9][0-9]{0,1}x[1-9][0-9]{0,1}$" } } },
+        ] },
+    ]);
+    // A default the limits refuse must be given: the request size and the
+    // step duration where the limits are below them, and a ladder where the
+    // default one has more steps than allowed.
+    let mut required = vec!["target"];
+    if DEFAULT_REQUESTS_PER_STEP > limits.max_requests_per_step {
+        required.push("requests_per_step");
+    }
+    if DEFAULT_MIN_STEP_DURATION > limits.max_step_duration {
+        required.push("min_step_duration");
+    }
+    schema["required"] = json!(required);
     if DEFAULT_CONCURRENCY_LADDER.len() > steps {
         schema["anyOf"] = json!([{ "required": ["concurrency"] }, { "required": ["rate"] }]);
     }
@@ -294,7 +217,7 @@ impl TryFrom<StartSweep> for SweepRequest {
     }
 }
 
-pub(super) async fn start_sweep(
+async fn start_sweep(
     State(state): State<AppState>,
     body: Result<Json<Value>, JsonRejection>,
 ) -> Result<Response, ApiError> {
@@ -320,16 +243,47 @@ pub(super) async fn start_sweep(
     Ok(accepted(id))
 }
 
+/// `202` of a start: the sweep runs.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SweepStarted {
+    pub id: i64,
+    pub status: Running,
+    pub href: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Running {
+    Running,
+}
+
+/// `202` of a cancel: the sweep stops at once.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct SweepCancelling {
+    pub id: i64,
+    pub status: Cancelling,
+    pub href: String,
+}
+
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Cancelling {
+    Cancelling,
+}
+
+fn sweep_href(id: i64) -> String {
+    format!("/api/v1/sweeps/{id}")
+}
+
 fn accepted(id: i64) -> Response {
-    (
-        StatusCode::ACCEPTED,
-        Json(json!({
-            "id": id,
-            "status": "running",
-            "href": format!("/api/v1/sweeps/{id}"),
-        })),
-    )
-        .into_response()
+    let answer = SweepStarted {
+        id,
+        status: Running::Running,
+        href: sweep_href(id),
+    };
+    (StatusCode::ACCEPTED, Json(answer)).into_response()
 }
 
 fn start_error(err: StartError) -> ApiError {
@@ -355,7 +309,7 @@ fn start_error(err: StartError) -> ApiError {
 /// `POST /api/v1/sweeps/{id}/cancel`: stops the running sweep `id`; its
 /// requests in flight are aborted, the steps measured so far are kept, and
 /// it ends `cancelled`.
-pub(super) async fn cancel_sweep(
+async fn cancel_sweep(
     State(state): State<AppState>,
     Path(id): Path<String>,
     query: RawQuery,
@@ -369,14 +323,51 @@ pub(super) async fn cancel_sweep(
         .await?
         .ok_or_else(|| ApiError::not_found(format!("no sweep with id {id}")))?;
     if row.status != llmwatch_store::SweepStatus::Running || !state.api.sweeps.cancel_running() {
-        return Err(ApiError {
-            status: StatusCode::CONFLICT,
-            message: format!("sweep {id} is not running (status {})", row.status.as_str()),
-        });
+        return Err(ApiError::conflict(format!(
+            "sweep {id} is not running (status {})",
+            row.status.as_str()
+        )));
     }
-    Ok((
-        StatusCode::ACCEPTED,
-        Json(json!({"id": id, "status": "cancelling", "href": format!("/api/v1/sweeps/{id}")})),
-    )
-        .into_response())
+    let answer = SweepCancelling {
+        id,
+        status: Cancelling::Cancelling,
+        href: sweep_href(id),
+    };
+    Ok((StatusCode::ACCEPTED, Json(answer)).into_response())
+}
+
+pub(super) fn routes() -> Vec<Route> {
+    let start_and_cancel = vec![
+        (
+            RouteDoc::post::<SweepStarted>(
+                "/api/v1/sweeps",
+                "startSweep",
+                "Starts a sweep of a configured target in the background (one at a time, capped); answers its id.",
+            )
+            .errors(&[
+                BAD,
+                UNKNOWN_TARGET,
+                (409, "A sweep started through the API is still running."),
+                (413, "The body is over the size limit."),
+                (415, "The body is not `application/json`."),
+                (502, "The sweep could not start (e.g. the target is down)."),
+            ])
+            .body(
+                "{\"target\": NAME, \"shape\": \"512x128\", \"concurrency\": [1,2,4], \"requests_per_step\": 100, \"min_step_duration\": \"10s\", \"model\": NAME?}",
+                start_sweep_schema,
+            ),
+            post(start_sweep),
+        ),
+        (
+            RouteDoc::post::<SweepCancelling>(
+                "/api/v1/sweeps/{id}/cancel",
+                "cancelSweep",
+                "Cancel the running sweep: requests in flight are aborted, measured steps kept, status `cancelled`.",
+            )
+            .params(vec![path("id", ID, "Sweep id.")])
+            .errors(&[BAD, (404, "No such sweep."), (409, "The sweep is not running.")]),
+            post(cancel_sweep),
+        ),
+    ];
+    read::routes().into_iter().chain(start_and_cancel).collect()
 }

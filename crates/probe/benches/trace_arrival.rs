@@ -15,7 +15,9 @@
 //!   same prompts), whose `dispatch_lag` is the same sent − scheduled.
 //!
 //! Run: `cargo bench -p llmwatch-probe --bench trace_arrival`
-//! (`BENCH_ROUNDS=N`, default 3; `BENCH_REQUESTS=N`, default 1 000). It
+//! (`BENCH_ROUNDS=N`, default 3; `BENCH_REQUESTS=N`, default 1 000;
+//! `BENCH_SPINNER=0` runs the replay without the thread's spinner, as
+//! `MeasuringThread::spawn` does, so the thread sleeps between arrivals). It
 //! prints the box's load average first: on a shared machine the tail
 //! measures the neighbours as much as the dispatcher.
 #![allow(clippy::disallowed_methods)] // benches read their own knobs
@@ -101,6 +103,7 @@ fn load_average() -> String {
 fn main() {
     let rounds = knob("BENCH_ROUNDS", 3);
     let requests = knob("BENCH_REQUESTS", 1000);
+    let spinner = knob("BENCH_SPINNER", 1) != 0;
     let addr = start_sim();
     let url = format!("http://{addr}");
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
@@ -112,7 +115,8 @@ fn main() {
             .expect("tokenizer")
     });
     println!(
-        "trace arrival: {requests} requests every 4 ms, {rounds} round(s); load average {}",
+        "trace arrival: {requests} requests every 4 ms, {rounds} round(s), spinner {}; load average {}",
+        if spinner { "on" } else { "off" },
         load_average()
     );
     println!(
@@ -124,9 +128,13 @@ fn main() {
         let thread = MeasuringThread::start(true).expect("measuring thread");
         let own = ProbeClient::new(ClientConfig::new(url.clone())).expect("client");
         let (t, p) = (trace.clone(), prompts.clone());
-        let r = runtime
-            .block_on(thread.spawn_measured(async move { replay(&own, MODEL, &t, &p, 1.0).await }))
-            .expect("replay");
+        let replay = async move { replay(&own, MODEL, &t, &p, 1.0).await };
+        let r = if spinner {
+            runtime.block_on(thread.spawn_measured(replay))
+        } else {
+            runtime.block_on(thread.spawn(replay))
+        }
+        .expect("replay");
         row("replay", &r.arrival_error_ms, r.failed);
         replay_p99.extend(r.arrival_error_ms.p99);
         drop(thread);

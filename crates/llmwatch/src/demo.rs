@@ -226,8 +226,16 @@ fn start_background_load(
 pub async fn run(listen: SocketAddr, database: Option<PathBuf>) -> anyhow::Result<()> {
     let demo = start(listen, database).await?;
     for (name, url) in &demo.engine_urls {
-        println!("simulated engine {name:<12} {url}");
+        let profile = TARGETS
+            .iter()
+            .find(|t| t.name == name)
+            .map_or("?", |t| t.profile);
+        println!("simulated engine {name:<12} {url}  (profile {profile}: hand-made, not fitted)");
     }
+    println!(
+        "the demo's profiles are hand-made; one fitted to a real vLLM 0.32: \
+         llmwatch sim --profile-file fixtures/vllm-real-sweeps/default.fitted-profile.json"
+    );
     println!(
         "\nllmwatch dashboard: http://{}/\n(Ctrl-C to stop)",
         demo.daemon.listen_addr

@@ -27,7 +27,10 @@ pub struct SimCli {
     #[arg(long, default_value = "127.0.0.1")]
     pub host: std::net::IpAddr,
     /// A named profile: balanced, kv-starved, prefill-heavy, decode-slow,
-    /// scheduler-limited, slow-frontend.
+    /// scheduler-limited, slow-frontend. All hand-made (an 8B model on an
+    /// H100, loosely), none fitted to a real server: for one that is, use
+    /// `--profile-file fixtures/vllm-real-sweeps/default.fitted-profile.json`
+    /// (a real vLLM 0.32's default sweep).
     #[arg(long, default_value = "balanced")]
     pub profile: String,
     /// A profile file (written by `--fit`, or a profile's JSON) instead of

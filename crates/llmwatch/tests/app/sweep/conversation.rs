@@ -110,3 +110,86 @@ async fn a_multi_turn_sweep_shows_cached_input_growing_turn_by_turn_with_prefix_
         drop(t.sim);
     }
 }
+
+/// An experiment whose load is conversations: the baseline (prefix caching
+/// on) against `--no-enable-prefix-caching`, each variant's per-turn
+/// benefit at the reference load in the report. The baseline names its
+/// flag too: the simulator given no vLLM flag states the balanced
+/// profile's GPU memory utilization (0.92), given any the vLLM default
+/// (0.9), which would count as a second change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_experiment_of_conversations_reports_the_prefix_cache_benefit_per_turn_per_variant() {
+    let _serial = SERIAL.lock().await;
+    let llmwatch = env!("CARGO_BIN_EXE_llmwatch");
+    let plan = format!(
+        r#"
+[experiment]
+name = "caching"
+repeats = 1
+[server]
+command = ["{llmwatch}", "sim", "--port", "{{port}}", "--time-scale", "20", "--profile", "balanced", "--"]
+ready_timeout = "20s"
+[sweep]
+shape = "64x8"
+concurrency = [1, 2]
+workload = "multi-turn:3,think=5ms"
+requests_per_step = 6
+min_step_duration = "200ms"
+scrape_interval = "100ms"
+client_self_check = false
+[[variant]]
+name = "baseline"
+args = ["--enable-prefix-caching"]
+[[variant]]
+name = "no-cache"
+args = ["--no-enable-prefix-caching"]
+"#
+    );
+    let dir = tempfile::tempdir().expect("dir");
+    let plan_path = dir.path().join("plan.toml");
+    std::fs::write(&plan_path, plan).expect("plan");
+    let out = dir.path().join("out");
+    let run = std::process::Command::new(llmwatch)
+        .args(["experiment", plan_path.to_str().expect("utf-8"), "--out"])
+        .arg(&out)
+        .arg("--database")
+        .arg(dir.path().join("x.db"))
+        .output()
+        .expect("llmwatch runs");
+    assert!(
+        run.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&run.stdout),
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let text = std::fs::read_to_string(out.join("report.json")).expect("report.json");
+    let result: llmwatch_core::analysis::experiment::ExperimentResult =
+        serde_json::from_str(&text).expect("parses");
+    for v in &result.variants {
+        let cached: Vec<f64> = v
+            .turns
+            .iter()
+            .map(|t| t.cached_tokens_mean.expect("cached reported"))
+            .collect();
+        assert_eq!(
+            cached.len(),
+            3,
+            "{}: {:?} {:?} {:?}",
+            v.name,
+            v.status,
+            v.reason,
+            v.turns
+        );
+        match v.name.as_str() {
+            "baseline" => {
+                assert_eq!(cached[0], 0.0, "{cached:?}");
+                assert!(cached.windows(2).all(|w| w[1] > w[0]), "{cached:?}");
+            }
+            _ => assert!(cached.iter().all(|c| *c == 0.0), "{cached:?}"),
+        }
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).expect("report.md");
+    assert!(md.contains("Prefix-cache benefit per turn"), "{md}");
+    let html = std::fs::read_to_string(out.join("report.html")).expect("report.html");
+    assert!(html.contains("data-turn=\"3\""), "{html}");
+}

@@ -19,6 +19,7 @@ pub mod canary;
 pub mod chunk;
 pub mod client;
 pub mod conversation;
+pub mod dataset;
 pub mod load;
 pub mod measure;
 pub mod parts;

@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use super::observed::{parse_bench_workload, BenchWorkload};
 use anyhow::{bail, Context};
 use clap::{Args, Subcommand};
-use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::record::Api;
 use llmwatch_probe::{
     Bound, Calibrator, ClientConfig, Load, MeasuringPool, Objectives, Part, PartOf, ProbeClient,
@@ -111,9 +111,18 @@ pub struct BenchArgs {
     pub concurrency: u32,
     /// multi-turn:TURNS[,think=DUR]: --concurrency conversations, each
     /// resending its history with a new turn (per-turn input, cached
-    /// tokens, TTFT, prefix-cache hit ratio).
-    #[arg(long = "workload", value_parser = MultiTurn::parse)]
-    pub conversation: Option<MultiTurn>,
+    /// tokens, TTFT, prefix-cache hit ratio). observed:TARGET[:RANGE]: the
+    /// lengths and request rate TARGET served over RANGE (default 1h), read
+    /// from --database, replayed as a trace (--rate overrides the rate).
+    #[arg(long = "workload", value_parser = parse_bench_workload)]
+    pub workload_source: Option<BenchWorkload>,
+    /// sharegpt:FILE.json: each human turn of a ShareGPT dataset as a
+    /// prompt asking for its reply's length, at --rate (Poisson).
+    #[arg(long)]
+    pub dataset: Option<String>,
+    /// The daemon's database, read by --workload observed:.
+    #[arg(long, default_value = "llmwatch.db")]
+    pub database: PathBuf,
     /// Replay a Mooncake-format trace (JSON Lines: timestamp ms,
     /// input_length, output_length, hash_ids of 512-token blocks) through
     /// /v1/completions, prompts exact to the token (needs /tokenize).
@@ -449,8 +458,15 @@ pub async fn run_cli(args: BenchArgs) -> anyhow::Result<()> {
     if let Some(BenchCommand::Merge(merge)) = &args.command {
         return merge_cli(merge);
     }
-    if let Some(workload) = args.conversation {
-        return super::conversation::run(&args, workload).await;
+    match &args.workload_source {
+        Some(BenchWorkload::MultiTurn(workload)) => {
+            return super::conversation::run(&args, *workload).await;
+        }
+        Some(BenchWorkload::Observed(spec)) => return super::observed::run(&args, spec).await,
+        None => {}
+    }
+    if let Some(dataset) = &args.dataset {
+        return super::dataset::run(&args, dataset).await;
     }
     if let Some(trace) = &args.trace {
         return super::trace::run(&args, trace, args.trace_speed).await;

@@ -2,9 +2,11 @@
 
 pub mod bench;
 pub mod conversation;
+pub mod dataset;
 pub mod db;
 pub mod experiment;
 pub mod inspect;
+pub mod observed;
 pub mod predict;
 pub mod sim;
 pub mod sweep;

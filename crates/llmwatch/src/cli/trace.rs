@@ -5,8 +5,11 @@ use std::fmt::Write;
 use std::path::Path;
 
 use anyhow::Context;
-use llmwatch_probe::trace::{parse_trace, replay, TracePrompts, TraceResult};
-use llmwatch_probe::{ClientConfig, MeasuringThread, ProbeClient};
+use llmwatch_probe::record::Api;
+use llmwatch_probe::trace::{
+    parse_trace, replay_requests, ScheduledRequest, TracePrompts, TraceResult,
+};
+use llmwatch_probe::{ClientConfig, MeasuringThread, ProbeClient, ProbeRequest};
 
 use super::bench::BenchArgs;
 
@@ -24,21 +27,66 @@ pub async fn run(args: &BenchArgs, path: &Path, speed: f64) -> anyhow::Result<()
         .model
         .clone()
         .context("--trace needs --model")?;
-    let parsed = args.workload.parse()?;
-    let mut config = ClientConfig::new(args.url.clone());
-    config.api_key = parsed.api_key;
-    let client = ProbeClient::new(config.clone())?;
+    let (client, config) = client_of(args)?;
     let salt = llmwatch_probe::shape::fresh_salt();
     let prompts = TracePrompts::measure(&client, &model, salt).await?;
-    // On a spinning measuring thread with a client of its own, as a bench.
+    let scheduled = (0u64..)
+        .zip(&trace)
+        .map(|(i, r)| ScheduledRequest {
+            at_ms: r.timestamp,
+            input_length: r.input_length,
+            request: ProbeRequest::fixed(
+                Api::Completions,
+                &model,
+                prompts.prompt(r, i),
+                r.output_length,
+            ),
+        })
+        .collect();
+    let result = replay_on_a_measuring_thread(config, scheduled, speed).await?;
+    report(args, &result, None)
+}
+
+/// The probe client of `args` (URL, API key, timeout) and its config.
+pub(crate) fn client_of(args: &BenchArgs) -> anyhow::Result<(ProbeClient, ClientConfig)> {
+    let parsed = args.workload.parse()?;
+    let mut config = ClientConfig::new(args.url.clone());
+    config.timeout = llmwatch_config::parse_duration(&args.timeout)
+        .map_err(|err| anyhow::anyhow!("--timeout: {err}"))?;
+    config.api_key = parsed.api_key;
+    Ok((ProbeClient::new(config.clone())?, config))
+}
+
+/// Sends `scheduled` on a spinning measuring thread with a client of its
+/// own, as a bench runs.
+pub(crate) async fn replay_on_a_measuring_thread(
+    config: ClientConfig,
+    scheduled: Vec<ScheduledRequest>,
+    speed: f64,
+) -> anyhow::Result<TraceResult> {
     let thread = MeasuringThread::start(true)?;
     let own = ProbeClient::new(config)?;
-    let result = thread
-        .spawn(async move { replay(&own, &model, &trace, &prompts, speed).await })
-        .await?;
-    print!("{}", render(&result));
+    Ok(thread
+        .spawn_measured(async move { replay_requests(&own, scheduled, speed).await })
+        .await?)
+}
+
+/// Prints the replay and writes it with every probe to `--json`; with a
+/// `source` (what the requests were drawn from) as `{"source", "replay"}`.
+pub(crate) fn report(
+    args: &BenchArgs,
+    result: &TraceResult,
+    source: Option<serde_json::Value>,
+) -> anyhow::Result<()> {
+    print!("{}", render(result));
     if let Some(path) = &args.json {
-        super::write_json_redacted(path, &result)?;
+        match source {
+            Some(source) => super::write_json_redacted(
+                path,
+                &serde_json::json!({ "source": source, "replay": result }),
+            )?,
+            None => super::write_json_redacted(path, result)?,
+        }
     }
     Ok(())
 }

@@ -16,6 +16,7 @@ mod daemon_scrape;
 mod deploy;
 mod discovery;
 mod live_diagnosis;
+mod observed;
 mod own_metrics;
 mod pages;
 mod passive;

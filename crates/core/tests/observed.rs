@@ -79,6 +79,16 @@ fn the_real_histograms_give_the_replayed_mix_back() {
         let (mut served, mut drawn) = (served, drawn);
         served.sort_unstable();
         drawn.sort_unstable();
+        let deciles = |v: &[u32]| -> Vec<u32> {
+            (1..=9)
+                .filter_map(|k| nearest_rank(v, f64::from(k) / 10.0))
+                .collect()
+        };
+        println!(
+            "{what}: served {:?}, drawn {:?}",
+            deciles(&served),
+            deciles(&drawn)
+        );
         for k in 1..=9 {
             let q = f64::from(k) / 10.0;
             let want = f64::from(nearest_rank(&served, q).unwrap());

@@ -16,8 +16,12 @@
 //!
 //! Run: `cargo bench -p llmwatch-probe --bench trace_arrival`
 //! (`BENCH_ROUNDS=N`, default 3; `BENCH_REQUESTS=N`, default 1 000;
-//! `BENCH_SPINNER=0` runs the replay without the thread's spinner, as
-//! `MeasuringThread::spawn` does, so the thread sleeps between arrivals). It
+//! `BENCH_SPIN=on|adaptive|off`, default on: the measuring thread's mode,
+//! its spinner running beside the replay as `spawn_measured` starts it —
+//! off, the thread sleeps between arrivals; `BENCH_URL=http://…` with
+//! `BENCH_MODEL` and `BENCH_TRACE=FILE.jsonl` replays that trace against a
+//! real server instead of the simulator, the open-loop peer at the trace's
+//! mean rate). It
 //! prints the box's load average first: on a shared machine the tail
 //! measures the neighbours as much as the dispatcher.
 #![allow(clippy::disallowed_methods)] // benches read their own knobs
@@ -26,11 +30,12 @@ use std::time::Duration;
 
 use llmwatch_probe::trace::{parse_trace, replay, TracePrompts, TraceRequest};
 use llmwatch_probe::{
-    Api, Bound, ClientConfig, Load, MeasuringThread, ProbeClient, ProbeRequest, RunConfig, Summary,
+    Api, Bound, ClientConfig, Load, MeasuringThread, ProbeClient, ProbeRequest, RunConfig,
+    SpinMode, Summary,
 };
 use llmwatch_sim::{serve, Profile, Sim, SimConfig};
 
-const MODEL: &str = "sim-llama";
+const SIM_MODEL: &str = "sim-llama";
 
 fn knob(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -103,20 +108,38 @@ fn load_average() -> String {
 fn main() {
     let rounds = knob("BENCH_ROUNDS", 3);
     let requests = knob("BENCH_REQUESTS", 1000);
-    let spinner = knob("BENCH_SPINNER", 1) != 0;
-    let addr = start_sim();
-    let url = format!("http://{addr}");
+    let spin = std::env::var("BENCH_SPIN").unwrap_or_else(|_| "on".into());
+    let mode = match spin.as_str() {
+        "off" => SpinMode::Off,
+        "adaptive" => SpinMode::Adaptive,
+        _ => SpinMode::On,
+    };
+    let (url, model, trace) = match std::env::var("BENCH_URL") {
+        Ok(url) => {
+            let path = std::env::var("BENCH_TRACE").expect("BENCH_TRACE with BENCH_URL");
+            let text = std::fs::read_to_string(&path).expect("trace file");
+            let model = std::env::var("BENCH_MODEL").expect("BENCH_MODEL with BENCH_URL");
+            (url, model, parse_trace(&text).expect("trace"))
+        }
+        Err(_) => (
+            format!("http://{}", start_sim()),
+            SIM_MODEL.to_string(),
+            trace(requests),
+        ),
+    };
+    let requests = trace.len() as u64;
+    let span_s = trace.last().map_or(0, |r| r.timestamp) as f64 / 1000.0;
+    let rate = requests as f64 / span_s.max(0.001);
+    let model: &'static str = Box::leak(model.into_boxed_str());
     let runtime = tokio::runtime::Runtime::new().expect("runtime");
-    let trace = trace(requests);
     let prompts = runtime.block_on(async {
         let client = ProbeClient::new(ClientConfig::new(url.clone())).expect("client");
-        TracePrompts::measure(&client, MODEL, 1)
+        TracePrompts::measure(&client, model, 1)
             .await
             .expect("tokenizer")
     });
     println!(
-        "trace arrival: {requests} requests every 4 ms, {rounds} round(s), spinner {}; load average {}",
-        if spinner { "on" } else { "off" },
+        "trace arrival: {requests} requests over {span_s:.1} s against {url}, {rounds} round(s), spin {spin}; load average {}",
         load_average()
     );
     println!(
@@ -125,29 +148,32 @@ fn main() {
     );
     let (mut replay_p99, mut peer_p99) = (Vec::new(), Vec::new());
     for round in 0..rounds {
-        let thread = MeasuringThread::start(true).expect("measuring thread");
+        let thread = MeasuringThread::start_mode(mode).expect("measuring thread");
         let own = ProbeClient::new(ClientConfig::new(url.clone())).expect("client");
         let (t, p) = (trace.clone(), prompts.clone());
-        let replay = async move { replay(&own, MODEL, &t, &p, 1.0).await };
-        let r = if spinner {
-            runtime.block_on(thread.spawn_measured(replay))
-        } else {
-            runtime.block_on(thread.spawn(replay))
-        }
-        .expect("replay");
+        let r = runtime
+            .block_on(thread.spawn_measured(async move { replay(&own, model, &t, &p, 1.0).await }))
+            .expect("replay");
         row("replay", &r.arrival_error_ms, r.failed);
         replay_p99.extend(r.arrival_error_ms.p99);
         drop(thread);
 
-        let thread = MeasuringThread::start(true).expect("measuring thread");
+        let thread = MeasuringThread::start_mode(mode).expect("measuring thread");
         let own = ProbeClient::new(ClientConfig::new(url.clone())).expect("client");
         let bodies: Vec<ProbeRequest> = (0u64..)
             .zip(&trace)
-            .map(|(i, r)| ProbeRequest::fixed(Api::Completions, MODEL, prompts.prompt(r, i), 2))
+            .map(|(i, r)| {
+                ProbeRequest::fixed(
+                    Api::Completions,
+                    model,
+                    prompts.prompt(r, i),
+                    r.output_length,
+                )
+            })
             .collect();
         let config = RunConfig {
             load: Load::Rate {
-                per_second: 250.0,
+                per_second: rate,
                 burstiness: 1.0,
                 max_concurrency: None,
             },

@@ -18,6 +18,7 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::client::{EncodedRequest, ProbeClient, ProbeRequest};
+use crate::measure::{Spin, SpinMode};
 use crate::record::{Api, ProbeRecord};
 use crate::shape::tokenize_count;
 use crate::stats::{Summary, EXACT_SAMPLES};
@@ -222,16 +223,15 @@ pub async fn replay(
 }
 
 /// Sends `scheduled` at their instants, `speed` times as fast. Run it on a
-/// [`crate::MeasuringThread`] through
-/// [`crate::MeasuringThread::spawn_measured`], as `bench --trace` does: one
-/// dispatcher walks the schedule on that thread and sends each request at
-/// its instant (see [`arrive_at`]); a thread shared with other work, or
-/// one left to sleep, wakes late.
+/// [`crate::MeasuringThread`] started in [`replay_spin_mode`] through
+/// [`crate::MeasuringThread::spawn_measured`]: one dispatcher walks the
+/// schedule on that thread and sends each request at its instant (see
+/// [`arrive_at`]); a thread shared with other work wakes late.
 ///
 /// Measured (`cargo bench -p llmwatch-probe --bench trace_arrival`,
 /// BENCHMARKS.md): a task per request, each on its own timer with the last
 /// millisecond spun, on a thread left to sleep, lagged p50 0.5 ms and p99
-/// 2.5–4.4 ms here: its timer, rounded up to whole milliseconds twice (the
+/// 1–2.3 ms here: its timer, rounded up to whole milliseconds twice (the
 /// wheel's tick, the sleep's timeout), often fired after the instant the
 /// spin was meant to reach; each body was encoded after the wake-up too.
 pub async fn replay_requests(
@@ -266,6 +266,20 @@ pub async fn replay_requests(
         }
     }
     summarize(&inputs, records, speed)
+}
+
+/// How a replay's measuring thread waits, from `--spin`: `auto` spins for
+/// good with [`crate::measure::AUTO_SPIN_MIN_CORES`] cores and not at all
+/// below. The dispatcher spins the last stretch before each arrival
+/// itself; a thread spinning for good on a box it shares with the server
+/// is preempted by the server's threads. Measured against the real vLLM
+/// 0.32 on this 2-core machine (BENCHMARKS.md): arrival p99 0.04–0.11 ms
+/// with the thread left to sleep, 1.5–18 ms adaptive, 9–12 ms spinning.
+pub fn replay_spin_mode(spin: Spin) -> SpinMode {
+    match spin {
+        Spin::Auto if !spin.resolve() => SpinMode::Off,
+        other => other.mode(),
+    }
 }
 
 /// How early the dispatcher's timer fires: the timer has millisecond ticks
@@ -352,6 +366,14 @@ mod tests {
             "{e}"
         );
         assert!(matches!(parse_trace(""), Err(TraceError::Empty)));
+    }
+
+    #[test]
+    fn a_replay_thread_spins_for_good_or_not_at_all() {
+        assert_eq!(replay_spin_mode(Spin::On), SpinMode::On);
+        assert_eq!(replay_spin_mode(Spin::Off), SpinMode::Off);
+        // Never adaptive: below the cores to spin for good it sleeps.
+        assert_ne!(replay_spin_mode(Spin::Auto), SpinMode::Adaptive);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! requests and its minimum duration. The step's run is the usual
 //! [`RunResult`] over every turn's request, so the analysis judges it as any
 //! step, plus its per-turn figures (`RunResult::turns`: input and cached
-//! tokens, TTFT, prefix-cache hit ratio), stored with the step.
+//! tokens, TTFT, prefix-cache hit ratio), stored with the step. No warm-up
+//! requests: a conversation's cold first turn is part of what it measures.
 
 use std::time::Duration;
 

@@ -22,6 +22,7 @@ pub mod conversation;
 pub mod dataset;
 pub mod load;
 pub mod measure;
+pub mod mix;
 pub mod parts;
 pub mod record;
 pub mod report;

@@ -54,9 +54,30 @@ pub struct Workload {
     pub temperature: f32,
     pub calibration: Calibration,
     generator: PromptGenerator,
+    /// Lengths that vary request by request (`observed:`), in place of
+    /// `shape`'s.
+    mix: Option<Arc<dyn RequestMix>>,
+}
+
+/// The requests of a workload whose lengths vary request by request
+/// (`observed:`; see `crate::mix::ShapeMix`).
+pub trait RequestMix: std::fmt::Debug + Send + Sync {
+    /// Request number `i` for `model`; `None` falls back to the fixed shape.
+    fn request(&self, model: &str, i: u64) -> Option<ProbeRequest>;
 }
 
 impl Workload {
+    /// Requests whose lengths follow `mix` (sent through `/v1/completions`,
+    /// where the prompt is counted without a chat template); `shape` is
+    /// what the run reports as its shape (e.g. the mix's medians).
+    pub fn mixed(model: &str, shape: Shape, mix: Arc<dyn RequestMix>) -> Workload {
+        let mut workload =
+            Workload::approximate(Api::Completions, model, shape, PromptKind::Random, 0);
+        workload.calibration.exact = true;
+        workload.mix = Some(mix);
+        workload
+    }
+
     /// Calibrates the prompt length on the target (see [`Calibrator`]).
     pub async fn prepare(
         client: &ProbeClient,
@@ -106,6 +127,7 @@ impl Workload {
             temperature: 0.0,
             calibration,
             generator: PromptGenerator::calibrated(kind, &calibration, seed),
+            mix: None,
         }
     }
 
@@ -135,6 +157,10 @@ impl Workload {
 
     /// Request number `i`: fixed output length, unique prompt.
     pub fn request(&self, i: u64) -> ProbeRequest {
+        if let Some(mut r) = self.mix.as_ref().and_then(|m| m.request(&self.model, i)) {
+            r.temperature = self.temperature;
+            return r;
+        }
         let mut r = ProbeRequest::fixed(
             self.api,
             self.model.clone(),

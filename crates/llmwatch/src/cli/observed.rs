@@ -14,6 +14,7 @@ use anyhow::{bail, Context};
 use llmwatch_config::parse_duration;
 use llmwatch_core::observed::{nearest_rank, DrawnRequest, LengthDistribution, ObservedWorkload};
 use llmwatch_engine::observed::observed_workload;
+use llmwatch_engine::runners::sweep::ObservedMix;
 use llmwatch_engine::sources::server_facts::{context_limit, discover_model};
 use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::record::Api;
@@ -74,18 +75,7 @@ pub fn parse_bench_workload(text: &str) -> Result<BenchWorkload, String> {
 /// Reads what the target served, draws as many requests as the bench
 /// would send, replays them and reports both.
 pub async fn run(args: &BenchArgs, spec: &ObservedSpec) -> anyhow::Result<()> {
-    if !args.database.exists() {
-        bail!(
-            "--workload observed: no database at {} (--database: the daemon's file)",
-            args.database.display()
-        );
-    }
-    let store = Store::open(&args.database)
-        .await
-        .with_context(|| format!("opening {}", args.database.display()))?;
-    let to_ms = llmwatch_engine::now_ms();
-    let from_ms = to_ms - i64::try_from(spec.range.as_millis()).unwrap_or(i64::MAX / 2);
-    let observed = observed_workload(&store, &spec.target, from_ms, to_ms).await?;
+    let observed = read_observed(spec, &args.database).await?;
     let rate = match args.rate {
         Some(rate) if rate.is_finite() && rate > 0.0 => rate,
         Some(rate) => bail!("--rate must be a number > 0, got {rate}"),
@@ -150,6 +140,50 @@ pub async fn run(args: &BenchArgs, spec: &ObservedSpec) -> anyhow::Result<()> {
         "drawn": drawn,
     });
     report(args, &result, Some(source))
+}
+
+/// Lengths drawn for a sweep's steps to send in turn.
+pub const SWEEP_MIX_SHAPES: usize = 4096;
+
+/// What `spec`'s target served, read from the daemon's `database`.
+pub async fn read_observed(
+    spec: &ObservedSpec,
+    database: &std::path::Path,
+) -> anyhow::Result<ObservedWorkload> {
+    if !database.exists() {
+        bail!(
+            "--workload observed: no database at {} (--database: the daemon's file)",
+            database.display()
+        );
+    }
+    let store = Store::open(database)
+        .await
+        .with_context(|| format!("opening {}", database.display()))?;
+    let to_ms = llmwatch_engine::now_ms();
+    let from_ms = to_ms - i64::try_from(spec.range.as_millis()).unwrap_or(i64::MAX / 2);
+    Ok(observed_workload(&store, &spec.target, from_ms, to_ms).await?)
+}
+
+/// `sweep --workload observed:`: lengths drawn from what the target served
+/// (the ladder sets the load, so the observed rate is not used).
+pub async fn observed_mix(
+    spec: &ObservedSpec,
+    database: &std::path::Path,
+) -> anyhow::Result<ObservedMix> {
+    let observed = read_observed(spec, database).await?;
+    let shapes = observed
+        .draw(SWEEP_MIX_SHAPES, 0.0, 0, None)
+        .into_iter()
+        .map(|d| (d.input_tokens, d.output_tokens))
+        .collect();
+    Ok(ObservedMix {
+        source: format!(
+            "observed:{}:{}",
+            spec.target,
+            humantime::format_duration(spec.range)
+        ),
+        shapes,
+    })
 }
 
 /// The observed distribution beside the drawn one, decile by decile.

@@ -5,7 +5,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{bail, Context};
-use llmwatch_probe::conversation::{render_turn_table, MultiTurn};
+use llmwatch_probe::conversation::render_turn_table;
+
+use super::observed::{parse_bench_workload, BenchWorkload};
 use llmwatch_store::Store;
 
 use super::sweep_render::{render_comparison, render_verdict, step_line, table_header};
@@ -29,8 +31,11 @@ pub struct SweepArgs {
     /// concurrent conversations, each resending its history with a new
     /// turn of --shape (per step and turn: input, cached tokens, TTFT,
     /// prefix-cache hit ratio).
-    #[arg(long = "workload", value_parser = MultiTurn::parse)]
-    pub conversation: Option<MultiTurn>,
+    /// observed:TARGET[:RANGE]: every step sends the prompt and output
+    /// lengths TARGET served over RANGE (default 1h), read from
+    /// --database (the ladder sets the load).
+    #[arg(long = "workload", value_parser = parse_bench_workload)]
+    pub workload_source: Option<BenchWorkload>,
     /// Closed-loop concurrency ladder.
     #[arg(long, default_value = "1,2,4,8,16,32,64", conflicts_with = "rate")]
     pub concurrency: String,
@@ -134,7 +139,9 @@ pub fn settings_from_args(args: &SweepArgs) -> anyhow::Result<SweepSettings> {
     s.api = parsed.api;
     s.shape = parsed.shape;
     s.prompt = parsed.prompt;
-    s.conversation = args.conversation;
+    if let Some(BenchWorkload::MultiTurn(workload)) = args.workload_source {
+        s.conversation = Some(workload);
+    }
     s.api_key = parsed.api_key;
     s.temperature = args.workload.temperature;
     s.seed = args.workload.seed;
@@ -202,7 +209,10 @@ pub async fn run(args: SweepArgs) -> anyhow::Result<()> {
         print!("{}", render_comparison(&comparison));
         return Ok(());
     }
-    let settings = settings_from_args(&args)?;
+    let mut settings = settings_from_args(&args)?;
+    if let Some(BenchWorkload::Observed(spec)) = &args.workload_source {
+        settings.observed = Some(super::observed::observed_mix(spec, &args.database).await?);
+    }
     settings.validate()?;
     let store = if args.no_store {
         None

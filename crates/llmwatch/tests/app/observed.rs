@@ -182,6 +182,64 @@ async fn observed_workload_reproduces_the_served_deciles() {
     }
 }
 
+/// `sweep --workload observed:`: every step sends the served lengths in
+/// turn (its mean input is the mix's, not `--shape`'s), through
+/// `/v1/completions`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_sends_the_observed_lengths_at_every_step() {
+    let (_sim, url, daemon, _) = serve_the_mix().await;
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("sweep.json");
+    let db = daemon.database().display().to_string();
+    let out = llmwatch(&[
+        "sweep",
+        "--url",
+        &url,
+        "--model",
+        MODEL,
+        "--workload",
+        "observed:sim:10m",
+        "--database",
+        &db,
+        "--no-store",
+        "--concurrency",
+        "1,4",
+        "--requests-per-step",
+        "60",
+        "--requests-per-slot",
+        "1",
+        "--warmup",
+        "0",
+        "--min-step-duration",
+        "0s",
+        "--slo-ttft-p95",
+        "30s",
+        "--slo-itl-p95",
+        "10s",
+        "--json",
+        &json.display().to_string(),
+    ])
+    .await;
+    assert!(out.0, "{}\n{}", out.1, out.2);
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    assert!(
+        doc.to_string().contains("lengths observed:sim:10m"),
+        "the card names the workload: {}",
+        doc["card"]
+    );
+    let steps = doc["steps"].as_array().unwrap();
+    assert_eq!(steps.len(), 2, "{doc}");
+    // The served mix's mean prompt is 275.5 tokens (51..=500); 60 drawn
+    // requests' mean lies within 15 % of it (the --shape default is 512).
+    for step in steps {
+        let run = &step["run"];
+        let n = run["successful"].as_f64().unwrap();
+        assert_eq!(run["failed"].as_f64(), Some(0.0), "{run}");
+        let mean = run["total_input_tokens"].as_f64().unwrap() / n;
+        assert!((mean - 275.5).abs() < 0.15 * 275.5, "mean input {mean}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observed_errors_name_the_problem() {
     let (_sim, url, daemon, started) = serve_the_mix().await;

@@ -40,6 +40,8 @@ use llmwatch_core::analysis::{
     per_request_breakdown, step_economics, summary_lines, ClientMeans, EngineCapacity,
     ExperimentCard, Load, Objectives, PerRequestPhases, StepResult, SweepVerdict, WorkloadHints,
 };
+use llmwatch_probe::mix::ShapeMix;
+use llmwatch_probe::trace::TracePrompts;
 use llmwatch_probe::{
     Bound, Calibrator, ClientConfig, MeasuringThread, Monitored, ProbeClient, PromptKind,
     RunConfig, RunError, RunResult, Shape, Workload,
@@ -63,7 +65,7 @@ pub use self::persist::{
 };
 pub use self::report::{StepReport, SweepReport};
 pub use self::settings::{
-    default_metrics_url, Ladder, StopLimits, SweepCancel, SweepSettings,
+    default_metrics_url, Ladder, ObservedMix, StopLimits, SweepCancel, SweepSettings,
     DEFAULT_CONCURRENCY_LADDER, DEFAULT_MAX_CONCURRENCY, DEFAULT_MIN_STEP_DURATION,
     DEFAULT_REQUESTS_PER_SLOT, DEFAULT_REQUESTS_PER_STEP, DEFAULT_SCRAPE_INTERVAL,
     DEFAULT_STOP_ERROR_RATE, DEFAULT_STOP_TTFT_P95,
@@ -183,12 +185,19 @@ async fn prepare(settings: &SweepSettings) -> Result<Prepared, SweepError> {
         },
     )
     .await?;
-    let longest = match settings.conversation {
-        Some(workload) => conversation::longest_prompt(settings.shape, workload),
-        None => settings.shape,
+    // Drawn lengths beyond the context (a histogram's last bucket reaches
+    // max_model_len) are shortened as `observed:` draws them for a bench.
+    let observed = settings
+        .observed
+        .as_ref()
+        .map(|mix| mix.capped(card.max_context_len));
+    let longest = match (&observed, settings.conversation) {
+        (Some(mix), _) => mix.longest(),
+        (None, Some(workload)) => conversation::longest_prompt(settings.shape, workload),
+        (None, None) => settings.shape,
     };
     check_context(&longest, card.max_context_len)?;
-    let workload = prepare_workload(&client, settings, &model).await;
+    let workload = prepare_workload(&client, settings, observed.as_ref(), &model).await?;
     Ok(Prepared {
         runner,
         http,
@@ -203,8 +212,23 @@ async fn prepare(settings: &SweepSettings) -> Result<Prepared, SweepError> {
 async fn prepare_workload(
     client: &ProbeClient,
     settings: &SweepSettings,
+    observed: Option<&ObservedMix>,
     model: &str,
-) -> Arc<Workload> {
+) -> Result<Arc<Workload>, SweepError> {
+    if let Some(mix) = observed {
+        // Exact lengths from the target's one-token words (as a trace
+        // replay builds them), salted afresh so no step hits another's.
+        let prompts = TracePrompts::measure(client, model, llmwatch_probe::shape::fresh_salt())
+            .await
+            .map_err(|err| SweepError::Settings(format!("workload {}: {err}", mix.source)))?;
+        let mut workload = Workload::mixed(
+            model,
+            mix.median_shape(),
+            Arc::new(ShapeMix::new(mix.shapes.clone(), prompts)),
+        );
+        workload.temperature = settings.temperature;
+        return Ok(Arc::new(workload));
+    }
     let calibrator = Calibrator::new();
     let mut workload = Workload::prepare(
         client,
@@ -220,7 +244,7 @@ async fn prepare_workload(
     if settings.reuse_prompts {
         workload.reuse_prompts();
     }
-    Arc::new(workload)
+    Ok(Arc::new(workload))
 }
 
 /// Records a sweep in the store as it runs — its row at the start, each
@@ -708,6 +732,9 @@ fn add_breakdown_and_hygiene(
 /// The card's prompt field: the prompt kind, or the conversation workload
 /// (two sweeps that differ in it differ in what they sent).
 fn prompt_kind(settings: &SweepSettings) -> String {
+    if let Some(mix) = &settings.observed {
+        return format!("lengths {}", mix.source);
+    }
     match settings.conversation {
         Some(workload) => format!("{} ({workload})", settings.prompt.label()),
         None => settings.prompt.label(),

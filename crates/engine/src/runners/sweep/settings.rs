@@ -130,6 +130,10 @@ pub struct SweepSettings {
     /// session on one connection; `shape` is each new turn's input and
     /// each answer's output.
     pub conversation: Option<MultiTurn>,
+    /// The lengths a target served (`--workload observed:TARGET[:RANGE]`),
+    /// drawn from its histograms before the sweep: every step sends them in
+    /// turn, through `/v1/completions`, in place of `shape`.
+    pub observed: Option<ObservedMix>,
     pub temperature: f32,
     pub ladder: Ladder,
     /// The highest concurrency (and, for a rate ladder, the most requests in
@@ -229,6 +233,7 @@ impl SweepSettings {
             },
             prompt: PromptKind::Random,
             conversation: None,
+            observed: None,
             temperature: 0.0,
             ladder: Ladder::Concurrency(DEFAULT_CONCURRENCY_LADDER.to_vec()),
             max_concurrency: DEFAULT_MAX_CONCURRENCY,
@@ -302,6 +307,19 @@ impl SweepSettings {
                 "workload multi-turn needs a concurrency ladder (each level is that many concurrent conversations), not --rate".into(),
             ));
         }
+        if let Some(mix) = &self.observed {
+            if self.conversation.is_some() {
+                return Err(SweepError::Settings(
+                    "workload: observed and multi-turn are two workloads; choose one".into(),
+                ));
+            }
+            if mix.shapes.is_empty() || mix.shapes.iter().any(|(i, o)| *i == 0 || *o == 0) {
+                return Err(SweepError::Settings(format!(
+                    "workload {}: no lengths drawn, or a length of 0",
+                    mix.source
+                )));
+            }
+        }
         if self.requests_per_step == 0 {
             return Err(SweepError::Settings(
                 "requests per step must be at least 1".into(),
@@ -340,7 +358,10 @@ impl SweepSettings {
             "api": self.api,
             "shape": self.shape.to_string(),
             "prompt": self.prompt.label(),
-            "workload": self.conversation.map(|c| c.to_string()),
+            "workload": match &self.observed {
+                Some(mix) => Some(mix.source.clone()),
+                None => self.conversation.map(|c| c.to_string()),
+            },
             "temperature": self.temperature,
             "ladder": self.ladder,
             "max_concurrency": self.max_concurrency,
@@ -379,6 +400,58 @@ pub fn default_metrics_url(base_url: &str) -> String {
         base_url.trim_end_matches('/').trim_end_matches("/v1"),
         "/metrics",
     )
+}
+
+/// Request lengths drawn from what a target served (see
+/// `llmwatch_core::observed`), named by the workload that drew them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ObservedMix {
+    /// `observed:TARGET:RANGE`, as the card and the stored settings say.
+    pub source: String,
+    /// (input, output) tokens, sent in turn.
+    pub shapes: Vec<(u32, u32)>,
+}
+
+impl ObservedMix {
+    /// The medians of the two lengths: the shape a step reports.
+    pub fn median_shape(&self) -> Shape {
+        let median = |mut v: Vec<u32>| {
+            v.sort_unstable();
+            v.get(v.len() / 2).copied().unwrap_or(1)
+        };
+        Shape {
+            input_tokens: median(self.shapes.iter().map(|s| s.0).collect()),
+            output_tokens: median(self.shapes.iter().map(|s| s.1).collect()),
+        }
+    }
+
+    /// The mix with no request longer than `context` tokens in all
+    /// (output shortened first, leaving at least one of each).
+    pub fn capped(&self, context: Option<u64>) -> ObservedMix {
+        let limit = context.map_or(u32::MAX, |c| u32::try_from(c).unwrap_or(u32::MAX));
+        let mut mix = self.clone();
+        if limit >= 2 {
+            for (input, output) in &mut mix.shapes {
+                *input = (*input).min(limit - 1);
+                *output = (*output).min(limit - *input);
+            }
+        }
+        mix
+    }
+
+    /// The longest request (input + output): what the context must hold.
+    pub fn longest(&self) -> Shape {
+        let (input_tokens, output_tokens) = self
+            .shapes
+            .iter()
+            .copied()
+            .max_by_key(|(i, o)| u64::from(*i) + u64::from(*o))
+            .unwrap_or((1, 1));
+        Shape {
+            input_tokens,
+            output_tokens,
+        }
+    }
 }
 
 #[cfg(test)]

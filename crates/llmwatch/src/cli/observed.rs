@@ -221,3 +221,41 @@ pub fn render_observed(
     line("Output tokens", &observed.generation, |d| d.output_tokens);
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn workload_flags_parse_into_their_kinds() {
+        let observed = |target: &str, secs| {
+            BenchWorkload::Observed(ObservedSpec {
+                target: target.into(),
+                range: Duration::from_secs(secs),
+            })
+        };
+        assert_eq!(
+            parse_bench_workload("observed:vllm-a"),
+            Ok(observed("vllm-a", 3600))
+        );
+        assert_eq!(
+            parse_bench_workload("observed:vllm-a:15m"),
+            Ok(observed("vllm-a", 900))
+        );
+        // A colon inside the name: only a last part that is a duration is the range.
+        assert_eq!(
+            parse_bench_workload("observed:ns:vllm"),
+            Ok(observed("ns:vllm", 3600))
+        );
+        assert!(matches!(
+            parse_bench_workload("multi-turn:3"),
+            Ok(BenchWorkload::MultiTurn(m)) if m.turns == 3
+        ));
+        let err = parse_bench_workload("observed:").unwrap_err();
+        assert!(err.contains("observed:TARGET[:RANGE]"), "{err}");
+        let err = parse_bench_workload("observed:a:0s").unwrap_err();
+        assert!(err.contains("longer than 0s"), "{err}");
+        let err = parse_bench_workload("replay:x").unwrap_err();
+        assert!(err.contains("observed:TARGET"), "{err}");
+    }
+}

@@ -7,6 +7,63 @@ use llmwatch_core::catalog::{CatalogMetric, Part};
 use llmwatch_core::observed::{counter_increase, LengthDistribution, ObservedWorkload};
 use llmwatch_store::{parse_part_key, SeriesPoints, Store, StoreError};
 
+/// The range read when `observed:TARGET` names none.
+pub const DEFAULT_RANGE: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// `observed:TARGET[:RANGE]`, parsed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObservedSpec {
+    pub target: String,
+    pub range: std::time::Duration,
+}
+
+impl ObservedSpec {
+    /// Parses `observed:TARGET[:RANGE]`; `None` for text that does not
+    /// start with `observed:`. A target name may hold a colon: only a last
+    /// part that reads as a duration is the range.
+    pub fn parse(text: &str) -> Option<Result<ObservedSpec, String>> {
+        let rest = text.trim().strip_prefix("observed:")?;
+        let parse = llmwatch_config::parse_duration;
+        let (target, range) = match rest.rsplit_once(':') {
+            Some((target, range)) if parse(range).is_ok() => {
+                (target, parse(range).unwrap_or(DEFAULT_RANGE))
+            }
+            _ => (rest, DEFAULT_RANGE),
+        };
+        if target.trim().is_empty() {
+            return Some(Err(format!(
+                "{text:?}: expected observed:TARGET[:RANGE], e.g. observed:vllm-a:1h"
+            )));
+        }
+        if range.is_zero() {
+            return Some(Err(format!("{text:?}: the range must be longer than 0s")));
+        }
+        Some(Ok(ObservedSpec {
+            target: target.trim().to_string(),
+            range,
+        }))
+    }
+
+    /// The spec as written, range included (`observed:vllm-a:1h`).
+    pub fn label(&self) -> String {
+        format!(
+            "observed:{}:{}",
+            self.target,
+            humantime::format_duration(self.range)
+        )
+    }
+
+    /// What the target served over the range ending at `now_ms`.
+    pub async fn read(
+        &self,
+        store: &Store,
+        now_ms: i64,
+    ) -> Result<ObservedWorkload, ObservedError> {
+        let span = i64::try_from(self.range.as_millis()).unwrap_or(i64::MAX / 2);
+        observed_workload(store, &self.target, now_ms - span, now_ms).await
+    }
+}
+
 /// Why no observed workload could be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ObservedError {

@@ -8,12 +8,11 @@
 //! histogram can say.
 
 use std::fmt::Write;
-use std::time::Duration;
 
 use anyhow::{bail, Context};
 use llmwatch_config::parse_duration;
 use llmwatch_core::observed::{nearest_rank, DrawnRequest, LengthDistribution, ObservedWorkload};
-use llmwatch_engine::observed::observed_workload;
+use llmwatch_engine::observed::ObservedSpec;
 use llmwatch_engine::runners::sweep::ObservedMix;
 use llmwatch_engine::sources::server_facts::{context_limit, discover_model};
 use llmwatch_probe::conversation::MultiTurn;
@@ -25,16 +24,6 @@ use llmwatch_store::Store;
 use super::bench::BenchArgs;
 use super::trace::{client_of, replay_on_a_measuring_thread, report};
 
-/// The range read when `observed:TARGET` names none.
-pub const DEFAULT_RANGE: Duration = Duration::from_secs(3600);
-
-/// `observed:TARGET[:RANGE]`, parsed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ObservedSpec {
-    pub target: String,
-    pub range: Duration,
-}
-
 /// What `bench --workload` asks for.
 #[derive(Debug, Clone, PartialEq)]
 pub enum BenchWorkload {
@@ -45,31 +34,12 @@ pub enum BenchWorkload {
 /// Parses `--workload`: `multi-turn:TURNS[,think=DUR]` or
 /// `observed:TARGET[:RANGE]`.
 pub fn parse_bench_workload(text: &str) -> Result<BenchWorkload, String> {
-    let Some(rest) = text.trim().strip_prefix("observed:") else {
-        return MultiTurn::parse(text)
+    match ObservedSpec::parse(text) {
+        Some(spec) => spec.map(BenchWorkload::Observed),
+        None => MultiTurn::parse(text)
             .map(BenchWorkload::MultiTurn)
-            .map_err(|err| format!("{err} (or observed:TARGET[:RANGE])"));
-    };
-    // A target name may hold a colon; a last part that reads as a
-    // duration is the range.
-    let (target, range) = match rest.rsplit_once(':') {
-        Some((target, range)) if parse_duration(range).is_ok() => {
-            (target, parse_duration(range).unwrap_or(DEFAULT_RANGE))
-        }
-        _ => (rest, DEFAULT_RANGE),
-    };
-    if target.trim().is_empty() {
-        return Err(format!(
-            "{text:?}: expected observed:TARGET[:RANGE], e.g. observed:vllm-a:1h"
-        ));
+            .map_err(|err| format!("{err} (or observed:TARGET[:RANGE])")),
     }
-    if range.is_zero() {
-        return Err(format!("{text:?}: the range must be longer than 0s"));
-    }
-    Ok(BenchWorkload::Observed(ObservedSpec {
-        target: target.trim().to_string(),
-        range,
-    }))
 }
 
 /// Reads what the target served, draws as many requests as the bench
@@ -142,9 +112,6 @@ pub async fn run(args: &BenchArgs, spec: &ObservedSpec) -> anyhow::Result<()> {
     report(args, &result, Some(source))
 }
 
-/// Lengths drawn for a sweep's steps to send in turn.
-pub const SWEEP_MIX_SHAPES: usize = 4096;
-
 /// What `spec`'s target served, read from the daemon's `database`.
 pub async fn read_observed(
     spec: &ObservedSpec,
@@ -159,9 +126,7 @@ pub async fn read_observed(
     let store = Store::open(database)
         .await
         .with_context(|| format!("opening {}", database.display()))?;
-    let to_ms = llmwatch_engine::now_ms();
-    let from_ms = to_ms - i64::try_from(spec.range.as_millis()).unwrap_or(i64::MAX / 2);
-    Ok(observed_workload(&store, &spec.target, from_ms, to_ms).await?)
+    Ok(spec.read(&store, llmwatch_engine::now_ms()).await?)
 }
 
 /// `sweep --workload observed:`: lengths drawn from what the target served
@@ -171,19 +136,7 @@ pub async fn observed_mix(
     database: &std::path::Path,
 ) -> anyhow::Result<ObservedMix> {
     let observed = read_observed(spec, database).await?;
-    let shapes = observed
-        .draw(SWEEP_MIX_SHAPES, 0.0, 0, None)
-        .into_iter()
-        .map(|d| (d.input_tokens, d.output_tokens))
-        .collect();
-    Ok(ObservedMix {
-        source: format!(
-            "observed:{}:{}",
-            spec.target,
-            humantime::format_duration(spec.range)
-        ),
-        shapes,
-    })
+    Ok(ObservedMix::drawn(spec.label(), &observed))
 }
 
 /// The observed distribution beside the drawn one, decile by decile.
@@ -225,6 +178,7 @@ pub fn render_observed(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::time::Duration;
 
     #[test]
     fn workload_flags_parse_into_their_kinds() {

@@ -240,6 +240,66 @@ async fn a_sweep_sends_the_observed_lengths_at_every_step() {
     }
 }
 
+/// The sweep API takes `observed:` as its `workload` too (read from the
+/// daemon's own store when the sweep starts); an unknown target is refused
+/// by name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sweep_started_through_the_api_sends_the_observed_lengths() {
+    let (_sim, _url, daemon, _) = serve_the_mix().await;
+    let base = daemon.base_url();
+    let http = reqwest::Client::new();
+    let post = |body: serde_json::Value| {
+        let request = http.post(format!("{base}/api/v1/sweeps")).json(&body);
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status();
+            (
+                status,
+                response
+                    .json::<serde_json::Value>()
+                    .await
+                    .unwrap_or_default(),
+            )
+        }
+    };
+    let (status, body) = post(serde_json::json!({
+        "target": "sim", "workload": "observed:nope", "concurrency": [1],
+        "requests_per_step": 5, "min_step_duration": "300ms",
+    }))
+    .await;
+    assert_eq!(status, reqwest::StatusCode::BAD_REQUEST, "{body}");
+    assert!(
+        body.to_string().contains("unknown target \\\"nope\\\""),
+        "{body}"
+    );
+    let (status, body) = post(serde_json::json!({
+        "target": "sim", "workload": "observed:sim:10m", "concurrency": [2],
+        "requests_per_step": 40, "min_step_duration": "300ms",
+    }))
+    .await;
+    assert_eq!(status, reqwest::StatusCode::ACCEPTED, "{body}");
+    let id = body["id"].as_i64().expect("sweep id");
+    let sweep = wait_for("the sweep to end", Duration::from_secs(60), || async {
+        let sweep: serde_json::Value = http
+            .get(format!("{base}/api/v1/sweeps/{id}"))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        (sweep["status"] != "running").then_some(sweep)
+    })
+    .await;
+    assert_eq!(sweep["status"], "completed", "{sweep}");
+    for step in sweep["steps"].as_array().unwrap() {
+        let run = &step["run"];
+        let mean =
+            run["total_input_tokens"].as_f64().unwrap() / run["successful"].as_f64().unwrap();
+        assert!((mean - 275.5).abs() < 0.15 * 275.5, "mean input {mean}");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn observed_errors_name_the_problem() {
     let (_sim, url, daemon, started) = serve_the_mix().await;

@@ -13,12 +13,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::Json;
 use llmwatch_config::SweepLimits;
-use llmwatch_engine::runners::sweep::start::{RequestError, StartError, SweepRequest};
+use llmwatch_engine::runners::sweep::start::{
+    parse_workload, RequestError, StartError, SweepRequest,
+};
 use llmwatch_engine::runners::sweep::{
     Ladder, SweepError, DEFAULT_CONCURRENCY_LADDER, DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MIN_STEP_DURATION, DEFAULT_REQUESTS_PER_STEP,
 };
-use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::Shape;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -47,10 +48,15 @@ struct StartSweep {
     /// shape (TURNS × the shape within the model's context); per step and
     /// turn the run reports input and cached tokens, TTFT and the
     /// prefix-cache hit ratio. A concurrency ladder only.
+    /// `observed:TARGET[:RANGE]`: every step sends the prompt and output
+    /// lengths that watched target served over RANGE (default 1h), drawn
+    /// from its stored length histograms.
     #[serde(default)]
     #[schemars(
         with = "String",
-        regex(pattern = r"^multi-turn:[1-4](,think=[1-9][0-9]{0,2}ms)?$")
+        regex(
+            pattern = r"^(multi-turn:[1-4](,think=[1-9][0-9]{0,2}ms)?|observed:[a-z][a-z0-9-]{0,30}(:[1-9][0-9]?[mh])?)$"
+        )
     )]
     workload: Option<String>,
     /// Concurrency levels, one per step.
@@ -158,13 +164,10 @@ impl TryFrom<StartSweep> for SweepRequest {
                 Shape::parse(text).map_err(|err| RequestError::new("shape", err.to_string()))
             })
             .transpose()?;
-        let conversation = body
-            .workload
-            .as_deref()
-            .map(|text| {
-                MultiTurn::parse(text).map_err(|err| RequestError::new("workload", err.why))
-            })
-            .transpose()?;
+        let (conversation, observed) = match body.workload.as_deref() {
+            Some(text) => parse_workload(text)?,
+            None => (None, None),
+        };
         let concurrency = body
             .concurrency
             .map(|levels| {
@@ -207,6 +210,7 @@ impl TryFrom<StartSweep> for SweepRequest {
             model: body.model,
             shape,
             conversation,
+            observed,
             ladder,
             reuse_prompts: body.reuse_prompts,
             requests_per_step,

@@ -413,6 +413,20 @@ pub struct ObservedMix {
 }
 
 impl ObservedMix {
+    /// Lengths drawn for a sweep's steps to send in turn.
+    pub const SHAPES: usize = 4096;
+
+    /// [`ObservedMix::SHAPES`] lengths drawn from `observed` (the ladder
+    /// sets the load: its rate is not used), named `source`.
+    pub fn drawn(source: String, observed: &llmwatch_core::observed::ObservedWorkload) -> Self {
+        let shapes = observed
+            .draw(Self::SHAPES, 0.0, 0, None)
+            .into_iter()
+            .map(|d| (d.input_tokens, d.output_tokens))
+            .collect();
+        ObservedMix { source, shapes }
+    }
+
     /// The medians of the two lengths: the shape a step reports.
     pub fn median_shape(&self) -> Shape {
         let median = |mut v: Vec<u32>| {

@@ -15,7 +15,8 @@ use tokio::sync::oneshot;
 use crate::events::Failure;
 
 use super::schedule::{check_limits, settings_for_target, SweepSlots};
-use super::{run_sweep_with_id, Ladder, SweepError, SweepSettings};
+use super::{run_sweep_with_id, Ladder, ObservedMix, SweepError, SweepSettings};
+use crate::observed::ObservedSpec;
 
 /// What a user asks of a sweep of a watched target: overrides of the
 /// target's own sweep settings (`None` keeps them).
@@ -27,6 +28,9 @@ pub struct SweepRequest {
     /// Conversations (`multi-turn:TURNS[,think=DUR]`) instead of one-shot
     /// requests: each concurrency level is that many conversations.
     pub conversation: Option<MultiTurn>,
+    /// The lengths a watched target served (`observed:TARGET[:RANGE]`),
+    /// read from the daemon's store when the sweep starts.
+    pub observed: Option<ObservedSpec>,
     pub ladder: Option<Ladder>,
     pub reuse_prompts: Option<bool>,
     pub requests_per_step: Option<u64>,
@@ -50,6 +54,25 @@ impl RequestError {
             field,
             why: why.into(),
         }
+    }
+}
+
+/// Parses a sweep request's `workload`: `multi-turn:TURNS[,think=DUR]` or
+/// `observed:TARGET[:RANGE]`.
+pub fn parse_workload(
+    text: &str,
+) -> Result<(Option<MultiTurn>, Option<ObservedSpec>), RequestError> {
+    match ObservedSpec::parse(text) {
+        Some(Ok(spec)) => Ok((None, Some(spec))),
+        Some(Err(why)) => Err(RequestError::new("workload", why)),
+        None => MultiTurn::parse(text)
+            .map(|m| (Some(m), None))
+            .map_err(|err| {
+                RequestError::new(
+                    "workload",
+                    format!("{} (or observed:TARGET[:RANGE])", err.why),
+                )
+            }),
     }
 }
 
@@ -123,6 +146,13 @@ impl SweepStarter {
         let mut settings = settings_for_target(config, target)
             .map_err(|err| StartError::Refused(err.to_string()))?;
         request.apply(&mut settings);
+        if let Some(spec) = &request.observed {
+            let observed = spec
+                .read(&self.store, crate::now_ms())
+                .await
+                .map_err(|err| StartError::Refused(format!("workload: {err}")))?;
+            settings.observed = Some(ObservedMix::drawn(spec.label(), &observed));
+        }
         settings
             .validate()
             .map_err(|err| StartError::Refused(err.to_string()))?;

@@ -5,14 +5,15 @@ use axum::extract::{Path, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::{Extension, Form};
-use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::Shape;
 use serde::Deserialize;
 
 use crate::auth::CsrfToken;
 use crate::pages::error_response;
 use crate::AppState;
-use llmwatch_engine::runners::sweep::start::{RequestError, StartError, SweepRequest};
+use llmwatch_engine::runners::sweep::start::{
+    parse_workload, RequestError, StartError, SweepRequest,
+};
 use llmwatch_engine::runners::sweep::Ladder;
 
 /// The start form.
@@ -107,11 +108,9 @@ impl TryFrom<StartForm> for SweepRequest {
             .map_err(|err| RequestError::new("concurrency", err.to_string()))?;
         let shape =
             Shape::parse(&form.shape).map_err(|err| RequestError::new("shape", err.to_string()))?;
-        let conversation = match form.workload.trim() {
-            "" => None,
-            text => {
-                Some(MultiTurn::parse(text).map_err(|err| RequestError::new("workload", err.why))?)
-            }
+        let (conversation, observed) = match form.workload.trim() {
+            "" => (None, None),
+            text => parse_workload(text)?,
         };
         let objective =
             |field: &'static str, text: &str| match llmwatch_config::parse_duration(text) {
@@ -125,6 +124,7 @@ impl TryFrom<StartForm> for SweepRequest {
             target: form.target,
             shape: Some(shape),
             conversation,
+            observed,
             ladder: Some(ladder),
             requests_per_step: Some(form.requests_per_step),
             ..SweepRequest::default()

@@ -1,6 +1,7 @@
-//! Scheduled sweeps: the daemon's schedule loop sweeps a simulated target by
-//! itself, with the target's GPU page as evidence, and skips a period while
-//! another sweep holds the one sweep slot.
+//! Scheduled sweeps: the daemon's schedule loop skips a period while another
+//! sweep holds the one sweep slot (in paused time: the periods pass without
+//! waiting for them), and sweeps a simulated target by itself, with the
+//! target's GPU page as evidence.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,8 +11,38 @@ use llmwatch_config::Config;
 use llmwatch_engine::runners::sweep::schedule::{run_schedule, SweepSlots};
 use llmwatch_store::Store;
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_schedule_runs_sweeps_and_shares_the_slot() {
+use crate::common::wait_for;
+
+/// The schedule loop for `target` of `toml`, every `every`, in a task.
+fn spawn_schedule(
+    toml: &str,
+    every: Duration,
+    store: &Store,
+    slots: &SweepSlots,
+) -> (
+    tokio::task::JoinHandle<()>,
+    tokio::sync::watch::Sender<bool>,
+) {
+    let config = Config::parse(toml, std::path::Path::new("t.toml")).unwrap();
+    let target = config.targets[0].clone();
+    let mut schedule = target.sweep.clone().unwrap();
+    // The config refuses periods under ten minutes; the loop itself takes any.
+    schedule.every = every;
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let task = tokio::spawn(run_schedule(
+        Arc::new(config.clone()),
+        target,
+        schedule,
+        store.clone(),
+        slots.clone(),
+        stop_rx,
+    ));
+    (task, stop_tx)
+}
+
+// Current-thread: only there can the test pause time.
+#[tokio::test]
+async fn the_schedule_skips_periods_while_the_slot_is_held_then_sweeps() {
     let (_sim, engine, gpu) =
         sim::start(&SimArgs::loopback("balanced", "sched-model", 20.0).with_gpu_page())
             .await
@@ -28,47 +59,32 @@ async fn the_schedule_runs_sweeps_and_shares_the_slot() {
          [[gpus]]\nname = \"sim-gpus\"\ndcgm_url = \"http://{gpu}/metrics\"\n",
         db.display().to_string()
     );
-    let config = Config::parse(&toml, std::path::Path::new("t.toml")).unwrap();
     let store = Store::open(&db).await.unwrap();
-    let target = config.targets[0].clone();
-    let mut schedule = target.sweep.clone().unwrap();
-    // The config refuses periods under ten minutes; the loop itself takes any.
-    schedule.every = Duration::from_millis(1500);
-    let schedule_every = schedule.every;
     let slots = SweepSlots::default();
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-
-    // While another sweep holds the slot, the first period is skipped.
     let held = slots.try_acquire().unwrap();
-    let task = tokio::spawn(run_schedule(
-        Arc::new(config.clone()),
-        target,
-        schedule,
-        store.clone(),
-        slots.clone(),
-        stop_rx,
-    ));
-    // An observation window, not a synchronisation: two whole periods pass
-    // with the slot held, and nothing may start in them.
-    tokio::time::sleep(schedule_every * 2 + Duration::from_millis(200)).await;
+    let every = Duration::from_secs(1);
+    // Paused time: the sleep jumps over ten whole periods (the first comes
+    // within two), the loop's ticks firing in order on the way, none of them
+    // able to start a sweep. The store is read in real time only (its pool's
+    // timeouts would fire at once in paused time).
+    tokio::time::pause();
+    let (task, stop_tx) = spawn_schedule(&toml, every, &store, &slots);
+    tokio::time::sleep(every * 10).await;
+    tokio::time::resume();
     assert!(
         store.sweeps(10).await.unwrap().is_empty(),
         "ran while the slot was held"
     );
     drop(held);
-
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let sweep = loop {
-        let rows = store.sweeps(10).await.unwrap();
-        if let Some(row) = rows.iter().find(|r| r.ended_ms.is_some()) {
-            break row.clone();
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no scheduled sweep finished: {rows:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let sweep = wait_for(
+        "a scheduled sweep to finish",
+        Duration::from_secs(30),
+        || async {
+            let rows = store.sweeps(10).await.unwrap();
+            rows.into_iter().find(|r| r.ended_ms.is_some())
+        },
+    )
+    .await;
     let _ = stop_tx.send(true);
     let _ = task.await;
     assert_eq!(sweep.target_name.as_deref(), Some("sim"));

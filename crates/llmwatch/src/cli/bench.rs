@@ -118,7 +118,7 @@ pub struct BenchArgs {
     pub workload_source: Option<BenchWorkload>,
     /// sharegpt:FILE.json: each human turn of a ShareGPT dataset as a
     /// prompt asking for its reply's length, at --rate (Poisson).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["workload_source", "trace"])]
     pub dataset: Option<String>,
     /// The daemon's database, read by --workload observed:.
     #[arg(long, default_value = "llmwatch.db")]

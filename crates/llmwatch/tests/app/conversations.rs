@@ -159,3 +159,68 @@ async fn a_sweep_started_through_the_api_with_a_workload_shows_its_turns() {
     assert!(page.contains("id=\"turns-1\""), "{page}");
     assert!(page.contains("random (multi-turn:3,think=5ms)"), "{page}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_command_prints_each_steps_turns() {
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 20.0))
+        .await
+        .unwrap();
+    let url = format!("http://{engine}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
+        .args([
+            "sweep",
+            "--url",
+            &url,
+            "--model",
+            "sim-model",
+            "--api",
+            "completions",
+            "--shape",
+            "32x8",
+            "--workload",
+            "multi-turn:3,think=5ms",
+            "--concurrency",
+            "1,2",
+            "--requests-per-step",
+            "3",
+            "--min-step-duration",
+            "100ms",
+            "--no-store",
+            "--max-client-cpu",
+            "64",
+            "--max-scheduler-lag",
+            "1s",
+            "--max-dispatch-lag",
+            "1s",
+        ])
+        .output()
+        .await
+        .expect("llmwatch runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A turn table under each of the two steps, three turns each.
+    assert_eq!(text.matches("cached tok").count(), 2, "{text}");
+    // A turn's row: turn, requests, failed, input, cached, hit, TTFT.
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() == 7 && ["1", "2", "3"].contains(&w[0]))
+        .collect();
+    assert_eq!(rows.len(), 6, "{text}");
+    // Cached input grows turn by turn (the simulator caches prefixes).
+    for step in rows.chunks(3) {
+        let cached: Vec<f64> = step.iter().map(|w| w[4].parse().unwrap()).collect();
+        assert!(
+            cached[0] == 0.0 && 0.0 < cached[1] && cached[1] < cached[2],
+            "{text}"
+        );
+    }
+    assert!(
+        text.contains("prompt_kind=random (multi-turn:3,think=5ms)"),
+        "{text}"
+    );
+}

@@ -77,7 +77,8 @@ pub mod docs {
     const DURATION: &str = r#"{"type": "string", "examples": ["15", "15s", "1m30s"]}"#;
     const PROMQL: &str = r#"{"type": "string", "minLength": 1, "examples": ["up", "sum by (job) (rate(vllm:generation_tokens_total[5m]))"]}"#;
     const SELECTOR: &str = r#"{"type": "string", "minLength": 1, "examples": ["up", "{__name__=~\"vllm:.*\", job=\"engine\"}"]}"#;
-    const LIMIT_SCHEMA: &str = r#"{"type": "integer", "minimum": 0}"#;
+    // Digits, or empty: Prometheus reads an empty `limit=` as absent.
+    const LIMIT_SCHEMA: &str = r#"{"type": "string", "pattern": "^[0-9]*$"}"#;
 
     const QUERY_TEXT: PromParam = required("query", PROMQL, "The PromQL expression.");
     const TIMEOUT: PromParam = form(

@@ -47,47 +47,72 @@ pub fn settings_for_target(
     Ok(settings)
 }
 
-/// Checks a daemon sweep (API, page, schedule) against `[server.sweep_limits]`;
-/// the error names the request field that is out of bounds.
-pub fn check_limits(settings: &SweepSettings, limits: &SweepLimits) -> Result<(), String> {
+/// A daemon sweep past `[server.sweep_limits]`: each names the request
+/// field that is out of bounds and the limit it passed.
+#[derive(Debug, thiserror::Error)]
+pub enum LimitError {
+    #[error("{field}: {steps} steps, more than the {max} allowed (server.sweep_limits.max_steps)")]
+    Steps {
+        field: &'static str,
+        steps: usize,
+        max: usize,
+    },
+    #[error("rate: {rate} requests/s is above the limit of {max} (server.sweep_limits.max_rate)")]
+    Rate { rate: f64, max: f64 },
+    #[error("requests_per_step: {requests} is above the limit of {max} (server.sweep_limits.max_requests_per_step)")]
+    RequestsPerStep { requests: u64, max: u64 },
+    #[error("min_step_duration: {} is above the limit of {} (server.sweep_limits.max_step_duration)",
+        humantime::format_duration(*.step), humantime::format_duration(*.max))]
+    StepDuration { step: Duration, max: Duration },
+    #[error("min_step_duration: {steps} steps of at least {} take longer than the sweep may run ({}, server.sweep_limits.max_sweep_duration)",
+        humantime::format_duration(*.step), humantime::format_duration(*.max))]
+    SweepDuration {
+        steps: usize,
+        step: Duration,
+        max: Duration,
+    },
+}
+
+/// Checks a daemon sweep (API, page, schedule) against `[server.sweep_limits]`.
+pub fn check_limits(settings: &SweepSettings, limits: &SweepLimits) -> Result<(), LimitError> {
     let (field, loads) = match &settings.ladder {
         Ladder::Concurrency(levels) => ("concurrency", levels.len()),
         Ladder::Rate(rates) => ("rate", rates.len()),
     };
     if loads > limits.max_steps {
-        return Err(format!(
-            "{field}: {loads} steps, more than the {} allowed (server.sweep_limits.max_steps)",
-            limits.max_steps
-        ));
+        return Err(LimitError::Steps {
+            field,
+            steps: loads,
+            max: limits.max_steps,
+        });
     }
     if let Ladder::Rate(rates) = &settings.ladder {
         if let Some(rate) = rates.iter().find(|r| **r > limits.max_rate) {
-            return Err(format!(
-                "rate: {rate} requests/s is above the limit of {} (server.sweep_limits.max_rate)",
-                limits.max_rate
-            ));
+            return Err(LimitError::Rate {
+                rate: *rate,
+                max: limits.max_rate,
+            });
         }
     }
     if settings.requests_per_step > limits.max_requests_per_step {
-        return Err(format!(
-            "requests_per_step: {} is above the limit of {} (server.sweep_limits.max_requests_per_step)",
-            settings.requests_per_step, limits.max_requests_per_step
-        ));
+        return Err(LimitError::RequestsPerStep {
+            requests: settings.requests_per_step,
+            max: limits.max_requests_per_step,
+        });
     }
     if settings.min_step_duration > limits.max_step_duration {
-        return Err(format!(
-            "min_step_duration: {} is above the limit of {} (server.sweep_limits.max_step_duration)",
-            humantime::format_duration(settings.min_step_duration),
-            humantime::format_duration(limits.max_step_duration)
-        ));
+        return Err(LimitError::StepDuration {
+            step: settings.min_step_duration,
+            max: limits.max_step_duration,
+        });
     }
     let shortest = settings.min_step_duration * u32::try_from(loads).unwrap_or(u32::MAX);
     if shortest > limits.max_sweep_duration {
-        return Err(format!(
-            "min_step_duration: {loads} steps of at least {} take longer than the sweep may run ({}, server.sweep_limits.max_sweep_duration)",
-            humantime::format_duration(settings.min_step_duration),
-            humantime::format_duration(limits.max_sweep_duration)
-        ));
+        return Err(LimitError::SweepDuration {
+            steps: loads,
+            step: settings.min_step_duration,
+            max: limits.max_sweep_duration,
+        });
     }
     Ok(())
 }

@@ -156,7 +156,8 @@ impl SweepStarter {
         settings
             .validate()
             .map_err(|err| StartError::Refused(err.to_string()))?;
-        check_limits(&settings, &config.server.sweep_limits).map_err(StartError::Refused)?;
+        check_limits(&settings, &config.server.sweep_limits)
+            .map_err(|err| StartError::Refused(err.to_string()))?;
         let permit = self.slots.try_acquire().ok_or(StartError::Busy)?;
         settings.cancel = permit.cancel.clone();
         let store = self.store.clone();

@@ -2,12 +2,13 @@
 //! instead of one-shot requests (see `llmwatch_probe::conversation`).
 
 use llmwatch_probe::conversation::{render_turns, run_conversations, ConversationSpec, MultiTurn};
-use llmwatch_probe::ClientConfig;
+use llmwatch_probe::{ClientConfig, MeasuringThread};
 
 use super::bench::BenchArgs;
 use llmwatch_config::parse_duration;
 
-/// Runs `--concurrency` sessions of `workload`, prints the per-turn table
+/// Runs `--concurrency` sessions of `workload` on a measuring thread (as a
+/// sweep step does, waiting as `--spin` says), prints the per-turn table
 /// and writes it with every probe to `--json`.
 pub async fn run(args: &BenchArgs, workload: MultiTurn) -> anyhow::Result<()> {
     let parsed = args.workload.parse()?;
@@ -27,7 +28,10 @@ pub async fn run(args: &BenchArgs, workload: MultiTurn) -> anyhow::Result<()> {
         workload,
         seed: args.workload.seed,
     };
-    let result = run_conversations(&client, &spec).await?;
+    let thread = MeasuringThread::start_mode(args.workload.spin.mode())?;
+    let result = thread
+        .spawn_measured(async move { run_conversations(&client, &spec).await })
+        .await??;
     print!("{}", render_turns(&result));
     if let Some(path) = &args.json {
         super::write_json_redacted(path, &result)?;

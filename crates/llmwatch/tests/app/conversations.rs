@@ -224,3 +224,48 @@ async fn the_sweep_command_prints_each_steps_turns() {
         "{text}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bench_command_prints_the_turns_of_its_conversations() {
+    let (_sim, engine, _) = sim::start(&SimArgs::loopback("balanced", "sim-model", 20.0))
+        .await
+        .unwrap();
+    let url = format!("http://{engine}");
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
+        .args([
+            "bench",
+            "--url",
+            &url,
+            "--model",
+            "sim-model",
+            "--api",
+            "completions",
+            "--shape",
+            "32x8",
+            "--workload",
+            "multi-turn:3,think=5ms",
+            "--concurrency",
+            "2",
+        ])
+        .output()
+        .await
+        .expect("llmwatch runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("2 session(s) x 3 turn(s)"), "{text}");
+    let rows: Vec<Vec<&str>> = text
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|w| w.len() == 7 && ["1", "2", "3"].contains(&w[0]))
+        .collect();
+    let cached: Vec<f64> = rows.iter().map(|w| w[4].parse().unwrap()).collect();
+    assert_eq!(cached.len(), 3, "{text}");
+    assert!(
+        cached[0] == 0.0 && 0.0 < cached[1] && cached[1] < cached[2],
+        "{text}"
+    );
+}

@@ -45,6 +45,10 @@ pub enum KubeError {
     Http { url: String, message: String },
     #[error("token file {path}: {message}")]
     Token { path: String, message: String },
+    #[error("ca_file {path}: {message}")]
+    CaFile { path: String, message: String },
+    #[error("the API client cannot be built: {0}")]
+    Client(String),
 }
 
 impl KubeError {
@@ -54,15 +58,21 @@ impl KubeError {
 }
 
 /// The HTTP client for one API server: the CA bundle as the only roots.
-pub fn api_client(connection: &ApiConnection) -> Result<reqwest::Client, String> {
+pub fn api_client(connection: &ApiConnection) -> Result<reqwest::Client, KubeError> {
     let mut builder = reqwest::Client::builder().connect_timeout(Duration::from_secs(10));
     if let Some(ca) = &connection.ca_file {
-        let pem = std::fs::read(ca).map_err(|e| format!("ca_file {}: {e}", ca.display()))?;
-        let certs = reqwest::Certificate::from_pem_bundle(&pem)
-            .map_err(|e| format!("ca_file {}: {e}", ca.display()))?;
+        let ca_error = |message: String| KubeError::CaFile {
+            path: ca.display().to_string(),
+            message,
+        };
+        let pem = std::fs::read(ca).map_err(|e| ca_error(e.to_string()))?;
+        let certs =
+            reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| ca_error(e.to_string()))?;
         builder = builder.tls_certs_only(certs);
     }
-    builder.build().map_err(|e| e.to_string())
+    builder
+        .build()
+        .map_err(|e| KubeError::Client(e.to_string()))
 }
 
 /// What every namespace's loop shares: the objects each knows, and how to
@@ -133,9 +143,9 @@ pub async fn run_kubernetes_discovery(
     let client = loop {
         match api_client(&connection) {
             Ok(client) => break client,
-            Err(message) => {
+            Err(err) => {
                 counters.failures.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(discovery = %job.config.name, %message, "kubernetes_sd cannot build its client");
+                tracing::warn!(discovery = %job.config.name, error = %err, "kubernetes_sd cannot build its client");
                 if !pause(job.config.refresh_interval, &mut shutdown.clone()).await {
                     return;
                 }

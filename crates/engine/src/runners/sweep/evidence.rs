@@ -18,7 +18,7 @@ use llmwatch_core::signals::{signals_between, Signal, Snapshot};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::sources::scrape::{fetch_page, now_ms, understand};
+use crate::sources::scrape::{fetch_page, now_ms, understand, FetchError};
 use llmwatch_config::EngineChoice;
 
 /// Largest metrics page a sweep reads (a vLLM page is ~100 KiB; a big
@@ -124,18 +124,34 @@ async fn scrape_into(
     }
 }
 
-fn push(result: Result<Snap, String>, snaps: &mut Vec<Snap>, failures: &mut Vec<String>) {
+/// A page the sweep could not read as evidence (kept, as text, with the
+/// step's evidence).
+#[derive(Debug, thiserror::Error)]
+#[error("{url}: {source}")]
+struct ScrapeFailure {
+    url: String,
+    source: FetchError,
+}
+
+fn push(result: Result<Snap, ScrapeFailure>, snaps: &mut Vec<Snap>, failures: &mut Vec<String>) {
     match result {
         Ok(snap) => snaps.push(snap),
-        Err(err) => failures.push(err),
+        Err(err) => failures.push(err.to_string()),
     }
 }
 
-async fn scrape_one(http: &reqwest::Client, url: &str, timeout: Duration) -> Result<Snap, String> {
+async fn scrape_one(
+    http: &reqwest::Client,
+    url: &str,
+    timeout: Duration,
+) -> Result<Snap, ScrapeFailure> {
     let ts_ms = now_ms();
     let page = fetch_page(http, url, timeout, MAX_PAGE_BYTES)
         .await
-        .map_err(|err| format!("{url}: {err}"))?;
+        .map_err(|source| ScrapeFailure {
+            url: url.to_string(),
+            source,
+        })?;
     let understood = understand(&page, EngineChoice::Auto);
     Ok(Snap {
         ts_ms,

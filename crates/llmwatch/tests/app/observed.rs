@@ -227,6 +227,17 @@ async fn a_sweep_sends_the_observed_lengths_at_every_step() {
         "the card names the workload: {}",
         doc["card"]
     );
+    // The card states the mix's median lengths, not --shape's 512x128.
+    let median_input: f64 = doc["card"]["input_tokens"]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!(
+        (median_input - 275.5).abs() < 0.15 * 275.5,
+        "{}",
+        doc["card"]
+    );
     let steps = doc["steps"].as_array().unwrap();
     assert_eq!(steps.len(), 2, "{doc}");
     // The served mix's mean prompt is 275.5 tokens (51..=500); 60 drawn

@@ -170,6 +170,12 @@ async fn prepare(settings: &SweepSettings) -> Result<Prepared, SweepError> {
             .map_err(SweepError::Model)?,
     };
     let metrics_url = settings.metrics_url();
+    // An observed mix has no one shape: the card states its medians (and
+    // its prompt field names the mix).
+    let card_shape = settings
+        .observed
+        .as_ref()
+        .map_or(settings.shape, ObservedMix::median_shape);
     let card = collect_card(
         &http,
         &settings.url,
@@ -177,8 +183,8 @@ async fn prepare(settings: &SweepSettings) -> Result<Prepared, SweepError> {
         settings.gpu_url.as_deref(),
         &CardSettings {
             model: &model,
-            input_tokens: settings.shape.input_tokens,
-            output_tokens: settings.shape.output_tokens,
+            input_tokens: card_shape.input_tokens,
+            output_tokens: card_shape.output_tokens,
             prompt_kind: prompt_kind(settings),
             temperature: settings.temperature,
             user: &user_card_fields(settings),

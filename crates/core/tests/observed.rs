@@ -100,3 +100,36 @@ fn the_real_histograms_give_the_replayed_mix_back() {
         }
     }
 }
+
+/// The other engines' length histograms feed the same catalog metrics
+/// (their fixture pages: TGI and NIM as recorded, Dynamo's frontend).
+#[test]
+fn other_engines_length_histograms_are_read() {
+    for (file, engine) in [
+        ("tgi/metrics_example.txt", Engine::Tgi),
+        ("nim/metrics_example.txt", Engine::Nim),
+        ("dynamo/metrics_example.txt", Engine::Dynamo),
+    ] {
+        let path = format!("{}/../../fixtures/{file}", env!("CARGO_MANIFEST_DIR"));
+        let text = std::fs::read_to_string(&path).unwrap_or_else(|err| panic!("{path}: {err}"));
+        let (page, _) = parse_lenient(text.as_bytes(), Format::PrometheusText);
+        let samples = normalize(engine, &page);
+        for metric in [
+            CatalogMetric::RequestPromptTokens,
+            CatalogMetric::RequestGenerationTokens,
+        ] {
+            let buckets: Vec<(f64, f64)> = samples
+                .iter()
+                .filter(|s| s.metric == metric)
+                .filter_map(|s| match s.part {
+                    Part::Bucket(le) => Some((le, s.value)),
+                    _ => None,
+                })
+                .collect();
+            assert!(
+                buckets.iter().any(|(le, _)| le.is_infinite()) && buckets.len() > 2,
+                "{file}: {metric} has {buckets:?}"
+            );
+        }
+    }
+}

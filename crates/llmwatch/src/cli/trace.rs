@@ -7,9 +7,9 @@ use std::path::Path;
 use anyhow::Context;
 use llmwatch_probe::record::Api;
 use llmwatch_probe::trace::{
-    parse_trace, replay_requests, ScheduledRequest, TracePrompts, TraceResult,
+    parse_trace, replay_requests, replay_spin_mode, ScheduledRequest, TracePrompts, TraceResult,
 };
-use llmwatch_probe::{ClientConfig, MeasuringThread, ProbeClient, ProbeRequest};
+use llmwatch_probe::{ClientConfig, MeasuringThread, ProbeClient, ProbeRequest, Spin};
 
 use super::bench::BenchArgs;
 
@@ -57,14 +57,17 @@ pub(crate) fn client_of(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Client
     Ok((ProbeClient::new(config.clone())?, config))
 }
 
-/// Sends `scheduled` on a spinning measuring thread with a client of its
-/// own, as a bench runs.
+/// Sends `scheduled` on a measuring thread with a client of its own, as a
+/// bench runs; the thread spins for good only with 4+ cores
+/// (`replay_spin_mode`: on two cores shared with the server a spinning
+/// thread is preempted by it, p99 9–16 ms against the real vLLM, and one
+/// left to sleep is not, 0.04–0.11 ms).
 pub(crate) async fn replay_on_a_measuring_thread(
     config: ClientConfig,
     scheduled: Vec<ScheduledRequest>,
     speed: f64,
 ) -> anyhow::Result<TraceResult> {
-    let thread = MeasuringThread::start(true)?;
+    let thread = MeasuringThread::start_mode(replay_spin_mode(Spin::Auto))?;
     let own = ProbeClient::new(config)?;
     Ok(thread
         .spawn_measured(async move { replay_requests(&own, scheduled, speed).await })

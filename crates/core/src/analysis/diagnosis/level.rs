@@ -83,6 +83,13 @@ impl TtftSplit {
             && self.queue >= self.transfer.unwrap_or(0.0)
     }
 
+    /// Prompt work is the largest part of TTFT.
+    pub(super) fn prefill_dominated(&self) -> bool {
+        self.prefill >= self.queue
+            && self.prefill >= self.outside.unwrap_or(0.0)
+            && self.prefill >= self.transfer.unwrap_or(0.0)
+    }
+
     /// Waiting is at least two thirds of TTFT: requests queue whatever a
     /// waiting gauge sampled at scrapes happened to see.
     pub(super) fn queue_clearly_dominated(&self) -> bool {

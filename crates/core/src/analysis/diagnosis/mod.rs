@@ -631,11 +631,13 @@ fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
             ev.push_str(&format!(", KV-cache usage {}", fmt::ratio(kv)));
         }
         // At the floor nothing queues, so TTFT is prefill itself; above it,
-        // the engine's phase times say so, or the cache's usage at least
-        // rules out waiting for memory.
-        let confidence = if split.is_some() {
+        // the engine's phase times say so (prompt work their largest part),
+        // or the cache's usage at least rules out waiting for memory. Phase
+        // times whose largest part is another (a queue no gauge counted,
+        // the frontend) are cited, and leave the rule's word unconfirmed.
+        let confidence = if split.is_some_and(|sp| sp.prefill_dominated()) {
             Confidence::High
-        } else if ctx.is_floor(i) || kv_usage(s).is_some() {
+        } else if split.is_some() || ctx.is_floor(i) || kv_usage(s).is_some() {
             Confidence::Medium
         } else {
             ev.push_str(", KV-cache usage not reported (cache pressure cannot be ruled out)");

@@ -10,6 +10,15 @@ use llmwatch_store::{parse_part_key, SeriesPoints, Store, StoreError};
 /// The range read when `observed:TARGET` names none.
 pub const DEFAULT_RANGE: std::time::Duration = std::time::Duration::from_secs(3600);
 
+/// An `observed:` workload that does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum ObservedSpecError {
+    #[error("{0:?}: expected observed:TARGET[:RANGE], e.g. observed:vllm-a:1h")]
+    NoTarget(String),
+    #[error("{0:?}: the range must be longer than 0s")]
+    EmptyRange(String),
+}
+
 /// `observed:TARGET[:RANGE]`, parsed.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ObservedSpec {
@@ -21,7 +30,7 @@ impl ObservedSpec {
     /// Parses `observed:TARGET[:RANGE]`; `None` for text that does not
     /// start with `observed:`. A target name may hold a colon: only a last
     /// part that reads as a duration is the range.
-    pub fn parse(text: &str) -> Option<Result<ObservedSpec, String>> {
+    pub fn parse(text: &str) -> Option<Result<ObservedSpec, ObservedSpecError>> {
         let rest = text.trim().strip_prefix("observed:")?;
         let parse = llmwatch_config::parse_duration;
         let (target, range) = match rest.rsplit_once(':') {
@@ -31,12 +40,10 @@ impl ObservedSpec {
             _ => (rest, DEFAULT_RANGE),
         };
         if target.trim().is_empty() {
-            return Some(Err(format!(
-                "{text:?}: expected observed:TARGET[:RANGE], e.g. observed:vllm-a:1h"
-            )));
+            return Some(Err(ObservedSpecError::NoTarget(text.to_string())));
         }
         if range.is_zero() {
-            return Some(Err(format!("{text:?}: the range must be longer than 0s")));
+            return Some(Err(ObservedSpecError::EmptyRange(text.to_string())));
         }
         Some(Ok(ObservedSpec {
             target: target.trim().to_string(),

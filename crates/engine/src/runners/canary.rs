@@ -15,7 +15,7 @@ use llmwatch_store::{ProbeRow, Store};
 use tokio::sync::watch;
 
 use crate::events::Failure;
-use crate::sources::server_facts::{context_limit, discover_model};
+use crate::sources::server_facts::{context_limit, discover_model, FactError};
 use crate::ticker::JitteredTicker;
 use llmwatch_config::{ProbeApi, ProbeConfig, TargetConfig};
 
@@ -97,6 +97,27 @@ impl CanaryJob {
     }
 }
 
+/// Why a canary cannot start; stored as its failed probe's error.
+#[derive(Debug, thiserror::Error)]
+pub enum CanarySetupError {
+    /// Its API key is named but cannot be read.
+    #[error("{0}")]
+    Key(String),
+    #[error("no model: {0}")]
+    NoModel(FactError),
+    #[error(
+        "canary shape {shape} needs {needed} tokens of context, but {model} has {limit} ({read_from})"
+    )]
+    PastContext {
+        shape: String,
+        needed: u64,
+        model: String,
+        limit: u64,
+        /// Where the limit was read (`/v1/models`, the model's config).
+        read_from: String,
+    },
+}
+
 /// Discovers the model, checks the shape fits its context and calibrates
 /// the prompt once against `/tokenize`, so canaries carry exactly the
 /// shape's input tokens where the server can count them. The error is the
@@ -107,26 +128,35 @@ async fn prepare_canary(
     probe_client: &ProbeClient,
     api: Api,
     shape: Shape,
-) -> Result<Canary, String> {
+) -> Result<Canary, CanarySetupError> {
     // Its key named but unreadable: never probe without it.
     if let Err(why) = &job.api_key {
-        return Err(why.clone());
+        return Err(CanarySetupError::Key(why.clone()));
     }
     let model = match &job.probe.model {
         Some(model) => model.clone(),
         None => discover_model(client.http(), &job.base_url)
             .await
-            .map_err(|err| format!("no model: {err}"))?,
+            .map_err(CanarySetupError::NoModel)?,
     };
     // A conversation's last turn carries every earlier turn and answer.
     let turns = job.probe.workload.map_or(1, |w| u64::from(w.turns.max(1)));
     let needed = turns * (u64::from(shape.input_tokens) + u64::from(shape.output_tokens));
     if let Some((limit, source)) = context_limit(client.http(), &job.base_url, &model).await {
         if needed > limit {
-            return Err(format!(
-                "canary shape {shape}{} needs {needed} tokens of context, but {model} has {limit} ({source})",
-                job.probe.workload.map(|w| format!(" in {w}")).unwrap_or_default()
-            ));
+            return Err(CanarySetupError::PastContext {
+                shape: format!(
+                    "{shape}{}",
+                    job.probe
+                        .workload
+                        .map(|w| format!(" in {w}"))
+                        .unwrap_or_default()
+                ),
+                needed,
+                model,
+                limit,
+                read_from: source.to_string(),
+            });
         }
     }
     let calibration = Calibrator::new()
@@ -219,8 +249,12 @@ pub async fn run_canary_loop(
                 Err(reason) => {
                     // Never silence: the reason is stored as a failed probe.
                     Failure::CanarySetup.emit(Some(&job.name), &reason);
-                    let row =
-                        setup_error_row(job.target_id, api, &job.probe.shape.to_string(), &reason);
+                    let row = setup_error_row(
+                        job.target_id,
+                        api,
+                        &job.probe.shape.to_string(),
+                        &reason.to_string(),
+                    );
                     if let Err(err) = store.write_probe(&row).await {
                         Failure::CanaryStore.emit(Some(&job.name), &err);
                     }

@@ -14,14 +14,14 @@ use llmwatch_config::parse_duration;
 use llmwatch_core::observed::{nearest_rank, DrawnRequest, LengthDistribution, ObservedWorkload};
 use llmwatch_engine::observed::ObservedSpec;
 use llmwatch_engine::runners::sweep::ObservedMix;
-use llmwatch_engine::sources::server_facts::{context_limit, discover_model};
+use llmwatch_engine::sources::server_facts::context_limit;
 use llmwatch_probe::conversation::MultiTurn;
 use llmwatch_probe::record::Api;
 use llmwatch_probe::trace::{ScheduledRequest, TracePrompts, TraceRequest};
 use llmwatch_probe::ProbeRequest;
 use llmwatch_store::Store;
 
-use super::bench::BenchArgs;
+use super::bench::{model_of, BenchArgs};
 use super::trace::{client_of, replay_on_a_measuring_thread, report};
 
 /// What `bench --workload` asks for.
@@ -35,7 +35,9 @@ pub enum BenchWorkload {
 /// `observed:TARGET[:RANGE]`.
 pub fn parse_bench_workload(text: &str) -> Result<BenchWorkload, String> {
     match ObservedSpec::parse(text) {
-        Some(spec) => spec.map(BenchWorkload::Observed),
+        Some(spec) => spec
+            .map(BenchWorkload::Observed)
+            .map_err(|err| err.to_string()),
         None => MultiTurn::parse(text)
             .map(BenchWorkload::MultiTurn)
             .map_err(|err| format!("{err} (or observed:TARGET[:RANGE])")),
@@ -67,12 +69,7 @@ pub async fn run(args: &BenchArgs, spec: &ObservedSpec) -> anyhow::Result<()> {
         None => usize::try_from(args.requests.max(1)).unwrap_or(usize::MAX),
     };
     let (client, config) = client_of(args)?;
-    let model = match &args.workload.model {
-        Some(model) => model.clone(),
-        None => discover_model(client.http(), &args.url)
-            .await
-            .map_err(|err| anyhow::anyhow!("no --model given and discovery failed: {err}"))?,
-    };
+    let model = model_of(args, &client).await?;
     let context = context_limit(client.http(), &args.url, &model)
         .await
         .map(|(limit, _)| u32::try_from(limit).unwrap_or(u32::MAX));

@@ -64,7 +64,7 @@ pub fn parse_workload(
 ) -> Result<(Option<MultiTurn>, Option<ObservedSpec>), RequestError> {
     match ObservedSpec::parse(text) {
         Some(Ok(spec)) => Ok((None, Some(spec))),
-        Some(Err(why)) => Err(RequestError::new("workload", why)),
+        Some(Err(why)) => Err(RequestError::new("workload", why.to_string())),
         None => MultiTurn::parse(text)
             .map(|m| (Some(m), None))
             .map_err(|err| {

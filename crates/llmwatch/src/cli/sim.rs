@@ -240,9 +240,14 @@ pub async fn start_resolved(
     let engine = sim.clone();
     let settings = resolved.settings.clone();
     tokio::spawn(async move {
-        let served = match (&settings, flavor) {
-            (Some(settings), Flavor::Vllm) => {
-                llmwatch_sim::serve(listener, vllm_router(&engine, settings)).await
+        // A vLLM-flavoured simulator states its settings as vLLM does, its
+        // defaults too: the captured page's own labels (that server ran
+        // at 0.92 memory utilization) would differ from any flagged run's
+        // in settings nobody changed.
+        let served = match flavor {
+            Flavor::Vllm => {
+                let settings = settings.unwrap_or_default();
+                llmwatch_sim::serve(listener, vllm_router(&engine, &settings)).await
             }
             _ => engine.serve(listener).await,
         };

@@ -20,7 +20,11 @@ async fn canaries(
     engine: std::net::SocketAddr,
     name: &str,
     count: usize,
-) -> (common::TestDaemon, llmwatch_store::TargetRow, Vec<ProbeRow>) {
+) -> (
+    common::app::TestApp,
+    llmwatch_store::TargetRow,
+    Vec<ProbeRow>,
+) {
     let toml = format!(
         "[[targets]]\nname = \"{name}\"\nurl = \"http://{engine}\"\nscrape_interval = \"500ms\"\n\
          [targets.probe]\ninterval = \"200ms\"\nshape = \"64x16\"\napi = \"chat\"\n"

@@ -96,7 +96,7 @@ async fn hanging_address() -> String {
 }
 
 /// Scrapes stored for `name` so far (0 when the store does not know it).
-async fn scrapes_of(daemon: &common::TestDaemon, name: &str) -> usize {
+async fn scrapes_of(daemon: &common::app::TestApp, name: &str) -> usize {
     let store = &daemon.daemon.store;
     let Some(row) = store.target_by_name(name).await.expect("store reads") else {
         return 0;
@@ -362,7 +362,7 @@ async fn fixture_fleet(count: usize) -> Vec<String> {
 
 /// Scrapes `daemon` stored for `name`, and how many of them were up
 /// ((0, 0) when its store does not know the target).
-async fn scrapes_and_up(daemon: &common::TestDaemon, name: &str) -> (usize, usize) {
+async fn scrapes_and_up(daemon: &common::app::TestApp, name: &str) -> (usize, usize) {
     let store = &daemon.daemon.store;
     let Some(row) = store.target_by_name(name).await.expect("store reads") else {
         return (0, 0);
@@ -620,7 +620,7 @@ mod kube_api {
 }
 
 /// The discovered targets of group `k8s`: address → (pod, model) labels.
-fn k8s_targets(daemon: &common::TestDaemon) -> BTreeMap<String, (String, String)> {
+fn k8s_targets(daemon: &common::app::TestApp) -> BTreeMap<String, (String, String)> {
     daemon
         .daemon
         .targets

@@ -14,7 +14,8 @@ use llmwatch_probe::trace::{replay, TracePrompts, TraceRequest};
 use llmwatch_probe::{ClientConfig, ProbeClient};
 use llmwatch_store::Store;
 
-use crate::common::{spawn_daemon, wait_for, wait_for_every, TestDaemon};
+use crate::common::app::TestApp;
+use crate::common::{spawn_daemon, wait_for, wait_for_every};
 
 const MODEL: &str = "sim-model";
 /// Requests in the served mix.
@@ -33,7 +34,7 @@ fn served_mix() -> Vec<(u32, u32)> {
 /// A simulator, a daemon scraping it every 200 ms into its database, and
 /// the mix served through it; returns once the daemon has stored every
 /// request of it, with the time before the first.
-async fn serve_the_mix() -> (llmwatch_sim::Sim, String, TestDaemon, i64) {
+async fn serve_the_mix() -> (llmwatch_sim::Sim, String, TestApp, i64) {
     let (sim, engine, _) = sim::start(&SimArgs::loopback("balanced", MODEL, 50.0))
         .await
         .unwrap();

@@ -19,7 +19,11 @@ const TOKEN: &str = "grafana-token";
 
 /// A daemon (token required) scraping the simulator and its GPU page every
 /// 250 ms with canaries every 300 ms, once it has a canary probe stored.
-async fn running() -> (llmwatch_sim::Sim, std::net::SocketAddr, common::TestDaemon) {
+async fn running() -> (
+    llmwatch_sim::Sim,
+    std::net::SocketAddr,
+    common::app::TestApp,
+) {
     let (sim, engine, gpu) = start_sim().await;
     let toml = daemon_toml(
         engine,

@@ -10,36 +10,16 @@ pub mod load;
 pub mod prom;
 
 use std::future::Future;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use llmwatch::daemon::{self, Daemon};
 use llmwatch_config::Config;
 use llmwatch_store::{NewSweep, Store, SweepStepRow};
 
-/// A daemon started in-process; its database lives in `dir` until the test ends.
-pub struct TestDaemon {
-    pub daemon: Daemon,
-    pub dir: tempfile::TempDir,
-}
-
-impl TestDaemon {
-    pub fn base_url(&self) -> String {
-        format!("http://{}", self.daemon.listen_addr)
-    }
-
-    pub fn database(&self) -> PathBuf {
-        self.dir.path().join("llmwatch.db")
-    }
-}
-
 /// Parses `toml` (which need not name `listen` or `database`), then starts
 /// the daemon on `127.0.0.1:0` with a fresh database file.
-pub async fn spawn_daemon(toml: &str) -> TestDaemon {
-    let dir = tempfile::tempdir().expect("temporary directory");
-    let config = test_config(toml, dir.path());
-    let daemon = daemon::start(config).await.expect("daemon starts");
-    TestDaemon { daemon, dir }
+pub async fn spawn_daemon(toml: &str) -> app::TestApp {
+    app::TestApp::builder().config(toml).spawn().await
 }
 
 /// The config a test daemon runs with: `toml` as written, listening on an

@@ -266,12 +266,7 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
         parse_duration(&args.timeout).map_err(|err| anyhow::anyhow!("--timeout: {err}"))?;
     client_config.api_key = parsed.api_key;
     let client = ProbeClient::new(client_config)?;
-    let model = match &args.workload.model {
-        Some(model) => model.clone(),
-        None => discover_model(client.http(), &args.url)
-            .await
-            .map_err(|err| anyhow::anyhow!("no --model given and discovery failed: {err}"))?,
-    };
+    let model = model_of(args, &client).await?;
     refuse_a_shape_past_the_context(&client, &args.url, &model, parsed.shape).await?;
     let calibrator = Calibrator::new();
     let mut workload = Workload::prepare(
@@ -327,6 +322,16 @@ pub async fn prepare(args: &BenchArgs) -> anyhow::Result<(ProbeClient, Workload,
         ..RunConfig::closed(args.concurrency, args.requests)
     };
     Ok((client, workload, config))
+}
+
+/// The model `--model` names, else the one the server lists.
+pub async fn model_of(args: &BenchArgs, client: &ProbeClient) -> anyhow::Result<String> {
+    match &args.workload.model {
+        Some(model) => Ok(model.clone()),
+        None => discover_model(client.http(), &args.url)
+            .await
+            .map_err(|err| anyhow::anyhow!("no --model given and discovery failed: {err}")),
+    }
 }
 
 /// Refuses, before any request, a shape whose prompt plus output cannot fit

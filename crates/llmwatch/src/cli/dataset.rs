@@ -8,10 +8,10 @@ use std::path::Path;
 
 use anyhow::{bail, Context};
 use llmwatch_core::observed::poisson_arrivals_ms;
-use llmwatch_engine::sources::server_facts::{context_limit, discover_model};
+use llmwatch_engine::sources::server_facts::context_limit;
 use llmwatch_probe::dataset::{count_turns, parse_sharegpt, schedule, MAX_DATASET_BYTES};
 
-use super::bench::BenchArgs;
+use super::bench::{model_of, BenchArgs};
 use super::trace::{client_of, replay_on_a_measuring_thread, report};
 
 /// Reads at most `limit` bytes of `path` as UTF-8; a longer file is an
@@ -48,12 +48,7 @@ pub async fn run(args: &BenchArgs, source: &str) -> anyhow::Result<()> {
     let mut turns = parse_sharegpt(&text).with_context(|| format!("{}", path.display()))?;
     turns.truncate(usize::try_from(args.requests.max(1)).unwrap_or(usize::MAX));
     let (client, config) = client_of(args)?;
-    let model = match &args.workload.model {
-        Some(model) => model.clone(),
-        None => discover_model(client.http(), &args.url)
-            .await
-            .map_err(|err| anyhow::anyhow!("no --model given and discovery failed: {err}"))?,
-    };
+    let model = model_of(args, &client).await?;
     let mut counted = count_turns(&client, &model, &turns).await?;
     let before = counted.len();
     if let Some((limit, _)) = context_limit(client.http(), &args.url, &model).await {

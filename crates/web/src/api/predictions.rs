@@ -125,12 +125,7 @@ async fn start_prediction(
             )));
         }
     }
-    state
-        .api
-        .store
-        .sweep(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no sweep with id {id}")))?;
+    super::sweeps::stored_sweep(&state, id).await?;
     let prediction = state
         .api
         .predictions

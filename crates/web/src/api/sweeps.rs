@@ -4,6 +4,7 @@
 
 mod read;
 
+pub(super) use read::stored_sweep;
 pub use read::SweepSummary;
 
 use axum::extract::rejection::JsonRejection;
@@ -320,12 +321,7 @@ async fn cancel_sweep(
 ) -> Result<Response, ApiError> {
     params(query, &[])?;
     let id = parse_id(&id, "id", "sweep")?;
-    let row = state
-        .api
-        .store
-        .sweep(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no sweep with id {id}")))?;
+    let row = read::stored_sweep(&state, id).await?;
     if row.status != llmwatch_store::SweepStatus::Running || !state.api.sweeps.cancel_running() {
         return Err(ApiError::conflict(format!(
             "sweep {id} is not running (status {})",

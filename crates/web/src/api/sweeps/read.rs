@@ -174,6 +174,16 @@ async fn list_sweeps(
     }))
 }
 
+/// The stored sweep `id`, or the 404 naming it.
+pub(in crate::api) async fn stored_sweep(state: &AppState, id: i64) -> Result<SweepRow, ApiError> {
+    state
+        .api
+        .store
+        .sweep(id)
+        .await?
+        .ok_or_else(|| ApiError::not_found(format!("no sweep with id {id}")))
+}
+
 async fn get_sweep(
     State(state): State<AppState>,
     Path(id): Path<String>,
@@ -181,12 +191,7 @@ async fn get_sweep(
 ) -> Result<Json<SweepDetail>, ApiError> {
     params(query, &[])?;
     let id = parse_id(&id, "id", "sweep")?;
-    let row = state
-        .api
-        .store
-        .sweep(id)
-        .await?
-        .ok_or_else(|| ApiError::not_found(format!("no sweep with id {id}")))?;
+    let row = stored_sweep(&state, id).await?;
     Ok(Json(SweepDetail {
         summary: SweepSummary::new(&row),
         settings: parse_document(&row.settings_json),
@@ -231,9 +236,7 @@ async fn list_runs(
 ) -> Result<Json<RunList>, ApiError> {
     let p = params(query, &["sweep"])?;
     let id = parse_id(p.required("sweep")?, "sweep", "sweep")?;
-    if state.api.store.sweep(id).await?.is_none() {
-        return Err(ApiError::not_found(format!("no sweep with id {id}")));
-    }
+    stored_sweep(&state, id).await?;
     Ok(Json(RunList {
         sweep_id: id,
         runs: steps(&state, id).await?,

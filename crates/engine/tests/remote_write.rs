@@ -110,6 +110,7 @@ fn job(url: &str) -> RemoteWriteJob {
         config: endpoint,
         settle: Duration::ZERO,
         ttft_objectives: Default::default(),
+        started_ms: llmwatch_engine::now_ms(),
     }
 }
 
@@ -271,4 +272,51 @@ async fn a_500_is_retried_a_400_dropped_and_a_restart_resumes() {
     let seen = rx.seen.lock().unwrap().clone();
     let resumed: Vec<i64> = seen[6..].iter().flat_map(|(_, _, r)| stamps(r)).collect();
     assert_eq!(resumed, later, "only what came after the cursor");
+}
+
+/// A new endpoint without backfill sends what was scraped since the daemon
+/// started, however late its task first runs, and nothing from before.
+#[tokio::test]
+async fn a_new_endpoint_starts_at_the_daemons_start_not_its_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::open(&dir.path().join("db.sqlite")).await.unwrap();
+    let target = store
+        .upsert_target("a", TargetKind::Engine, "http://127.0.0.1:8000", 0)
+        .await
+        .unwrap();
+    let started = now_ms() - 10_000;
+    // One scrape from a run before, two stored before the task ran (its
+    // first at the daemon's very start).
+    let times = [started - 1_000, started, started + 500];
+    write_scrapes(&store, target, &times).await;
+
+    let rx = receiver().await;
+    let counters = Arc::new(RemoteWriteCounters {
+        name: "rx".into(),
+        ..Default::default()
+    });
+    let mut job = job(&rx.url);
+    job.config.queue.backfill = None;
+    job.started_ms = started;
+    let (stop, stopped) = watch::channel(false);
+    let task = tokio::spawn(run_remote_write(
+        store.clone(),
+        job,
+        counters.clone(),
+        stopped,
+    ));
+    wait_until("the scrapes since the start sent", || {
+        counters.cursor_ms.load(Ordering::Relaxed) == started + 500
+    })
+    .await;
+    stop.send(true).unwrap();
+    task.await.unwrap();
+    let sent: Vec<i64> = rx
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|(_, _, request)| stamps(request))
+        .collect();
+    assert_eq!(sent, vec![started, started + 500]);
 }

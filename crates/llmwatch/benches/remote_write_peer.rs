@@ -245,6 +245,7 @@ async fn drain(targets: usize, scrapes: usize, page: LivePage) -> Result<f64> {
         auth: None,
         settle: Duration::ZERO,
         ttft_objectives: Default::default(),
+        started_ms: llmwatch_engine::now_ms(),
     };
     let counters = Arc::new(RemoteWriteCounters {
         name: "bench".into(),

@@ -95,14 +95,15 @@ pub async fn start(config: Config) -> anyhow::Result<Daemon> {
     let client = scrape::scrape_client().context("building the HTTP client")?;
     let (shutdown_tx, shutdown_rx) = watch::channel(false);
     let (records_tx, records_rx) = mpsc::channel::<ScrapeRecord>(1024);
+    let now = now_ms();
     let mut wiring = Wiring {
         store,
         client,
         counters: Arc::new(ScrapeCounters::default()),
         shutdown: shutdown_rx,
         tasks: Vec::new(),
+        started_ms: now,
     };
-    let now = now_ms();
     mark_interrupted_sweeps(&wiring.store, now).await?;
 
     // Configured targets now, discovered ones as discovery finds them: the
@@ -168,6 +169,8 @@ struct Wiring {
     counters: Arc<ScrapeCounters>,
     shutdown: watch::Receiver<bool>,
     tasks: Vec<JoinHandle<()>>,
+    /// Unix ms before the first loop started.
+    started_ms: i64,
 }
 
 /// The tokens the daemon needs: its own (serving) and each discovery
@@ -469,6 +472,7 @@ async fn api_context(
     );
     let remote_write = llmwatch_engine::sinks::remote_write::spawn_all(
         config,
+        wiring.started_ms,
         &wiring.store,
         &wiring.shutdown,
         &mut wiring.tasks,

@@ -98,6 +98,10 @@ pub struct RemoteWriteJob {
     pub settle: Duration,
     /// The TTFT objective of each target, for the autoscaling gauges.
     pub ttft_objectives: TtftObjectives,
+    /// Unix ms the daemon started at: a new endpoint's cursor starts here
+    /// (less `backfill`), not when its task first runs, so the scrapes and
+    /// probes stored before the task got to run are sent too.
+    pub started_ms: i64,
 }
 
 /// p95 TTFT objectives in seconds: per configured target, else the
@@ -389,6 +393,7 @@ fn attach(name: &str, own: &[(String, String)], target: &TargetRow, job: &str) -
 /// longest scrape timeout of the config plus two seconds for the writer.
 pub fn spawn_all(
     config: &llmwatch_config::Config,
+    started_ms: i64,
     store: &Store,
     shutdown: &watch::Receiver<bool>,
     tasks: &mut Vec<tokio::task::JoinHandle<()>>,
@@ -422,6 +427,7 @@ pub fn spawn_all(
             auth,
             settle: longest_scrape + Duration::from_secs(2),
             ttft_objectives: TtftObjectives::of_config(config),
+            started_ms,
         };
         tracing::info!(endpoint = %endpoint.name, "remote write");
         tasks.push(tokio::spawn(run_remote_write(
@@ -499,7 +505,9 @@ pub async fn run_remote_write(
     }
 }
 
-/// The saved cursor, or a new one at now (minus `backfill`).
+/// The saved cursor, or a new one at the daemon's start (less
+/// `backfill`): just before the first scrape it stored, however late this
+/// task ran.
 async fn start_cursor(
     store: &Store,
     job: &RemoteWriteJob,
@@ -508,20 +516,21 @@ async fn start_cursor(
         return Ok(cursor);
     }
     let backfill = job.config.queue.backfill.unwrap_or_default();
-    let now = now_ms();
+    let from = job.started_ms - i64::try_from(backfill.as_millis()).unwrap_or(i64::MAX / 2);
     let cursor = RemoteWriteCursor {
         scrapes: ExportCursor {
-            ts_ms: now - i64::try_from(backfill.as_millis()).unwrap_or(i64::MAX / 2),
-            target_id: 0,
+            // Scrapes strictly after the cursor are sent: one before `from`.
+            ts_ms: from.saturating_sub(1),
+            target_id: i64::MAX,
         },
         probe_id: if backfill.is_zero() {
-            store.newest_probe_id().await?
+            store.newest_probe_id_before(from).await?
         } else {
             0
         },
     };
     store
-        .save_remote_write_cursor(&job.config.name, cursor, now)
+        .save_remote_write_cursor(&job.config.name, cursor, now_ms())
         .await?;
     Ok(cursor)
 }

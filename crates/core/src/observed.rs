@@ -134,6 +134,11 @@ impl LengthDistribution {
     }
 }
 
+/// The names of [`LengthDistribution::deciles`], in their order.
+pub const DECILE_NAMES: [&str; 9] = [
+    "p10", "p20", "p30", "p40", "p50", "p60", "p70", "p80", "p90",
+];
+
 /// What a target served over a range, as its histograms recorded it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ObservedWorkload {

@@ -142,6 +142,38 @@ async fn observed_workload_reproduces_the_served_deciles() {
     let p50 = prompt_p50_on(&page);
     assert!((p50 - 275.0).abs() <= 27.5, "prompt p50 on the page: {p50}");
 
+    // The API answers the same deciles, each within 10 % of the mix served.
+    let answer: serde_json::Value = reqwest::get(format!(
+        "{}/api/v1/targets/sim/served_workload?from={}",
+        daemon.base_url(),
+        started / 1000
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert_eq!(answer["requests"], f64::from(SERVED), "{answer}");
+    assert!(answer["missing"].is_null(), "{answer}");
+    for (field, mut served) in [
+        (
+            "prompt_tokens",
+            served.iter().map(|s| s.0).collect::<Vec<_>>(),
+        ),
+        ("output_tokens", served.iter().map(|s| s.1).collect()),
+    ] {
+        served.sort_unstable();
+        for k in 1..=9 {
+            let want = f64::from(nearest_rank(&served, f64::from(k) / 10.0).unwrap());
+            let got = answer[field][format!("p{}", k * 10)].as_f64().unwrap();
+            assert!(
+                (got - want).abs() <= 0.1 * want,
+                "{field} p{}: answered {got}, served {want}",
+                k * 10
+            );
+        }
+    }
+
     // The binary, end to end: drawn from the same file, replayed exactly.
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("observed.json");
@@ -328,6 +360,30 @@ async fn observed_errors_name_the_problem() {
         .await
         .unwrap_err();
     assert!(matches!(err, ObservedError::NoHistogram { .. }), "{err}");
+    // Through the API: the same reason beside no lengths, and a 404 for an
+    // unknown target.
+    let base = daemon.base_url();
+    let answer: serde_json::Value = reqwest::get(format!(
+        "{base}/api/v1/targets/sim/served_workload?from={}&to={}",
+        (started - 3_600_000) / 1000,
+        (started - 1_800_000) / 1000
+    ))
+    .await
+    .unwrap()
+    .json()
+    .await
+    .unwrap();
+    assert!(answer["prompt_tokens"].is_null(), "{answer}");
+    assert!(
+        answer["missing"]
+            .as_str()
+            .is_some_and(|m| m.contains("has no request_prompt_tokens histogram")),
+        "{answer}"
+    );
+    let unknown = reqwest::get(format!("{base}/api/v1/targets/nope/served_workload"))
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 404);
     // The last scrapes, once the mix has been served and scraped: no
     // request finished in them.
     let err = wait_for(

@@ -1,6 +1,6 @@
 //! Targets through the API: each with its live status, latest signals,
-//! firing alerts, live verdict and latency breakdown; and the breakdown
-//! over a range.
+//! firing alerts, live verdict and latency breakdown; the breakdown over a
+//! range; and the workload it served over a range.
 
 use std::collections::BTreeMap;
 
@@ -10,7 +10,9 @@ use axum::Json;
 use llmwatch_core::alerts::AlertState;
 use llmwatch_core::analysis::LatencyBreakdown;
 use llmwatch_core::catalog::{engine_may_expose, CatalogMetric, Engine};
+use llmwatch_core::observed::DECILE_NAMES;
 use llmwatch_core::redact::redact_url;
+use llmwatch_engine::observed::{observed_workload, ObservedError};
 use llmwatch_engine::sinks::notify::rfc3339_ms;
 use llmwatch_engine::sources::scrape::now_ms;
 use llmwatch_store::{Range, Store, TargetKind, TargetRow, PROBE_WINDOW_MIN_MS};
@@ -147,6 +149,62 @@ pub struct BreakdownPoint {
     pub t: f64,
     #[schemars(schema_with = "breakdown_schema")]
     pub breakdown: LatencyBreakdown,
+}
+
+/// What a target served over a range, from its own request-length
+/// histograms: the mix `--workload observed:` draws from.
+#[derive(Debug, Serialize, JsonSchema)]
+#[schemars(deny_unknown_fields)]
+pub struct ServedWorkload {
+    pub target: String,
+    pub from: String,
+    pub to: String,
+    /// Requests finished in the range (the prompt-length histogram's count).
+    pub requests: Option<f64>,
+    /// Finished requests per second over the seconds the scrapes span.
+    pub rate_per_second: Option<f64>,
+    /// Prompt tokens at p10 … p90, `null` when `missing`.
+    pub prompt_tokens: Option<BTreeMap<&'static str, f64>>,
+    /// Output tokens at p10 … p90, `null` when `missing`.
+    pub output_tokens: Option<BTreeMap<&'static str, f64>>,
+    /// Why there are no lengths: the engine has no length histograms, or
+    /// no request finished in the range.
+    pub missing: Option<String>,
+}
+
+fn deciles(values: [f64; 9]) -> BTreeMap<&'static str, f64> {
+    DECILE_NAMES.into_iter().zip(values).collect()
+}
+
+async fn served_workload(
+    State(state): State<AppState>,
+    Path(name): Path<String>,
+    query: RawQuery,
+) -> Result<Json<ServedWorkload>, ApiError> {
+    let p = params(query, &["from", "to"])?;
+    let (from, to) = time_range(&p)?;
+    let target = find_target(&state.api.store, &name).await?;
+    let mut answer = ServedWorkload {
+        target: target.name.clone(),
+        from: rfc3339_ms(from),
+        to: rfc3339_ms(to),
+        requests: None,
+        rate_per_second: None,
+        prompt_tokens: None,
+        output_tokens: None,
+        missing: None,
+    };
+    match observed_workload(&state.api.store, &target.name, from, to).await {
+        Ok(served) => {
+            answer.requests = Some(served.requests);
+            answer.rate_per_second = served.rate_per_second();
+            answer.prompt_tokens = Some(deciles(served.prompt.deciles()));
+            answer.output_tokens = Some(deciles(served.generation.deciles()));
+        }
+        Err(ObservedError::Store(err)) => return Err(err.into()),
+        Err(err) => answer.missing = Some(err.to_string()),
+    }
+    Ok(Json(answer))
 }
 
 pub(super) async fn find_target(store: &Store, name: &str) -> Result<TargetRow, ApiError> {
@@ -359,6 +417,16 @@ pub(super) fn routes() -> Vec<Route> {
             ])
             .errors(TARGET_ERRORS),
             get(latency_breakdown_series),
+        ),
+        (
+            RouteDoc::get::<ServedWorkload>(
+                "/api/v1/targets/{name}/served_workload",
+                "getServedWorkload",
+                "What the target served over a range, from its own request-length histograms (vLLM, NIM, SGLang, TGI, Dynamo): the requests finished, their rate, and the prompt and output token deciles; the mix that `--workload observed:TARGET` sends again.",
+            )
+            .params(vec![path("name", NAME, "Target name."), FROM, TO])
+            .errors(TARGET_ERRORS),
+            get(served_workload),
         ),
     ]
 }

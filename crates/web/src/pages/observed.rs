@@ -3,6 +3,7 @@
 //! range, and their rate, from its own length histograms (the workload
 //! `bench --workload observed:TARGET:RANGE` draws again).
 
+use llmwatch_core::observed::DECILE_NAMES;
 use llmwatch_engine::observed::{observed_workload, ObservedError};
 use llmwatch_store::{Range, Store, StoreError};
 
@@ -25,10 +26,6 @@ pub struct ServedLengths {
     pub output: Vec<String>,
 }
 
-const DECILES: [&str; 9] = [
-    "p10", "p20", "p30", "p40", "p50", "p60", "p70", "p80", "p90",
-];
-
 /// Reads the section of `target` over `range`; only a store failure is an
 /// error (an engine without length histograms, or a quiet range, says so).
 pub async fn observed_section(
@@ -48,7 +45,7 @@ pub async fn observed_section(
                     rate: w
                         .rate_per_second()
                         .map_or_else(|| "–".into(), |r| format!("{r:.3}")),
-                    quantiles: DECILES.to_vec(),
+                    quantiles: DECILE_NAMES.to_vec(),
                     prompt: lengths(w.prompt.deciles()),
                     output: lengths(w.generation.deciles()),
                 }),

@@ -32,7 +32,15 @@ fn top(r: &Rejudged) -> &llmwatch_core::analysis::Finding {
 /// "scheduler limit, raise max-num-seqs" by a usage threshold.
 #[test]
 fn a_kv_starved_vllm_is_kv_cache_capacity_by_arithmetic() {
-    let r = recorded("kv-blocks-40.json");
+    // The same flags on a second, slower box (prefill 3x slower): the same
+    // verdict and arithmetic.
+    for file in ["kv-blocks-40.json", "second-box/kv-blocks-40.json"] {
+        a_kv_starved_recording_is_kv_cache_capacity(file);
+    }
+}
+
+fn a_kv_starved_recording_is_kv_cache_capacity(file: &str) {
+    let r = recorded(file);
     let f = top(&r);
     assert_eq!(f.verdict, Verdict::KvCacheCapacity, "{:#?}", r.summary);
     assert_eq!(f.confidence, Confidence::High);
@@ -93,6 +101,15 @@ fn the_default_vllm_on_a_cpu_is_prompt_compute_bound_at_32() {
         r.verdict.sustainable.as_ref().map(|s| s.load.to_string()),
         Some("concurrency 16".to_string())
     );
+    // The second box computes prompts 3x slower: prompt-bound from c = 8.
+    let r = recorded("second-box/default.json");
+    let f = top(&r);
+    assert_eq!(f.verdict, Verdict::PrefillBound, "{:#?}", r.summary);
+    assert!(f.evidence.contains("concurrency 8"), "{}", f.evidence);
+    assert_eq!(
+        r.verdict.sustainable.as_ref().map(|s| s.load.to_string()),
+        Some("concurrency 4".to_string())
+    );
 }
 
 /// The capacity each server's page reported at start, as the live task and
@@ -103,7 +120,9 @@ fn the_pages_report_the_cache_the_flags_set() {
     use llmwatch_core::exposition::{parse_lenient, Format};
     for (name, blocks) in [
         ("kv-blocks-40", 40),
+        ("second-box/kv-blocks-40", 40),
         ("default", 8192),
+        ("second-box/default", 8192),
         ("max-num-seqs-4", 8192),
         ("max-num-batched-tokens-256", 8192),
     ] {

@@ -30,7 +30,7 @@ struct Recording {
     flags: &'static str,
 }
 
-const RECORDINGS: [Recording; 6] = [
+const RECORDINGS: [Recording; 8] = [
     Recording {
         file: "default",
         flags: "",
@@ -54,6 +54,15 @@ const RECORDINGS: [Recording; 6] = [
     Recording {
         file: "no-prefix-caching-shared-0.75",
         flags: "--no-enable-prefix-caching",
+    },
+    // The same server on a second, slower box (2026-12-07, 13:00).
+    Recording {
+        file: "second-box/default",
+        flags: "",
+    },
+    Recording {
+        file: "second-box/kv-blocks-40",
+        flags: "--num-gpu-blocks-override 40",
     },
 ];
 

@@ -602,6 +602,7 @@ async fn openapi_documents_every_route() {
             "GET /api/v1/targets/{name}/latency_breakdown",
             "GET /api/v1/targets/{name}/live",
             "GET /api/v1/targets/{name}/passive",
+            "GET /api/v1/targets/{name}/served_workload",
             "GET /api/v1/targets/{name}/signals",
             "POST /api/v1/sweeps",
             "POST /api/v1/sweeps/{id}/cancel",

@@ -705,6 +705,15 @@ fn the_ttft_breakdown_weighs_a_latency_verdict() {
         "{}",
         agrees.evidence
     );
+    // Prefill the largest part but under half (0.45 of 1.01 s beside a
+    // queue of 0.4 s): cited, not sure.
+    let near = judge(&with_breakdown(0.4, 0.45));
+    assert_eq!(near.confidence, Confidence::Medium, "{}", near.evidence);
+    assert!(
+        near.evidence.contains("prefill 450 ms"),
+        "{}",
+        near.evidence
+    );
     // Queue 1.0 s of 1.16 s: the requests wait, so it is not prefill; with
     // the running count pinned at 3 and the cache at 0.40, a running cap.
     let queued = with_breakdown(1.0, 0.1);

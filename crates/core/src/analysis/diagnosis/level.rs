@@ -90,6 +90,12 @@ impl TtftSplit {
             && self.prefill >= self.transfer.unwrap_or(0.0)
     }
 
+    /// Prompt work is at least half of TTFT: the rest together weighs less,
+    /// so a prompt-side change is what moves TTFT most.
+    pub(super) fn prefill_majority(&self) -> bool {
+        self.share(self.prefill) >= 0.5
+    }
+
     /// Waiting is at least two thirds of TTFT: requests queue whatever a
     /// waiting gauge sampled at scrapes happened to see.
     pub(super) fn queue_clearly_dominated(&self) -> bool {

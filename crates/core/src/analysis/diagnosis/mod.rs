@@ -455,6 +455,9 @@ fn weigh_latency_breakdown(finding: &mut Finding, steps: &[StepResult]) {
         let up = match (finding.verdict, finding.confidence) {
             (Verdict::KvCacheCapacity | Verdict::SchedulerLimit, c) => c,
             (_, Confidence::Low) => Confidence::Medium,
+            // Prompt work the largest of near-equal parts, under half of
+            // TTFT: it agrees, but the rest weighs more.
+            (Verdict::PrefillBound, c) if breakdown.dominant_share < 0.5 => c,
             _ => Confidence::High,
         };
         ("support it", up)
@@ -631,11 +634,14 @@ fn prefill_bound(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
             ev.push_str(&format!(", KV-cache usage {}", fmt::ratio(kv)));
         }
         // At the floor nothing queues, so TTFT is prefill itself; above it,
-        // the engine's phase times say so (prompt work their largest part),
-        // or the cache's usage at least rules out waiting for memory. Phase
-        // times whose largest part is another (a queue no gauge counted,
-        // the frontend) are cited, and leave the rule's word unconfirmed.
-        let confidence = if split.is_some_and(|sp| sp.prefill_dominated()) {
+        // the engine's phase times say so (prompt work at least half of
+        // TTFT), or the cache's usage at least rules out waiting for memory.
+        // Phase times led by another part (a queue no gauge counted, the
+        // frontend), or prompt work only the largest of several near-equal
+        // parts (a marginal breach beside a nearly full cache), are cited
+        // and leave the rule's word unconfirmed.
+        let confidence = if split.is_some_and(|sp| sp.prefill_dominated() && sp.prefill_majority())
+        {
             Confidence::High
         } else if split.is_some() || ctx.is_floor(i) || kv_usage(s).is_some() {
             Confidence::Medium

@@ -225,9 +225,11 @@ async fn kv_starved_is_diagnosed_as_kv_cache_capacity_from_the_scrapes() {
     let waiting = ev.requests_waiting_max.expect("waiting scraped");
     // Full, as a real vLLM's cache is there: a request admitted into the
     // last blocks is preempted at its first token (the real 40-block
-    // recording: mean 0.84, max 0.90), so the mean sits below the max.
+    // recordings: mean 0.84 and 0.83, max 0.90), so the mean sits below
+    // the max; lower still when a loaded client is slow to send each next
+    // request (0.78 beside two busy loops), which the max does not feel.
     let kv_max = ev.kv_cache_usage_max.expect("KV usage max scraped");
-    assert!(kv > 0.8 && kv_max > 0.9, "KV usage mean {kv}, max {kv_max}");
+    assert!(kv > 0.7 && kv_max > 0.9, "KV usage mean {kv}, max {kv_max}");
     assert!(waiting > 0.0, "waiting max {waiting}");
     assert!(
         step.scrapes_in_window >= 3,

@@ -54,8 +54,9 @@ pub struct RemoteWriteQueue {
     /// How often the store is read for new samples once caught up.
     #[serde(default = "default_poll_interval", deserialize_with = "duration")]
     pub poll_interval: Duration,
-    /// How far back a new endpoint (no cursor yet) starts: "0s" (default)
-    /// sends from its first start on; at most the retention is there.
+    /// How far before the daemon's start a new endpoint (no cursor yet)
+    /// starts: "0s" (default) sends from that start on; at most the
+    /// retention is there.
     #[serde(default, deserialize_with = "optional_duration")]
     pub backfill: Option<Duration>,
 }

@@ -342,12 +342,8 @@ impl Store {
         Ok(row.try_get("newest")?)
     }
 
-    /// The newest canary probe id (a new endpoint starts after it).
-    pub async fn newest_probe_id(&self) -> Result<i64, StoreError> {
-        self.newest_probe_id_before(i64::MAX).await
-    }
-
-    /// The id of the newest probe stamped before `ts_ms`, 0 if none.
+    /// The id of the newest probe stamped before `ts_ms`, 0 if none (a new
+    /// remote-write endpoint starts after it).
     pub async fn newest_probe_id_before(&self, ts_ms: i64) -> Result<i64, StoreError> {
         let row = sqlx::query("SELECT COALESCE(MAX(id), 0) AS newest FROM probes WHERE ts_ms < ?")
             .bind(ts_ms)

@@ -6,20 +6,7 @@
 use llmwatch::cli::sim::{self, SimArgs};
 use llmwatch_sim::Sim;
 
-/// Runs the binary with `args`: (succeeded, stdout, stderr).
-async fn llmwatch(args: &[&str]) -> (bool, String, String) {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
-}
+use crate::common::llmwatch;
 
 /// A balanced simulated engine serving `model`, and its base URL.
 async fn sim(model: &str) -> (Sim, String) {

@@ -15,7 +15,7 @@ use llmwatch_probe::{ClientConfig, ProbeClient};
 use llmwatch_store::Store;
 
 use crate::common::app::TestApp;
-use crate::common::{spawn_daemon, wait_for, wait_for_every};
+use crate::common::{llmwatch, spawn_daemon, wait_for, wait_for_every};
 
 const MODEL: &str = "sim-model";
 /// Requests in the served mix.
@@ -495,19 +495,4 @@ fn prompt_p50_on(page: &str) -> f64 {
         .map(|c| c.split('<').next().unwrap_or(""))
         .collect();
     cells[4].parse().expect("a number")
-}
-
-/// Runs the binary with `args`: (succeeded, stdout, stderr).
-async fn llmwatch(args: &[&str]) -> (bool, String, String) {
-    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
-        .args(args)
-        .env("RUST_LOG", "warn")
-        .output()
-        .await
-        .unwrap();
-    (
-        output.status.success(),
-        String::from_utf8_lossy(&output.stdout).into_owned(),
-        String::from_utf8_lossy(&output.stderr).into_owned(),
-    )
 }

@@ -16,6 +16,21 @@ use std::time::{Duration, Instant};
 use llmwatch_config::Config;
 use llmwatch_store::{NewSweep, Store, SweepStepRow};
 
+/// Runs the binary with `args`: (succeeded, stdout, stderr).
+pub async fn llmwatch(args: &[&str]) -> (bool, String, String) {
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_llmwatch"))
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .await
+        .unwrap();
+    (
+        output.status.success(),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
 /// Parses `toml` (which need not name `listen` or `database`), then starts
 /// the daemon on `127.0.0.1:0` with a fresh database file.
 pub async fn spawn_daemon(toml: &str) -> app::TestApp {

@@ -5,10 +5,11 @@ use std::collections::BTreeMap;
 
 use llmwatch_core::analysis::{
     analyze_sweep, cache_hygiene, card_from_info, check_objectives, compare_cards, diagnose,
-    max_sustainable, saturation_point, summary_lines, AnalysisConfig, Confidence, ExperimentCard,
-    Finding, Load, ObjectiveMiss, Objectives, Quantiles, ServerEvidence, StepResult,
-    ThroughputMetric, Verdict, WorkloadHints,
+    max_sustainable, saturation_point, summary_lines, AnalysisConfig, Confidence, EngineCapacity,
+    ExperimentCard, Finding, Load, ObjectiveMiss, Objectives, Quantiles, ServerEvidence,
+    StepResult, ThroughputMetric, Verdict, WorkloadHints,
 };
+use llmwatch_core::catalog::Engine;
 use proptest::prelude::*;
 
 const LADDER: [u32; 7] = [1, 2, 4, 8, 16, 32, 64];
@@ -540,6 +541,79 @@ fn running_capped_with_cache_room_is_a_scheduler_limit() {
         find(&findings, Verdict::SchedulerLimit).is_none(),
         "{findings:#?}"
     );
+}
+
+/// llama-server reports no KV cache at all, neither size nor usage: the
+/// plateau at its slots (`total_slots` in `/props`) is the cap, named and
+/// advised in its own words. Without the slot count nothing tells the cap
+/// from a full cache, and the verdict says what is missing, unsure.
+#[test]
+fn a_plateau_at_llama_servers_slots_is_its_scheduler_limit() {
+    let unreported = with_server(seqs_capped(), |_, e| {
+        e.kv_cache_usage_mean = None;
+        e.kv_cache_usage_max = None;
+    });
+    let slots = |engine: Option<Engine>, cap: Option<u64>| WorkloadHints {
+        capacity: EngineCapacity {
+            engine,
+            max_num_seqs: cap,
+            ..EngineCapacity::default()
+        },
+        ..WorkloadHints::default()
+    };
+    let findings = diagnose(
+        &unreported,
+        &Objectives::default(),
+        &slots(Some(Engine::Llamacpp), Some(16)),
+        &cfg(),
+    );
+    let f = &findings[0];
+    assert_eq!(
+        (f.verdict, f.confidence, f.step),
+        (Verdict::SchedulerLimit, Confidence::High, Some(5)),
+        "{findings:#?}"
+    );
+    assert!(
+        f.evidence
+            .contains("running plateau 16 = llama-server's 16 slots (--parallel)"),
+        "{}",
+        f.evidence
+    );
+    assert!(f.what_to_try.contains("-np"), "{}", f.what_to_try);
+    assert!(find(&findings, Verdict::KvCacheCapacity).is_none());
+
+    // A cap known on an engine whose cache may also fill: the same
+    // verdict, less sure, in that engine's words.
+    let findings = diagnose(
+        &unreported,
+        &Objectives::default(),
+        &slots(Some(Engine::Sglang), Some(16)),
+        &cfg(),
+    );
+    let f = find(&findings, Verdict::SchedulerLimit).expect("scheduler finding");
+    assert_eq!(f.confidence, Confidence::Medium);
+    assert!(
+        f.evidence.contains("max-running-requests 16"),
+        "{}",
+        f.evidence
+    );
+    assert!(f.what_to_try.contains("--max-running-requests"));
+
+    // Neither the cache nor the cap known: unsure, and it says what to state.
+    let findings = diagnose(
+        &unreported,
+        &Objectives::default(),
+        &slots(Some(Engine::Llamacpp), None),
+        &cfg(),
+    );
+    let f = find(&findings, Verdict::KvCacheCapacity).expect("a low KV finding");
+    assert_eq!(f.confidence, Confidence::Low);
+    assert!(
+        f.evidence.contains("no cap on running sequences known"),
+        "{}",
+        f.evidence
+    );
+    assert!(find(&findings, Verdict::SchedulerLimit).is_none());
 }
 
 #[test]

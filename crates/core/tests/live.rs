@@ -3,9 +3,10 @@
 //! load must say healthy.
 
 use llmwatch_core::analysis::{
-    band_steps, live_diagnosis, AnalysisConfig, Confidence, LiveKind, LiveSample, Objectives,
-    Verdict, WorkloadHints,
+    band_steps, live_diagnosis, AnalysisConfig, Confidence, EngineCapacity, LiveKind, LiveSample,
+    Objectives, Verdict, WorkloadHints,
 };
+use llmwatch_core::catalog::Engine;
 use llmwatch_core::signals::Signal;
 
 /// One sample: (running, waiting, KV usage, server p95 TTFT, server p95 ITL).
@@ -81,6 +82,67 @@ fn capped_running_with_cache_room_is_scheduler_limit() {
         "{v:?}"
     );
     assert!(v.evidence.contains("running plateau 4"), "{}", v.evidence);
+}
+
+/// llama-server's page: running and deferred requests, no KV cache, no
+/// TTFT histogram; without canaries nothing times TTFT. Requests waiting
+/// behind its slots (`total_slots` from `/props`) still name the cap, less
+/// surely, in its words (the real 2-slot server at concurrency 8: waiting
+/// 5.6–6, "scheduler_limit, medium").
+#[test]
+fn requests_waiting_behind_llama_servers_slots_name_them_unmeasured() {
+    let sample = |ts_ms: i64, running: f64, waiting: f64| LiveSample {
+        ts_ms,
+        signals: vec![
+            (Signal::RequestsRunning, running),
+            (Signal::RequestsWaiting, waiting),
+            (Signal::GenerationTokensRate, running * 300.0),
+        ],
+    };
+    let samples: Vec<LiveSample> = (0..10)
+        .map(|i| match i % 2 {
+            0 => sample(i * 2_500, 1.0, 0.0),
+            _ => sample(i * 2_500, 2.0, 6.0),
+        })
+        .collect();
+    let llama_server = WorkloadHints {
+        capacity: EngineCapacity {
+            engine: Some(Engine::Llamacpp),
+            max_num_seqs: Some(2),
+            ..EngineCapacity::default()
+        },
+        ..WorkloadHints::default()
+    };
+    let judge = |hints: &WorkloadHints| {
+        let objectives = Objectives {
+            ttft_p95: Some(0.2),
+            ..Objectives::default()
+        };
+        live_diagnosis(&samples, &objectives, hints, &AnalysisConfig::default())
+    };
+    let v = judge(&llama_server);
+    assert_eq!(
+        v.kind,
+        LiveKind::Bottleneck(Verdict::SchedulerLimit),
+        "{v:?}"
+    );
+    assert_eq!(v.confidence, Confidence::Medium, "TTFT was not measured");
+    for needle in [
+        "requests waited (waiting = 6)",
+        "p95 TTFT was not measured",
+        "llama-server's 2 slots",
+    ] {
+        assert!(v.evidence.contains(needle), "{needle:?} in {}", v.evidence);
+    }
+    assert!(v.what_to_try.contains("--parallel"), "{}", v.what_to_try);
+    // Without the slot count the cap is not known: unsure, and it says so.
+    let v = judge(&WorkloadHints::default());
+    assert_eq!(v.confidence, Confidence::Low, "{v:?}");
+    assert!(
+        v.evidence.contains("no cap on running sequences known"),
+        "{}",
+        v.evidence
+    );
 }
 
 #[test]

@@ -1,5 +1,6 @@
-//! Sweeps recorded against a real vLLM 0.32 (CPU build, `shared/peers/`)
-//! with a bottleneck induced on purpose, judged again by today's rules:
+//! Sweeps recorded against a real vLLM 0.32 and a real llama.cpp
+//! `llama-server` (CPU builds, `shared/peers/`) with a bottleneck induced
+//! on purpose, judged again by today's rules:
 //! each induced cause must be named, with the arithmetic that shows it, and
 //! what to try must not contradict it. How they were recorded:
 //! `docs/REAL_SERVERS.md`.
@@ -10,8 +11,13 @@ use llmwatch_core::analysis::{Confidence, Verdict};
 use llmwatch_engine::runners::sweep::rejudge::{rejudge_json, Rejudged};
 
 fn recorded(name: &str) -> Rejudged {
+    recorded_in("vllm-real-sweeps", name)
+}
+
+fn recorded_in(dir: &str, name: &str) -> Rejudged {
     let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../fixtures/vllm-real-sweeps")
+        .join("../../fixtures")
+        .join(dir)
         .join(name);
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     let value: serde_json::Value =
@@ -223,4 +229,69 @@ fn prefix_caching_is_read_from_the_servers_counters() {
         .find(|f| f.verdict == Verdict::PrefixCachingIneffective)
         .unwrap_or_else(|| panic!("{:#?}", off.summary));
     assert!(f.evidence.contains("cannot be confirmed"), "{}", f.evidence);
+}
+
+/// llama-server with 2 and 4 slots (`-np`), 256 + 64 tokens a request in
+/// 1 024 and 512 tokens of context a slot: its page reports no KV cache and
+/// its `timings` leave out the wait for a slot. Once judged "objective
+/// breached, cause not identified" with the wait counted outside the
+/// engine (91 % of TTFT); the slots are the cap, by `total_slots` in
+/// `/props`, and the wait is queue by its `requests_deferred` gauge.
+#[test]
+fn a_slot_capped_llama_server_is_a_scheduler_limit_in_its_own_words() {
+    for (file, slots) in [("slots-2.json", 2), ("slots-4.json", 4)] {
+        let r = recorded_in("llamacpp-real-sweeps", file);
+        assert_eq!(r.hints.capacity.max_num_seqs, Some(slots), "{file}");
+        let f = top(&r);
+        assert_eq!(
+            (f.verdict, f.confidence),
+            (Verdict::SchedulerLimit, Confidence::High),
+            "{file}: {:#?}",
+            r.summary
+        );
+        let words = format!("running plateau {slots} = llama-server's {slots} slots (--parallel)");
+        assert!(f.evidence.contains(&words), "{file}: {}", f.evidence);
+        assert!(
+            f.evidence.contains("Little's law"),
+            "{file}: {}",
+            f.evidence
+        );
+        assert!(
+            f.what_to_try.contains("-np") && !f.what_to_try.contains("max-num-seqs"),
+            "{file}: {}",
+            f.what_to_try
+        );
+        // The wait is the queue's, not the network's, at the level judged.
+        let step = &r.steps[f.step.expect("a step")];
+        let breakdown = step.server.latency_breakdown.as_ref().expect("a breakdown");
+        assert!(
+            breakdown.ttft.queue_s > 2.0 * breakdown.ttft.outside_engine_s,
+            "{file}: {breakdown:?}"
+        );
+        assert!(r.verdict.findings.iter().all(|f| !matches!(
+            f.verdict,
+            Verdict::KvCacheCapacity | Verdict::ObjectiveBreached
+        )));
+    }
+}
+
+/// 16 slots of 512 tokens: the two cores, not the slots, set the pace, no
+/// request waits, and nothing is blamed on a cap or a cache.
+#[test]
+fn a_llama_server_with_slots_to_spare_names_no_cap() {
+    let r = recorded_in("llamacpp-real-sweeps", "slots-16.json");
+    assert_eq!(r.hints.capacity.max_num_seqs, Some(16));
+    assert!(
+        r.verdict.findings.iter().all(|f| !matches!(
+            f.verdict,
+            Verdict::SchedulerLimit | Verdict::KvCacheCapacity
+        )),
+        "{:#?}",
+        r.summary
+    );
+    let sustainable = r.verdict.sustainable.as_ref().expect("a sustainable load");
+    assert_eq!(
+        sustainable.load,
+        llmwatch_core::analysis::Load::Concurrency(8)
+    );
 }

@@ -903,8 +903,10 @@ async fn collect(
     let mut finish = FinishReason::Abort;
     let mut cached = 0;
     let mut first_token_at = None;
+    let mut scheduled = None;
     while let Some(ev) = rx.recv().await {
         first_token_at.get_or_insert_with(Instant::now);
+        scheduled = scheduled.or(ev.scheduled);
         text.push_str(ev.text);
         n += 1;
         cached = ev.cached_tokens;
@@ -930,6 +932,7 @@ async fn collect(
             cached,
             finish,
             first_token_at,
+            scheduled,
         )));
     }
     let f = finish.as_str();

@@ -174,12 +174,40 @@ pub struct LatencyBreakdown {
 
 /// The server's own per-request timing, averaged over the client's
 /// requests (seconds): vLLM's queue, scheduled → first token and first →
-/// last token; llama.cpp has no queue (0).
+/// last token.
 #[derive(Debug, Clone, Copy, PartialEq, Default, serde::Serialize, serde::Deserialize)]
 pub struct PerRequestPhases {
-    pub queue_s: f64,
+    /// `None` where the server does not time its queue: llama-server's
+    /// `timings` start when a slot takes the request, so a wait for a slot
+    /// is in client − server, not in the server's account.
+    pub queue_s: Option<f64>,
     pub prefill_s: f64,
     pub decode_s: Option<f64>,
+}
+
+/// The engine's waiting gauge over the same window as the client's
+/// requests, for a queue the server does not time.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct WaitingGauge {
+    /// Requests waiting, the window's mean.
+    pub waiting_mean: f64,
+    /// Requests completed per second over the window.
+    pub requests_per_s: f64,
+}
+
+impl WaitingGauge {
+    /// The mean wait by Little's law: requests waiting over the rate they
+    /// pass through (real llama-server, 2 slots, 256x64: 681 ms against a
+    /// measured 675 ms at concurrency 8, 1.77 s against 1.56 s at 16, and
+    /// 129 ms against 180 ms at 4, where a 1 s scrape caught 1.4 waiting of
+    /// the 2).
+    pub fn mean_wait_s(&self) -> Option<f64> {
+        (self.waiting_mean.is_finite()
+            && self.waiting_mean >= 0.0
+            && self.requests_per_s.is_finite()
+            && self.requests_per_s > 0.0)
+            .then(|| self.waiting_mean / self.requests_per_s)
+    }
 }
 
 /// The breakdown of the client's mean TTFT (and e2e) by the server's own
@@ -187,14 +215,45 @@ pub struct PerRequestPhases {
 /// engine queues the request, so everything before — network, HTTP front
 /// end, tokenizer — is `network_s` (client − server), and nothing is left
 /// unexplained but the clamping of rounding.
+///
+/// A server that does not time its queue leaves the wait in client −
+/// server: the engine's `waiting` gauge over the same window then gives the
+/// queue by Little's law (at most client − server), and the reason says
+/// so; without the gauge the wait stays in "outside the engine", said too.
 pub fn per_request_breakdown(
     server: &PerRequestPhases,
     client: &ClientMeans,
+    waiting: Option<WaitingGauge>,
 ) -> Result<LatencyBreakdown, NoBreakdown> {
-    let (queue, prefill) = (server.queue_s, server.prefill_s);
-    if !(queue.is_finite() && prefill.is_finite()) {
+    let prefill = server.prefill_s;
+    if !prefill.is_finite() || server.queue_s.is_some_and(|q| !q.is_finite()) {
         return Err(NoBreakdown::NoServerTraffic);
     }
+    let (queue, queue_note) = match server.queue_s {
+        Some(queue) => (queue, String::new()),
+        None => {
+            let untimed = client
+                .ttft_s
+                .filter(|t| t.is_finite())
+                .map_or(0.0, |t| (t - prefill).max(0.0));
+            match waiting.and_then(|w| w.mean_wait_s().map(|q| (w, q))) {
+                Some((w, wait)) => (
+                    wait.min(untimed),
+                    format!(
+                        "; queue by Little's law (the server does not time its queue): \
+                         waiting {:.2} / {:.2} requests/s",
+                        w.waiting_mean, w.requests_per_s
+                    ),
+                ),
+                None => (
+                    0.0,
+                    "; the server does not time its queue and shows no waiting gauge: a wait \
+                     for it is counted outside the engine"
+                        .to_string(),
+                ),
+            }
+        }
+    };
     let decode = server.decode_s.filter(|d| d.is_finite());
     let phases = ServerPhases {
         queue_s: Some(queue),
@@ -211,7 +270,7 @@ pub fn per_request_breakdown(
     }
     b.per_request = true;
     b.reason = format!(
-        "{} (per request, from the server's own timing; outside = network, HTTP front end, tokenizer)",
+        "{} (per request, from the server's own timing; outside = network, HTTP front end, tokenizer){queue_note}",
         reason_line(&b.ttft, b.dominant, b.dominant_share)
     );
     Ok(b)
@@ -460,7 +519,7 @@ mod tests {
     #[test]
     fn per_request_timing_splits_the_client_time_exactly() {
         let server = PerRequestPhases {
-            queue_s: 0.010,
+            queue_s: Some(0.010),
             prefill_s: 0.040,
             decode_s: Some(0.300),
         };
@@ -468,7 +527,7 @@ mod tests {
             ttft_s: Some(0.070),
             e2e_s: Some(0.372),
         };
-        let b = per_request_breakdown(&server, &client).unwrap();
+        let b = per_request_breakdown(&server, &client, None).unwrap();
         assert!(b.per_request);
         assert!((b.ttft.network_s.unwrap() - 0.020).abs() < 1e-12);
         assert!((b.ttft.outside_engine_s - 0.020).abs() < 1e-12);
@@ -484,9 +543,50 @@ mod tests {
             ..server
         };
         assert_eq!(
-            per_request_breakdown(&nan, &client),
+            per_request_breakdown(&nan, &client, None),
             Err(NoBreakdown::NoServerTraffic)
         );
+    }
+
+    /// llama-server times a request from when a slot takes it: the wait
+    /// for a slot is queue by Little's law on its `requests_deferred`
+    /// gauge, not "outside the engine" (the real 2-slot server at
+    /// concurrency 8: TTFT 702 ms, prefill 27 ms, 8.08 requests/s; a
+    /// gauge of 5.0 waiting is used here, under the cap).
+    #[test]
+    fn an_untimed_queue_is_read_from_the_waiting_gauge() {
+        let server = PerRequestPhases {
+            queue_s: None,
+            prefill_s: 0.027,
+            decode_s: Some(0.200),
+        };
+        let client = ClientMeans {
+            ttft_s: Some(0.702),
+            e2e_s: Some(0.905),
+        };
+        let gauge = WaitingGauge {
+            waiting_mean: 5.0,
+            requests_per_s: 8.08,
+        };
+        let b = per_request_breakdown(&server, &client, Some(gauge)).unwrap();
+        assert_eq!(b.dominant, DominantPart::Queue, "{}", b.reason);
+        assert!((b.ttft.queue_s - 5.0 / 8.08).abs() < 1e-9, "{b:?}");
+        assert!((b.ttft.network_s.unwrap() - (0.702 - 0.027 - 5.0 / 8.08)).abs() < 1e-9);
+        assert!(b.reason.contains("Little's law"), "{}", b.reason);
+        // Never more than the time the server did not account for.
+        let crowded = WaitingGauge {
+            waiting_mean: 50.0,
+            ..gauge
+        };
+        let b = per_request_breakdown(&server, &client, Some(crowded)).unwrap();
+        assert!((b.ttft.queue_s - (0.702 - 0.027)).abs() < 1e-9, "{b:?}");
+        // Without a gauge the wait stays outside the engine, and it says so.
+        let b = per_request_breakdown(&server, &client, None).unwrap();
+        assert_eq!(
+            (b.ttft.queue_s, b.dominant),
+            (0.0, DominantPart::OutsideEngine)
+        );
+        assert!(b.reason.contains("does not time its queue"), "{}", b.reason);
     }
 
     #[test]

@@ -45,6 +45,10 @@ pub struct ExperimentCard {
     /// The KV cache in tokens, for engines that report tokens rather than
     /// blocks (SGLang `max_total_num_tokens`; derived).
     pub kv_cache_tokens: Option<u64>,
+    /// The most sequences the engine runs at once: llama-server's
+    /// `total_slots` in `/props`, or what the user states (vLLM
+    /// `--max-num-seqs`, SGLang `--max-running-requests`).
+    pub max_num_seqs: Option<u64>,
     /// vLLM `cache_config_info` `enable_prefix_caching`.
     pub prefix_caching: Option<bool>,
     /// vLLM `cache_config_info` `gpu_memory_utilization`.
@@ -83,6 +87,7 @@ impl ExperimentCard {
             ("num_gpu_blocks".into(), s(&self.num_gpu_blocks)),
             ("data_parallel".into(), s(&self.data_parallel)),
             ("kv_cache_tokens".into(), s(&self.kv_cache_tokens)),
+            ("max_num_seqs".into(), s(&self.max_num_seqs)),
             ("prefix_caching".into(), s(&self.prefix_caching)),
             (
                 "gpu_memory_utilization".into(),

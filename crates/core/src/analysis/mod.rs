@@ -32,7 +32,7 @@ mod saturation;
 pub use crate::catalog::EngineCapacity;
 pub use breakdown::{
     latency_breakdown, per_request_breakdown, ClientMeans, DominantPart, E2eBreakdown,
-    LatencyBreakdown, NoBreakdown, PerRequestPhases, ServerPhases, TtftBreakdown,
+    LatencyBreakdown, NoBreakdown, PerRequestPhases, ServerPhases, TtftBreakdown, WaitingGauge,
 };
 pub use card::{card_from_info, compare_cards, CardDiff, ExperimentCard, DERIVED_CARD_FIELDS};
 pub use diagnosis::{diagnose, Confidence, Finding, Verdict};
@@ -388,18 +388,22 @@ impl EngineCapacity {
             kv_blocks: card.num_gpu_blocks.map(|blocks| blocks * engines),
             block_size: card.kv_block_size.map(u64::from),
             kv_tokens: card.kv_cache_tokens,
-            max_num_seqs: None,
+            max_num_seqs: card.max_num_seqs,
             engines: if card.num_gpu_blocks.is_some() {
                 engines
             } else {
                 0
             },
+            engine: card.engine.as_deref().and_then(|e| e.parse().ok()),
         }
     }
 
-    /// Whether anything is known.
+    /// Whether anything of the capacity is known (the engine alone is not).
     pub fn is_known(&self) -> bool {
-        *self != EngineCapacity::default()
+        EngineCapacity {
+            engine: None,
+            ..*self
+        } != EngineCapacity::default()
     }
 }
 

@@ -8,8 +8,11 @@
 //!   data-parallel engine, whose caches add up.
 //! * SGLang: `max_total_num_tokens`, one per rank: tensor-parallel ranks
 //!   share one pool (the largest is taken), data-parallel ranks add up.
-//! * llama.cpp, TGI, TensorRT-LLM: no size on the page; unknown.
+//! * llama.cpp, TGI, TensorRT-LLM: no size on the page; unknown. llama.cpp's
+//!   cap on running sequences is its slot count (`total_slots` in `/props`,
+//!   read at the edge, not on this page).
 
+use super::{detect_engine, Engine};
 use crate::exposition::Exposition;
 
 /// What the engine says about its own capacity: the KV cache's size and
@@ -24,13 +27,18 @@ pub struct EngineCapacity {
     /// The cache's size in tokens, for engines that report tokens rather
     /// than blocks.
     pub kv_tokens: Option<u64>,
-    /// The most sequences the scheduler runs at once (vLLM max-num-seqs).
+    /// The most sequences the scheduler runs at once (vLLM max-num-seqs,
+    /// SGLang max-running-requests, llama-server's slots).
     pub max_num_seqs: Option<u64>,
     /// Data-parallel engines whose block caches `kv_blocks` sums; each
     /// keeps one block for itself (vLLM's null block, never allocated to a
     /// sequence and left out of its usage), so `kv_blocks - engines` hold
     /// sequences.
     pub engines: u64,
+    /// The engine the page is from, where known: what its knobs are
+    /// called in the advice, and whether its running cap is slots that
+    /// each hold one sequence's own cache (llama.cpp).
+    pub engine: Option<Engine>,
 }
 
 impl EngineCapacity {
@@ -44,7 +52,10 @@ impl EngineCapacity {
 
 /// The capacity `page` reports; every field `None` where it says nothing.
 pub fn engine_capacity(page: &Exposition<'_>) -> EngineCapacity {
-    let mut capacity = EngineCapacity::default();
+    let mut capacity = EngineCapacity {
+        engine: Some(detect_engine(page)).filter(|e| !matches!(e, Engine::Generic | Engine::Dcgm)),
+        ..EngineCapacity::default()
+    };
     let samples = page.families.iter().flat_map(|f| f.samples.iter());
     let mut blocks_by_engine: std::collections::BTreeMap<String, u64> = Default::default();
     let mut sglang_by_dp: std::collections::BTreeMap<String, u64> = Default::default();
@@ -114,7 +125,9 @@ mod tests {
         let none =
             capacity_of("vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"None\"} 1\n");
         assert_eq!(none.kv_blocks, None);
-        assert!(!capacity_of("llamacpp:requests_processing 1\n").is_known());
+        let llamacpp = capacity_of("llamacpp:requests_processing 1\n");
+        assert!(!llamacpp.is_known());
+        assert_eq!(llamacpp.engine, Some(Engine::Llamacpp));
     }
 
     #[test]

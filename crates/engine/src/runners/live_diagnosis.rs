@@ -31,7 +31,9 @@ pub struct LiveJob {
     /// One sample per scrape: the series step.
     pub step: Duration,
     pub objectives: Objectives,
-    /// The target's metrics page, read for the engine's capacity.
+    /// The target's base URL (llama-server's `/props`) and metrics page,
+    /// read for the engine's capacity.
+    pub base_url: String,
     pub metrics_url: String,
     /// The KV-cache size the engine last reported (kept across a failed
     /// read: a restart with new settings shows on the next good one).
@@ -53,6 +55,7 @@ impl LiveJob {
                 itl_p95: secs(target.slo_itl_p95),
                 ..Objectives::default()
             },
+            base_url: target.url.clone(),
             metrics_url: target.metrics_url(),
             capacity: EngineCapacity {
                 max_num_seqs: target.max_num_seqs.map(u64::from),
@@ -182,7 +185,7 @@ pub async fn run_live_diagnosis(
         let due = !fresh || capacity_read.is_none_or(|at| at.elapsed() >= CAPACITY_REFRESH);
         if let (true, Some(http), Some((_, jobs))) = (due, &http, jobs_of.as_mut()) {
             for job in jobs.iter_mut() {
-                if let Some(capacity) = read_capacity(http, &job.metrics_url).await {
+                if let Some(capacity) = read_capacity(http, &job.base_url, &job.metrics_url).await {
                     // The configured cap stands where the page says none.
                     job.capacity = EngineCapacity {
                         max_num_seqs: capacity.max_num_seqs.or(job.capacity.max_num_seqs),

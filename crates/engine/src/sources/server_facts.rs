@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use llmwatch_core::analysis::EngineCapacity;
-use llmwatch_core::catalog::engine_capacity;
+use llmwatch_core::catalog::{engine_capacity, Engine};
 use llmwatch_core::exposition::{detect_format, parse_lenient};
 use llmwatch_core::redact::{redact_url, redact_urls_in};
 use serde_json::Value;
@@ -103,6 +103,17 @@ pub async fn context_limit(
         .map(|n| (n, format!("n_ctx per slot in {props_url}")))
 }
 
+/// llama-server's slot count, `total_slots` in `/props`: the most
+/// sequences it runs at once (its `--parallel`), each in its own share of
+/// the context. `None` when the server does not say.
+pub async fn llamacpp_slots(client: &reqwest::Client, base_url: &str) -> Option<u64> {
+    let props_url = llmwatch_config::join_url(root(base_url), "/props");
+    let json = get_json(client, &props_url).await.ok()?;
+    json.get("total_slots")
+        .and_then(Value::as_u64)
+        .filter(|n| *n > 0)
+}
+
 /// The server's version from `/version` (vLLM and the simulator answer
 /// `{"version": "…"}`).
 pub async fn server_version(client: &reqwest::Client, base_url: &str) -> Option<String> {
@@ -113,14 +124,22 @@ pub async fn server_version(client: &reqwest::Client, base_url: &str) -> Option<
         .map(str::to_string)
 }
 
-/// The capacity the server's metrics page reports now; `None` when the
-/// page could not be read.
-pub async fn read_capacity(client: &reqwest::Client, metrics_url: &str) -> Option<EngineCapacity> {
+/// The capacity the server's metrics page reports now (with llama-server's
+/// slots from its `/props`); `None` when the page could not be read.
+pub async fn read_capacity(
+    client: &reqwest::Client,
+    base_url: &str,
+    metrics_url: &str,
+) -> Option<EngineCapacity> {
     match fetch_page(client, metrics_url, FACT_TIMEOUT, MAX_PAGE_BYTES).await {
         Ok(page) => {
             let format = detect_format(page.content_type.as_deref(), &page.body);
             let (parsed, _) = parse_lenient(&page.body, format);
-            Some(engine_capacity(&parsed))
+            let mut capacity = engine_capacity(&parsed);
+            if capacity.engine == Some(Engine::Llamacpp) {
+                capacity.max_num_seqs = llamacpp_slots(client, base_url).await;
+            }
+            Some(capacity)
         }
         Err(err) => {
             // reqwest's errors carry the URL, credentials and all.

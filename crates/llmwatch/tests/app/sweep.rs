@@ -10,6 +10,7 @@
 
 mod conversation;
 mod experiment;
+mod llamacpp;
 mod twin;
 
 use std::time::{Duration, Instant};

@@ -4,8 +4,10 @@
 //! by its usage; or prompt work filling the steps.
 
 use super::super::{fin, fmt, EngineCapacity, StepResult, WorkloadHints};
+use super::advice::cap_words;
 use super::level::queues;
 use super::{higher, Confidence, Ctx};
+use crate::catalog::Engine;
 
 /// How sequences of the workload's length fit in the engine's KV cache.
 struct Fit {
@@ -186,6 +188,8 @@ struct LevelFacts {
     kv_mean: Option<f64>,
     kv_max: Option<f64>,
     seqs_cap: Option<f64>,
+    /// Whose cap it is, for its name in the evidence.
+    engine: Option<Engine>,
     /// The cache's usage and preemptions in words.
     usage: String,
     /// Why the steps are full of prompt work (see [`prompt_heavy_steps`]),
@@ -216,6 +220,7 @@ impl LevelFacts {
             kv_mean,
             kv_max,
             seqs_cap: workload.capacity.max_num_seqs.map(|n| n as f64),
+            engine: workload.capacity.engine,
             usage,
             prompt_work: workload
                 .capacity
@@ -258,9 +263,9 @@ fn by_arithmetic(level: &LevelFacts, p: f64, fit: &Fit, from: &str) -> Option<Ad
     if let Some(n) = level.seqs_cap.filter(|n| (p - n).abs() <= 1.0) {
         return Some(Admission::Scheduler {
             why: format!(
-                "running plateau {} = max-num-seqs {}, below the {} sequences the KV cache holds ({})",
+                "running plateau {} = {}, below the {} sequences the KV cache holds ({})",
                 fmt::num(p),
-                fmt::num(n),
+                cap_words(level.engine, n),
                 fmt::num(fit.at_peak),
                 fit.words
             ),
@@ -325,17 +330,46 @@ fn by_usage(ctx: &Ctx<'_>, level: &LevelFacts) -> Option<Admission> {
     let room = level.kv_max.is_some_and(|m| m < ctx.cfg.kv_usage_room);
     // Without the running count a cap cannot be seen.
     let p = level.plateau?;
-    if let Some(n) = level.seqs_cap.filter(|n| (p - n).abs() <= 1.0 && room) {
-        return Some(Admission::Scheduler {
-            why: format!(
-                "running plateau {} = max-num-seqs {}; {usage}",
-                fmt::num(p),
-                fmt::num(n)
-            ),
-            confidence: Confidence::High,
+    if let Some(n) = level.seqs_cap.filter(|n| (p - n).abs() <= 1.0) {
+        let cap = cap_words(level.engine, n);
+        if room {
+            return Some(Admission::Scheduler {
+                why: format!("running plateau {} = {cap}; {usage}", fmt::num(p)),
+                confidence: Confidence::High,
+            });
+        }
+        if level.kv_max.is_none() {
+            // No usage to weigh (llama-server reports none): the plateau at
+            // the cap is the evidence. A llama-server slot holds one
+            // sequence in its own share of the context, so its slots are
+            // the cap by construction; elsewhere the cache may be full too.
+            let confidence = if level.engine == Some(Engine::Llamacpp) {
+                Confidence::High
+            } else {
+                Confidence::Medium
+            };
+            return Some(Admission::Scheduler {
+                why: format!(
+                    "running plateau {} = {cap} while requests waited; {usage}",
+                    fmt::num(p)
+                ),
+                confidence,
+            });
+        }
+    }
+    if level.kv_max.is_none() && level.prompt_work.is_none() {
+        // Nothing of the cache is known, and no known cap was reached.
+        let cap = match level.seqs_cap {
+            Some(n) => format!("below {}", cap_words(level.engine, n)),
+            None => "no cap on running sequences known (state it as the target's max_num_seqs)"
+                .to_string(),
+        };
+        return Some(Admission::Kv {
+            why: format!("{plateau_words}{cap}; {usage}, nor the KV cache's size"),
+            confidence: Confidence::Low,
         });
     }
-    if !room {
+    if !room && level.kv_max.is_some() {
         // Between room and full the cache neither binds nor clearly has room.
         return Some(Admission::Kv {
             why: format!("{plateau_words}{usage} ({unknown}; the cache is between room and full)"),

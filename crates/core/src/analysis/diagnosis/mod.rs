@@ -24,8 +24,11 @@
 //! the memory-split and prefix-cache rules are facts of the server's
 //! configuration, not of the load, so they read every step.
 
+mod advice;
 mod capacity;
 mod level;
+
+pub use self::advice::what_to_try_on;
 
 use self::capacity::{classify_admission, prompt_heavy_steps, Admission};
 use self::level::{held_back, queues, waiting_of, TtftSplit};
@@ -83,7 +86,7 @@ impl Verdict {
             Verdict::PrefillBound => "prefill-bound",
             Verdict::DecodeBound => "decode-bound (memory bandwidth)",
             Verdict::KvCacheCapacity => "KV-cache capacity",
-            Verdict::SchedulerLimit => "scheduler limit (max-num-seqs)",
+            Verdict::SchedulerLimit => "scheduler limit (cap on running sequences)",
             Verdict::OutsideGpu => "outside the GPU",
             Verdict::UnbalancedSplit => "unbalanced split",
             Verdict::PrefixCachingIneffective => "prefix caching off or evicted",
@@ -370,6 +373,10 @@ pub fn diagnose(
     for finding in &mut findings {
         weigh_latency_breakdown(finding, steps);
         cite_speculation(&ctx, finding);
+        // The table's advice in the judged engine's own knobs.
+        if finding.what_to_try == finding.verdict.what_to_try() {
+            finding.what_to_try = what_to_try_on(finding.verdict, workload.capacity.engine);
+        }
     }
     let breached = unexplained_breach(&ctx, &findings);
     findings.extend(breached);
@@ -530,16 +537,27 @@ fn admission_limit(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
         if !waits {
             return None;
         }
-        let why = ctx.ttft_rising(i, s)?;
-        let ttft = fin(s.ttft.p95)?;
         let waiting = waiting_of(s)
             .map(|w| format!("waiting = {}", fmt::num(w)))
             .unwrap_or_else(|| "the waiting count not reported".to_string());
-        let mut head = format!(
-            "p95 TTFT {} at {} ({why}) while {waiting}",
-            fmt::secs(ttft),
-            s.load
-        );
+        // Nothing timed TTFT (live, on a page without a TTFT histogram and
+        // with no canaries: llama-server's): requests held back in the
+        // engine's queue are the evidence, said less surely.
+        let unmeasured = fin(s.ttft.p95).is_none() && queues(s) && held_back(s);
+        let mut head = if unmeasured {
+            format!(
+                "at {} requests waited ({waiting}) while p95 TTFT was not measured (no TTFT \
+                 histogram on the page and no canaries)",
+                s.load
+            )
+        } else {
+            let why = ctx.ttft_rising(i, s)?;
+            format!(
+                "p95 TTFT {} at {} ({why}) while {waiting}",
+                fmt::secs(fin(s.ttft.p95)?),
+                s.load
+            )
+        };
         if let Some(st) = fin(s.server.server_ttft_p95) {
             head.push_str(&format!(
                 " (server p95 TTFT ≈ {}, a bucket estimate)",
@@ -553,6 +571,11 @@ fn admission_limit(ctx: &Ctx<'_>, workload: &WorkloadHints) -> Option<Finding> {
             Admission::Kv { why, confidence } => (Verdict::KvCacheCapacity, why, confidence),
             Admission::Scheduler { why, confidence } => (Verdict::SchedulerLimit, why, confidence),
             Admission::Compute { why } => (Verdict::PrefillBound, why, Confidence::Medium),
+        };
+        let confidence = if unmeasured {
+            confidence.min(Confidence::Medium)
+        } else {
+            confidence
         };
         Some(Finding::new(
             verdict,

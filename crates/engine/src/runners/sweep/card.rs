@@ -7,12 +7,12 @@
 use std::time::Duration;
 
 use llmwatch_core::analysis::{card_from_info, ExperimentCard};
-use llmwatch_core::catalog::{detect_engine, engine_capacity};
+use llmwatch_core::catalog::{detect_engine, engine_capacity, Engine};
 use llmwatch_core::exposition::{detect_format, parse_lenient, Exposition};
 use serde_json::Value;
 
 use crate::sources::scrape::fetch_page;
-use crate::sources::server_facts::{model_entry, server_version};
+use crate::sources::server_facts::{llamacpp_slots, model_entry, server_version};
 
 /// Metrics pages larger than this are refused.
 const MAX_PAGE_BYTES: u64 = 16 << 20;
@@ -87,6 +87,7 @@ pub fn set_card_field(
         "num_gpu_blocks" => card.num_gpu_blocks = int()?,
         "data_parallel" => card.data_parallel = small()?,
         "kv_cache_tokens" => card.kv_cache_tokens = int()?,
+        "max_num_seqs" => card.max_num_seqs = int()?,
         "prefix_caching" => {
             card.prefix_caching = Some(match value.to_ascii_lowercase().as_str() {
                 "true" | "1" | "yes" | "on" => true,
@@ -214,6 +215,9 @@ pub async fn collect_card(
         }
         apply_other_info(&mut card, page);
         apply_capacity(&mut card, page);
+        if engine == Engine::Llamacpp && card.max_num_seqs.is_none() {
+            card.max_num_seqs = llamacpp_slots(http, base).await;
+        }
     }
 
     // The served model's context length and the server's version.

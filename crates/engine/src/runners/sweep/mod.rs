@@ -38,7 +38,8 @@ use std::time::Duration;
 use llmwatch_core::analysis::{
     analyze_sweep, cache_hygiene, cache_hygiene_from_counters, latency_breakdown,
     per_request_breakdown, step_economics, summary_lines, ClientMeans, EngineCapacity,
-    ExperimentCard, Load, Objectives, PerRequestPhases, StepResult, SweepVerdict, WorkloadHints,
+    ExperimentCard, LatencyBreakdown, Load, NoBreakdown, Objectives, PerRequestPhases, StepResult,
+    SweepVerdict, WaitingGauge, WorkloadHints,
 };
 use llmwatch_probe::mix::ShapeMix;
 use llmwatch_probe::trace::TracePrompts;
@@ -702,10 +703,6 @@ fn add_breakdown_and_hygiene(
     run: &RunResult,
     scraped: &Scraped,
 ) {
-    let client = ClientMeans {
-        ttft_s: run.ttft_ms.mean.map(|ms| ms / 1000.0),
-        e2e_s: run.e2e_ms.mean.map(|ms| ms / 1000.0),
-    };
     step.server.economics = step_economics(
         step.server.gpu_power_w_mean,
         step.server.gpu_count,
@@ -714,10 +711,13 @@ fn add_breakdown_and_hygiene(
     );
     // The server's own timing of these very requests beats its histograms'
     // means over the window (which may hold other traffic).
-    let breakdown = match per_request_phases(run) {
-        Some(phases) => per_request_breakdown(&phases, &client),
-        None => latency_breakdown(&step.server.phases, &client, has_phase_histograms(scraped)),
-    };
+    let breakdown = breakdown_by_server_timing(step, run).unwrap_or_else(|| {
+        latency_breakdown(
+            &step.server.phases,
+            &client_means(run),
+            has_phase_histograms(scraped),
+        )
+    });
     match breakdown {
         Ok(breakdown) => step.server.latency_breakdown = Some(breakdown),
         Err(why) => step.server.latency_breakdown_missing = Some(why.to_string()),
@@ -764,18 +764,37 @@ fn user_card_fields(settings: &SweepSettings) -> Vec<(String, String)> {
     fields
 }
 
-/// The server's per-request timing averaged over the run, when it timed
-/// every successful request.
-fn per_request_phases(run: &RunResult) -> Option<PerRequestPhases> {
+fn client_means(run: &RunResult) -> ClientMeans {
+    ClientMeans {
+        ttft_s: run.ttft_ms.mean.map(|ms| ms / 1000.0),
+        e2e_s: run.e2e_ms.mean.map(|ms| ms / 1000.0),
+    }
+}
+
+/// The step's latency breakdown by the server's own timing of its
+/// requests, where it timed every successful one; a queue it does not time
+/// (llama-server) read from its waiting gauge over the step.
+pub(crate) fn breakdown_by_server_timing(
+    step: &StepResult,
+    run: &RunResult,
+) -> Option<Result<LatencyBreakdown, NoBreakdown>> {
     if run.successful == 0 || run.server_timed_requests < run.successful {
         return None;
     }
     let s = |ms: Option<f64>| ms.map(|v| v / 1000.0);
-    Some(PerRequestPhases {
-        queue_s: s(run.server_queue_ms.mean).unwrap_or(0.0),
+    let phases = PerRequestPhases {
+        queue_s: s(run.server_queue_ms.mean),
         prefill_s: s(run.server_prefill_ms.mean)?,
         decode_s: s(run.server_decode_ms.mean),
-    })
+    };
+    let waiting = step
+        .server
+        .requests_waiting_mean
+        .map(|waiting_mean| WaitingGauge {
+            waiting_mean,
+            requests_per_s: step.request_throughput,
+        });
+    Some(per_request_breakdown(&phases, &client_means(run), waiting))
 }
 
 /// Where a sweep's steps run.

@@ -13,6 +13,7 @@ use llmwatch_probe::{
 };
 use serde_json::Value;
 
+use super::breakdown_by_server_timing;
 use super::card::card_from_json;
 use super::persist::step_result;
 use super::SweepError;
@@ -106,6 +107,13 @@ pub fn rejudge_json(value: &Value) -> Result<Rejudged, SweepError> {
         run.self_check = recheck(&run, limits, &objectives);
         let int = |key: &str| step.get(key).and_then(Value::as_i64).unwrap_or(0);
         let mut result = step_result(load, int("start_ms"), int("end_ms"), &run, server);
+        // The server's per-request timing split again by today's rules
+        // (the histogram means need the scrapes, which are not recorded).
+        match breakdown_by_server_timing(&result, &run) {
+            Some(Ok(breakdown)) => result.server.latency_breakdown = Some(breakdown),
+            Some(Err(why)) => result.server.latency_breakdown_missing = Some(why.to_string()),
+            None => {}
+        }
         result.cache_contaminated = step
             .get("cache_contaminated")
             .and_then(Value::as_str)

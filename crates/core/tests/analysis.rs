@@ -913,6 +913,40 @@ fn outside_the_gpu_points_at_the_client_self_check() {
     assert!(cb.evidence.contains("scheduler lag 40 ms"));
 }
 
+/// A band whose throughput collapsed as the load doubled (a live window's
+/// burst edge) is no plateau: nothing is blamed outside the GPU on it,
+/// while the same idle GPU under a flat curve still is.
+#[test]
+fn a_collapse_of_throughput_is_not_read_as_a_plateau() {
+    let tput = [206.0, 12.9, 14.0, 15.0, 15.5, 16.0, 16.2];
+    let ttft = [0.05, 0.44, 0.90, 1.80, 3.60, 7.20, 14.4];
+    let steps = with_server(sweep(&tput, &ttft, &[0.02; 7]), |_, e| {
+        e.gpu_util_mean = Some(0.33);
+        e.kv_cache_usage_mean = Some(0.0);
+    });
+    let findings = diagnose(
+        &steps[..2],
+        &Objectives::default(),
+        &WorkloadHints::default(),
+        &cfg(),
+    );
+    assert!(
+        find(&findings, Verdict::OutsideGpu).is_none(),
+        "{findings:#?}"
+    );
+    // Past the collapse the curve is flat, and that is read.
+    let findings = diagnose(
+        &steps[1..],
+        &Objectives::default(),
+        &WorkloadHints::default(),
+        &cfg(),
+    );
+    assert!(
+        find(&findings, Verdict::OutsideGpu).is_some(),
+        "{findings:#?}"
+    );
+}
+
 #[test]
 fn busy_gpu_is_not_outside_the_gpu() {
     let steps = with_server(flat_idle(), |_, e| e.gpu_util_mean = Some(0.97));

@@ -923,8 +923,8 @@ fn outside_gpu(ctx: &Ctx<'_>, steps: &[StepResult]) -> Option<Finding> {
 }
 
 /// See [`outside_gpu`]: a fall per doubling of load this steep is not a
-/// plateau (the real servers' steepest fall past saturation: −26 %,
-/// llama-server with 2 slots from concurrency 4 to 8).
+/// plateau (the steepest fall in the recorded real sweeps: −30 %,
+/// llama-server with 4 slots from concurrency 8 to 16).
 const COLLAPSE_PER_DOUBLING: f64 = -0.5;
 
 /// One GPU's peak memory at the "full" mark while another GPU's peak is at

@@ -553,20 +553,18 @@ fn a_plateau_at_llama_servers_slots_is_its_scheduler_limit() {
         e.kv_cache_usage_mean = None;
         e.kv_cache_usage_max = None;
     });
-    let slots = |engine: Option<Engine>, cap: Option<u64>| WorkloadHints {
-        capacity: EngineCapacity {
-            engine,
-            max_num_seqs: cap,
-            ..EngineCapacity::default()
-        },
-        ..WorkloadHints::default()
+    let judge = |engine: Option<Engine>, cap: Option<u64>| {
+        let hints = WorkloadHints {
+            capacity: EngineCapacity {
+                engine,
+                max_num_seqs: cap,
+                ..EngineCapacity::default()
+            },
+            ..WorkloadHints::default()
+        };
+        diagnose(&unreported, &Objectives::default(), &hints, &cfg())
     };
-    let findings = diagnose(
-        &unreported,
-        &Objectives::default(),
-        &slots(Some(Engine::Llamacpp), Some(16)),
-        &cfg(),
-    );
+    let findings = judge(Some(Engine::Llamacpp), Some(16));
     let f = &findings[0];
     assert_eq!(
         (f.verdict, f.confidence, f.step),
@@ -584,12 +582,7 @@ fn a_plateau_at_llama_servers_slots_is_its_scheduler_limit() {
 
     // A cap known on an engine whose cache may also fill: the same
     // verdict, less sure, in that engine's words.
-    let findings = diagnose(
-        &unreported,
-        &Objectives::default(),
-        &slots(Some(Engine::Sglang), Some(16)),
-        &cfg(),
-    );
+    let findings = judge(Some(Engine::Sglang), Some(16));
     let f = find(&findings, Verdict::SchedulerLimit).expect("scheduler finding");
     assert_eq!(f.confidence, Confidence::Medium);
     assert!(
@@ -600,12 +593,7 @@ fn a_plateau_at_llama_servers_slots_is_its_scheduler_limit() {
     assert!(f.what_to_try.contains("--max-running-requests"));
 
     // Neither the cache nor the cap known: unsure, and it says what to state.
-    let findings = diagnose(
-        &unreported,
-        &Objectives::default(),
-        &slots(Some(Engine::Llamacpp), None),
-        &cfg(),
-    );
+    let findings = judge(Some(Engine::Llamacpp), None);
     let f = find(&findings, Verdict::KvCacheCapacity).expect("a low KV finding");
     assert_eq!(f.confidence, Confidence::Low);
     assert!(

@@ -11,7 +11,7 @@ use crate::catalog::Engine;
 /// What to try for `verdict` on `engine`; vLLM's words where the engine has
 /// no advice of its own for it.
 pub fn what_to_try_on(verdict: Verdict, engine: Option<Engine>) -> &'static str {
-    let own = match (engine, verdict) {
+    match (engine, verdict) {
         (Some(Engine::Llamacpp), Verdict::SchedulerLimit) => {
             "raise the slots (--parallel / -np) and the context with them (-c is split among the \
              slots unless --kv-unified), memory permitting; then more GPU memory or a smaller or \
@@ -57,12 +57,7 @@ pub fn what_to_try_on(verdict: Verdict, engine: Option<Engine>) -> &'static str 
              more GPUs (--tp_size) or a smaller or quantized model. Raising --max_batch_size will \
              not help: the cache, not the cap, is full"
         }
-        _ => "",
-    };
-    if own.is_empty() {
-        verdict.what_to_try()
-    } else {
-        own
+        _ => verdict.what_to_try(),
     }
 }
 

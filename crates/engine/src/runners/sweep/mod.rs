@@ -718,10 +718,7 @@ fn add_breakdown_and_hygiene(
             has_phase_histograms(scraped),
         )
     });
-    match breakdown {
-        Ok(breakdown) => step.server.latency_breakdown = Some(breakdown),
-        Err(why) => step.server.latency_breakdown_missing = Some(why.to_string()),
-    }
+    record_breakdown(step, breakdown);
     step.cache_contaminated = intended_hit_ratio(settings).and_then(|intended| {
         if run.cached_tokens_unreported_by_all() {
             // No per-request cached tokens: the server's own counters over
@@ -762,6 +759,19 @@ fn user_card_fields(settings: &SweepSettings) -> Vec<(String, String)> {
         }
     }
     fields
+}
+
+/// Puts a step's latency breakdown, or why it has none, on its evidence.
+pub(crate) fn record_breakdown(
+    step: &mut StepResult,
+    breakdown: Result<LatencyBreakdown, NoBreakdown>,
+) {
+    let (breakdown, missing) = match breakdown {
+        Ok(breakdown) => (Some(breakdown), None),
+        Err(why) => (None, Some(why.to_string())),
+    };
+    step.server.latency_breakdown = breakdown;
+    step.server.latency_breakdown_missing = missing;
 }
 
 fn client_means(run: &RunResult) -> ClientMeans {

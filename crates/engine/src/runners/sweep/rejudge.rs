@@ -13,10 +13,10 @@ use llmwatch_probe::{
 };
 use serde_json::Value;
 
-use super::breakdown_by_server_timing;
 use super::card::card_from_json;
 use super::persist::step_result;
 use super::SweepError;
+use super::{breakdown_by_server_timing, record_breakdown};
 
 /// A re-judged sweep.
 #[derive(Debug, Clone)]
@@ -109,10 +109,8 @@ pub fn rejudge_json(value: &Value) -> Result<Rejudged, SweepError> {
         let mut result = step_result(load, int("start_ms"), int("end_ms"), &run, server);
         // The server's per-request timing split again by today's rules
         // (the histogram means need the scrapes, which are not recorded).
-        match breakdown_by_server_timing(&result, &run) {
-            Some(Ok(breakdown)) => result.server.latency_breakdown = Some(breakdown),
-            Some(Err(why)) => result.server.latency_breakdown_missing = Some(why.to_string()),
-            None => {}
+        if let Some(breakdown) = breakdown_by_server_timing(&result, &run) {
+            record_breakdown(&mut result, breakdown);
         }
         result.cache_contaminated = step
             .get("cache_contaminated")
